@@ -1,0 +1,155 @@
+//! The compiled-code cache on disk.
+//!
+//! Compiling a component with Cranelift takes hundreds of milliseconds; loading
+//! the compiled artifact takes well under one. Artifacts are stored as
+//! `<sha256 of the component>-<engine fingerprint>.cwasm`, next to a MAC
+//! computed with a key that only this cache directory holds.
+//!
+//! Deserializing an artifact is `unsafe` in wasmtime for a good reason: it is
+//! machine code that runs as is. So an artifact is loaded only if its MAC
+//! proves that this host wrote it; anything else (a file someone dropped in,
+//! a torn write, another build's output) is ignored and recompiled.
+
+use std::fs;
+use std::hash::{Hash, Hasher};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use hmac::{Hmac, Mac};
+use sha2::{Digest, Sha256};
+use wasmtime::Engine;
+use wasmtime::component::Component;
+
+use crate::{Error, Result};
+
+type HmacSha256 = Hmac<Sha256>;
+
+const KEY_FILE: &str = "cache.key";
+const MAC_LEN: usize = 32;
+
+pub(crate) struct CodeCache {
+    dir: PathBuf,
+    key: [u8; 32],
+    fingerprint: String,
+}
+
+/// How a component got its machine code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CodeSource {
+    /// Compiled now (and written to the cache, if there is one).
+    Compiled,
+    /// Loaded from the on-disk cache.
+    Cached,
+}
+
+impl CodeCache {
+    pub(crate) fn open(dir: &Path, engine: &Engine) -> Result<Self> {
+        let io = |e: std::io::Error| Error::Cache { path: dir.to_path_buf(), message: e.to_string() };
+        fs::create_dir_all(dir).map_err(io)?;
+        let key_path = dir.join(KEY_FILE);
+        let key = match fs::read(&key_path) {
+            Ok(bytes) if bytes.len() == 32 => {
+                let mut key = [0u8; 32];
+                key.copy_from_slice(&bytes);
+                key
+            }
+            _ => {
+                let key: [u8; 32] = rand::random();
+                write_atomically(&key_path, &key, true).map_err(io)?;
+                key
+            }
+        };
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        engine.precompile_compatibility_hash().hash(&mut hasher);
+        let fingerprint = format!("{:016x}", hasher.finish());
+        Ok(CodeCache { dir: dir.to_path_buf(), key, fingerprint })
+    }
+
+    fn artifact_path(&self, sha256: &str) -> PathBuf {
+        self.dir.join(format!("{sha256}-{}.cwasm", self.fingerprint))
+    }
+
+    fn mac(&self, artifact: &[u8]) -> HmacSha256 {
+        // HMAC accepts keys of any length, so this cannot fail.
+        let mut mac = match HmacSha256::new_from_slice(&self.key) {
+            Ok(mac) => mac,
+            Err(_) => unreachable!("HMAC accepts any key length"),
+        };
+        mac.update(self.fingerprint.as_bytes());
+        mac.update(artifact);
+        mac
+    }
+
+    /// Returns a cached artifact for the component with this hash, if one
+    /// exists and this host wrote it.
+    pub(crate) fn get(&self, engine: &Engine, sha256: &str) -> Option<Component> {
+        let path = self.artifact_path(sha256);
+        let mut bytes = fs::read(&path).ok()?;
+        if bytes.len() < MAC_LEN {
+            return None;
+        }
+        let artifact_len = bytes.len() - MAC_LEN;
+        let stored_mac = bytes.split_off(artifact_len);
+        if self.mac(&bytes).verify_slice(&stored_mac).is_err() {
+            tracing::warn!(path = %path.display(), "ignoring a cached artifact that this host did not write");
+            return None;
+        }
+        // SAFETY: the MAC above proves that this file is, byte for byte, an
+        // artifact that `precompile_component` of an engine with the same
+        // compatibility fingerprint produced on this host.
+        #[allow(unsafe_code)]
+        let component = unsafe { Component::deserialize(engine, &bytes) };
+        match component {
+            Ok(component) => Some(component),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "cached artifact failed to load; recompiling");
+                None
+            }
+        }
+    }
+
+    pub(crate) fn put(&self, sha256: &str, artifact: &[u8]) {
+        let mut contents = Vec::with_capacity(artifact.len() + MAC_LEN);
+        contents.extend_from_slice(artifact);
+        contents.extend_from_slice(&self.mac(artifact).finalize().into_bytes());
+        if let Err(e) = write_atomically(&self.artifact_path(sha256), &contents, false) {
+            // A cache that cannot be written only costs time.
+            tracing::warn!(dir = %self.dir.display(), error = %e, "cannot write the compiled-code cache");
+        }
+    }
+}
+
+/// Compiles a component, through the cache when there is one.
+pub(crate) fn compile(engine: &Engine, cache: Option<&CodeCache>, bytes: &[u8]) -> wasmtime::Result<(Component, CodeSource)> {
+    let sha256 = sha256_hex(bytes);
+    if let Some(cache) = cache {
+        if let Some(component) = cache.get(engine, &sha256) {
+            return Ok((component, CodeSource::Cached));
+        }
+        let artifact = engine.precompile_component(bytes)?;
+        // SAFETY: `artifact` was produced a moment ago by this engine's
+        // `precompile_component`; it never left this process.
+        #[allow(unsafe_code)]
+        let component = unsafe { Component::deserialize(engine, &artifact)? };
+        cache.put(&sha256, &artifact);
+        return Ok((component, CodeSource::Compiled));
+    }
+    Ok((Component::new(engine, bytes)?, CodeSource::Compiled))
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+fn write_atomically(path: &Path, contents: &[u8], private: bool) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    if private {
+        use std::os::unix::fs::PermissionsExt;
+        tmp.as_file().set_permissions(fs::Permissions::from_mode(0o600))?;
+    }
+    tmp.write_all(contents)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}

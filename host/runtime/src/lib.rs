@@ -1,0 +1,948 @@
+//! dagr's WebAssembly runtime: it loads plugin components and runs attempts
+//! of tasks in a sandbox with hard limits.
+//!
+//! # Brief overview
+//!
+//! - [`Runtime`] owns one wasmtime `Engine` (component model, async, pooling
+//!   allocator, epoch interruption), one `Linker` with WASI p2, `wasi:http`
+//!   and the `dagr:plugin/host` interface, a compiled-code cache, and a
+//!   separate tokio runtime on which guests run. Guests never run on the
+//!   caller's threads: a guest spinning in a loop cannot delay the scheduler,
+//!   the API or a timer. Those threads also run at a lower OS priority.
+//! - [`Runtime::load`] turns bytes into a [`Plugin`]: it rejects files that
+//!   are not components or do not implement the world (saying which, and what
+//!   is missing), compiles (or loads from the cache), pre-instantiates
+//!   (`InstancePre`) and calls `describe` once.
+//! - [`Runtime::execute`] runs one attempt of a task described by an
+//!   [`Execution`]: a fresh `Store`, [`Limits`] (deadline, memory, fuel,
+//!   output and log size), a [`NetworkPolicy`], a scratch directory, secrets
+//!   and a cancellation token. It always returns an [`AttemptReport`]; a trap,
+//!   a deadline, the memory cap or a stack overflow becomes a [`Failure`] with
+//!   a distinct [`FailureKind`], never a panic or an error of the process.
+//!
+//! ```no_run
+//! # async fn demo(bytes: Vec<u8>) -> Result<(), Box<dyn std::error::Error>> {
+//! use dagr_runtime::{AttemptContext, Execution, Runtime, RuntimeConfig};
+//!
+//! let runtime = Runtime::new(RuntimeConfig::default())?;
+//! let plugin = runtime.load(&bytes)?;
+//! let exec = Execution::new(AttemptContext::adhoc("demo"), r#"{"hello":"world"}"#);
+//! let report = runtime.execute(&plugin, exec).await;
+//! match report.result {
+//!     Ok(output) => println!("{output}"),
+//!     Err(failure) => println!("{}: {}", failure.kind, failure.message),
+//! }
+//! # Ok(()) }
+//! ```
+
+mod bindings;
+mod cache;
+mod limits;
+mod log;
+mod network;
+mod sandbox;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use wasmtime::component::{HasSelf, Linker, ResourceTable};
+use wasmtime::{Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap, UpdateDeadline};
+use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
+use wasmtime_wasi_http::WasiHttpCtx;
+
+pub use crate::cache::{CodeSource, sha256_hex};
+pub use crate::limits::Limits;
+pub use crate::log::{LogLevel, LogLine, LogSource};
+pub use crate::network::{HostPattern, NetworkPolicy, is_public};
+
+use crate::bindings::PluginPre;
+use crate::cache::CodeCache;
+use crate::limits::{AttemptLimiter, MemoryLimitExceeded};
+use crate::log::{AttemptLog, CapturedOutput};
+use crate::sandbox::{HostState, HttpPolicyHooks, StoreState};
+
+/// Errors from building a runtime or loading a plugin.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("not a WebAssembly file ({0})")]
+    NotWasm(String),
+    #[error(
+        "this is a core WebAssembly module, not a component: build the plugin for the \
+         wasm32-wasip2 target (or wrap the module with `wasm-tools component new`)"
+    )]
+    CoreModule,
+    #[error("not a valid WebAssembly component: {0}")]
+    InvalidComponent(String),
+    #[error("the component does not implement the dagr:plugin@0.1.0 world: {0}")]
+    WrongWorld(String),
+    #[error("the plugin's describe() failed: {0}")]
+    Describe(String),
+    #[error("the plugin describes itself wrongly: {0}")]
+    BadInfo(String),
+    #[error("compiled-code cache {path}: {message}")]
+    Cache { path: PathBuf, message: String },
+    #[error("runtime configuration: {0}")]
+    Config(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Settings of a [`Runtime`]; they hold for every attempt it runs.
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// Attempts that may run at once; more wait for a slot. This also sizes
+    /// the pooling allocator.
+    pub max_concurrent_attempts: u32,
+    /// OS threads that run guests. They are separate from the caller's.
+    pub guest_threads: usize,
+    /// How often running guests are interrupted to check their deadline and
+    /// to yield to other guests.
+    pub epoch_tick: Duration,
+    /// Upper bound of any attempt's linear memory (the pooling allocator's
+    /// slot size). Per-attempt [`Limits::memory_bytes`] can only be lower.
+    pub max_memory_bytes: u64,
+    /// Meter fuel, so that [`Limits::fuel`] is honoured (costs some speed).
+    pub fuel: bool,
+    /// Where compiled code is cached; `None` compiles every load.
+    pub cache_dir: Option<PathBuf>,
+    /// Where per-attempt scratch directories are created when an execution
+    /// does not bring its own.
+    pub scratch_root: PathBuf,
+    /// Niceness added to guest threads so that the OS favours the host's.
+    pub guest_nice: i32,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            max_concurrent_attempts: 1024,
+            guest_threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
+            epoch_tick: Duration::from_millis(1),
+            max_memory_bytes: 1 << 30,
+            fuel: false,
+            cache_dir: None,
+            scratch_root: std::env::temp_dir().join("dagr-scratch"),
+            guest_nice: 10,
+        }
+    }
+}
+
+/// What a task sees of the attempt it runs in (the WIT `task-context`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptContext {
+    pub tenant: String,
+    pub workflow: String,
+    pub run_id: String,
+    pub task: String,
+    pub attempt: u32,
+    /// RFC 3339, UTC.
+    pub logical_time: String,
+    pub idempotency_key: String,
+}
+
+impl AttemptContext {
+    /// A context for a one-off execution outside any workflow (the CLI's
+    /// `plugin run`, tests).
+    pub fn adhoc(task: &str) -> Self {
+        let run_id = format!("adhoc-{}", uuid_like());
+        AttemptContext {
+            tenant: "default".into(),
+            workflow: "adhoc".into(),
+            idempotency_key: format!("{run_id}/{task}"),
+            run_id,
+            task: task.into(),
+            attempt: 1,
+            logical_time: "1970-01-01T00:00:00Z".into(),
+        }
+    }
+}
+
+fn uuid_like() -> String {
+    let bytes: [u8; 8] = rand::random();
+    hex::encode(bytes)
+}
+
+/// Secrets a plugin may read through `host.secret`.
+pub trait SecretSource: Send + Sync {
+    fn secret(&self, name: &str) -> Option<String>;
+}
+
+impl SecretSource for HashMap<String, String> {
+    fn secret(&self, name: &str) -> Option<String> {
+        self.get(name).cloned()
+    }
+}
+
+/// Watches an attempt while it runs (to let people follow its log).
+/// Lines arrive capped and redacted.
+pub trait AttemptObserver: Send + Sync {
+    fn log(&self, line: &LogLine);
+    fn progress(&self, _percent: u8, _message: &str) {}
+}
+
+/// Everything needed to run one attempt.
+pub struct Execution {
+    pub context: AttemptContext,
+    /// The task's params, JSON text.
+    pub params: String,
+    /// Upstream outputs keyed by task name, a JSON object as text.
+    pub inputs: String,
+    pub limits: Limits,
+    pub network: NetworkPolicy,
+    pub secrets: Option<Arc<dyn SecretSource>>,
+    /// The directory the guest sees as `/scratch` (and `.`). `None` gives the
+    /// attempt a fresh empty directory that is removed afterwards.
+    pub scratch_dir: Option<PathBuf>,
+    pub cancel: CancellationToken,
+    pub observer: Option<Arc<dyn AttemptObserver>>,
+}
+
+impl Execution {
+    pub fn new(context: AttemptContext, params: impl Into<String>) -> Self {
+        Execution {
+            context,
+            params: params.into(),
+            inputs: "{}".into(),
+            limits: Limits::default(),
+            network: NetworkPolicy::deny_all(),
+            secrets: None,
+            scratch_dir: None,
+            cancel: CancellationToken::new(),
+            observer: None,
+        }
+    }
+}
+
+impl fmt::Debug for Execution {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Execution")
+            .field("context", &self.context)
+            .field("limits", &self.limits)
+            .field("network", &self.network)
+            .field("scratch_dir", &self.scratch_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why an attempt did not produce an output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FailureKind {
+    /// The task returned `task-error::retryable`.
+    Retryable,
+    /// The task returned `task-error::fatal`.
+    Fatal,
+    /// The guest trapped: a panic, `unreachable`, an out-of-bounds access.
+    Trap,
+    /// The wall-clock deadline passed.
+    Timeout,
+    /// The guest tried to grow its memory past the cap.
+    MemoryLimit,
+    /// The guest's call stack overflowed.
+    StackOverflow,
+    /// The attempt ran out of fuel.
+    FuelExhausted,
+    /// The output is larger than the cap.
+    OutputTooLarge,
+    /// The output is not JSON.
+    InvalidOutput,
+    /// The attempt was cancelled from outside.
+    Cancelled,
+    /// Something went wrong in dagr (e.g. no pool slot, a scratch directory
+    /// that could not be created). Not the plugin's fault.
+    Internal,
+}
+
+impl FailureKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::Retryable => "retryable",
+            FailureKind::Fatal => "fatal",
+            FailureKind::Trap => "trap",
+            FailureKind::Timeout => "timeout",
+            FailureKind::MemoryLimit => "memory-limit",
+            FailureKind::StackOverflow => "stack-overflow",
+            FailureKind::FuelExhausted => "fuel-exhausted",
+            FailureKind::OutputTooLarge => "output-too-large",
+            FailureKind::InvalidOutput => "invalid-output",
+            FailureKind::Cancelled => "cancelled",
+            FailureKind::Internal => "internal",
+        }
+    }
+}
+
+impl fmt::Display for FailureKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A failed attempt: what kind of failure, and a message for people.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failure {
+    pub kind: FailureKind,
+    pub message: String,
+}
+
+impl Failure {
+    fn new(kind: FailureKind, message: impl Into<String>) -> Self {
+        Failure { kind, message: message.into() }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.kind, self.message)
+    }
+}
+
+/// The result of one attempt.
+#[derive(Debug, Clone)]
+pub struct AttemptReport {
+    /// The output (JSON text), or why there is none.
+    pub result: std::result::Result<String, Failure>,
+    pub log: Vec<LogLine>,
+    /// Whether the log hit its cap.
+    pub log_truncated: bool,
+    /// The last progress the task reported.
+    pub progress: Option<(u8, String)>,
+    /// From the start of the attempt (after it got a slot) to its end.
+    pub elapsed: Duration,
+    /// Fuel burnt, when fuel metering is on.
+    pub fuel_consumed: Option<u64>,
+}
+
+/// What a plugin says about itself (the WIT `plugin-info`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PluginInfo {
+    pub name: String,
+    pub version: String,
+    pub description: String,
+    pub params_schema: Option<serde_json::Value>,
+}
+
+/// A loaded, pre-instantiated plugin. Cheap to clone.
+#[derive(Clone)]
+pub struct Plugin {
+    inner: Arc<PluginInner>,
+}
+
+struct PluginInner {
+    info: PluginInfo,
+    sha256: String,
+    size: usize,
+    code_source: CodeSource,
+    pre: PluginPre<StoreState>,
+}
+
+impl Plugin {
+    pub fn info(&self) -> &PluginInfo {
+        &self.inner.info
+    }
+
+    /// sha256 of the component's bytes, hex.
+    pub fn sha256(&self) -> &str {
+        &self.inner.sha256
+    }
+
+    pub fn size(&self) -> usize {
+        self.inner.size
+    }
+
+    /// Whether loading compiled the component or found it in the cache.
+    pub fn code_source(&self) -> CodeSource {
+        self.inner.code_source
+    }
+}
+
+impl fmt::Debug for Plugin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Plugin").field("info", &self.inner.info).field("sha256", &self.inner.sha256).finish()
+    }
+}
+
+/// The WebAssembly runtime. Cheap to clone; clones share everything.
+#[derive(Clone)]
+pub struct Runtime {
+    inner: Arc<RuntimeInner>,
+}
+
+struct RuntimeInner {
+    engine: Engine,
+    linker: Linker<StoreState>,
+    cache: Option<CodeCache>,
+    slots: Arc<Semaphore>,
+    guests: Option<tokio::runtime::Runtime>,
+    stop_ticker: Arc<AtomicBool>,
+    config: RuntimeConfig,
+}
+
+impl Drop for RuntimeInner {
+    fn drop(&mut self) {
+        self.stop_ticker.store(true, Ordering::Relaxed);
+        // `shutdown_background` does not block, so a runtime may be dropped
+        // from async code.
+        if let Some(guests) = self.guests.take() {
+            guests.shutdown_background();
+        }
+    }
+}
+
+/// Why the epoch callback stopped a guest.
+#[derive(Debug, thiserror::Error)]
+enum Interrupted {
+    #[error("the attempt's deadline passed")]
+    Deadline,
+    #[error("the attempt was cancelled")]
+    Cancelled,
+}
+
+/// Limits for calling `describe` while loading: it must be quick and small.
+fn describe_limits() -> Limits {
+    Limits {
+        deadline: Duration::from_secs(5),
+        memory_bytes: 64 << 20,
+        fuel: None,
+        max_output_bytes: 256 << 10,
+        max_log_bytes: 16 << 10,
+    }
+}
+
+impl Runtime {
+    pub fn new(config: RuntimeConfig) -> Result<Self> {
+        if config.max_concurrent_attempts == 0 {
+            return Err(Error::Config("max_concurrent_attempts must be at least 1".into()));
+        }
+        if config.epoch_tick.is_zero() {
+            return Err(Error::Config("epoch_tick must be positive".into()));
+        }
+        let engine = build_engine(&config)?;
+        let mut linker = Linker::new(&engine);
+        let link = |e: wasmtime::Error| Error::Config(format!("cannot link host interfaces: {e}"));
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(link)?;
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(link)?;
+        bindings::Plugin::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s).map_err(link)?;
+
+        let cache = match &config.cache_dir {
+            Some(dir) => Some(CodeCache::open(dir, &engine)?),
+            None => None,
+        };
+
+        let nice = config.guest_nice;
+        let guests = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(config.guest_threads.max(1))
+            .thread_name("dagr-guest")
+            .enable_all()
+            .on_thread_start(move || lower_thread_priority(nice))
+            .build()
+            .map_err(|e| Error::Config(format!("cannot start the guest threads: {e}")))?;
+
+        let stop_ticker = Arc::new(AtomicBool::new(false));
+        {
+            let engine = engine.clone();
+            let stop = stop_ticker.clone();
+            let tick = config.epoch_tick;
+            std::thread::Builder::new()
+                .name("dagr-epoch".into())
+                .spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::thread::sleep(tick);
+                        engine.increment_epoch();
+                    }
+                })
+                .map_err(|e| Error::Config(format!("cannot start the epoch thread: {e}")))?;
+        }
+
+        Ok(Runtime {
+            inner: Arc::new(RuntimeInner {
+                engine,
+                linker,
+                cache,
+                slots: Arc::new(Semaphore::new(config.max_concurrent_attempts as usize)),
+                guests: Some(guests),
+                stop_ticker,
+                config,
+            }),
+        })
+    }
+
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.inner.config
+    }
+
+    /// Attempts running or waiting for a slot right now.
+    pub fn busy_slots(&self) -> usize {
+        self.inner.config.max_concurrent_attempts as usize - self.inner.slots.available_permits()
+    }
+
+    /// Loads a plugin from the bytes of a component.
+    ///
+    /// This compiles the component (unless the cache has it), which can take
+    /// a while for big components: call it from a blocking context or
+    /// `spawn_blocking`.
+    pub fn load(&self, bytes: &[u8]) -> Result<Plugin> {
+        check_header(bytes)?;
+        let sha256 = sha256_hex(bytes);
+        let (component, code_source) = cache::compile(&self.inner.engine, self.inner.cache.as_ref(), bytes)
+            .map_err(|e| Error::InvalidComponent(error_chain(&e)))?;
+        let pre = self.inner.linker.instantiate_pre(&component).map_err(|e| Error::WrongWorld(explain_link_error(&e)))?;
+        let pre = PluginPre::new(pre).map_err(|e| Error::WrongWorld(explain_export_error(&e)))?;
+        let info = self.describe(&pre)?;
+        Ok(Plugin { inner: Arc::new(PluginInner { info, sha256, size: bytes.len(), code_source, pre }) })
+    }
+
+    /// Loads a plugin from a file.
+    pub fn load_file(&self, path: &Path) -> Result<Plugin> {
+        let bytes = std::fs::read(path).map_err(|e| Error::NotWasm(format!("cannot read {}: {e}", path.display())))?;
+        self.load(&bytes)
+    }
+
+    fn describe(&self, pre: &PluginPre<StoreState>) -> Result<PluginInfo> {
+        let limits = describe_limits();
+        let log = AttemptLog::new(limits.max_log_bytes, None);
+        let cancel = CancellationToken::new();
+        let mut store = self.new_store(&limits, &log, &cancel, NetworkPolicy::deny_all(), None, None, None)?;
+        let deadline = Instant::now() + limits.deadline;
+        self.arm_epoch(&mut store, deadline, cancel);
+        let pre = pre.clone();
+        // `describe` is synchronous for callers; run it on the guest threads.
+        let guests = self.guests();
+        let call = async move {
+            let instance = pre.instantiate_async(&mut store).await?;
+            instance.dagr_plugin_task().call_describe(&mut store).await
+        };
+        let outcome = std::thread::scope(|scope| {
+            scope
+                .spawn(|| guests.block_on(async { tokio::time::timeout(limits.deadline, call).await }))
+                .join()
+        });
+        let info = match outcome {
+            Ok(Ok(Ok(info))) => info,
+            Ok(Ok(Err(e))) => return Err(Error::Describe(error_chain(&e))),
+            Ok(Err(_)) => return Err(Error::Describe("it did not return within 5 s".into())),
+            Err(_) => return Err(Error::Describe("internal error while calling describe".into())),
+        };
+        validate_info(info)
+    }
+
+    fn guests(&self) -> tokio::runtime::Handle {
+        match &self.inner.guests {
+            Some(rt) => rt.handle().clone(),
+            // Only `Drop` takes the runtime out, and `self` is alive here.
+            None => unreachable!("guest runtime is present until drop"),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn new_store(
+        &self,
+        limits: &Limits,
+        log: &AttemptLog,
+        cancel: &CancellationToken,
+        network: NetworkPolicy,
+        scratch: Option<&Path>,
+        secrets: Option<Arc<dyn SecretSource>>,
+        observer: Option<Arc<dyn AttemptObserver>>,
+    ) -> Result<Store<StoreState>> {
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stdout(CapturedOutput::new(log.clone(), LogSource::Stdout));
+        wasi.stderr(CapturedOutput::new(log.clone(), LogSource::Stderr));
+        if let Some(dir) = scratch {
+            for guest_path in ["/scratch", "."] {
+                wasi.preopened_dir(dir, guest_path, FsPerms::ReadWrite).map_err(|e| {
+                    Error::Config(format!("cannot open the scratch directory {}: {e}", dir.display()))
+                })?;
+            }
+        }
+        let state = StoreState {
+            wasi: wasi.build(),
+            http: WasiHttpCtx::new(),
+            table: ResourceTable::new(),
+            hooks: HttpPolicyHooks { policy: Arc::new(network), log: log.clone() },
+            limiter: AttemptLimiter::new(limits.memory_bytes.min(self.inner.config.max_memory_bytes)),
+            host: HostState {
+                log: log.clone(),
+                cancel: cancel.clone(),
+                secrets,
+                observer,
+                progress: Arc::new(Mutex::new(None)),
+            },
+        };
+        let mut store = Store::new(&self.inner.engine, state);
+        store.limiter(|state| &mut state.limiter);
+        if self.inner.config.fuel {
+            store
+                .set_fuel(limits.fuel.unwrap_or(u64::MAX))
+                .map_err(|e| Error::Config(format!("cannot set fuel: {e}")))?;
+        }
+        Ok(store)
+    }
+
+    /// Makes the guest stop at the deadline or on cancellation, and yield to
+    /// other guests on every tick in between.
+    fn arm_epoch(&self, store: &mut Store<StoreState>, deadline: Instant, cancel: CancellationToken) {
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(move |_| {
+            if cancel.is_cancelled() {
+                Err(Interrupted::Cancelled.into())
+            } else if Instant::now() >= deadline {
+                Err(Interrupted::Deadline.into())
+            } else {
+                Ok(UpdateDeadline::Yield(1))
+            }
+        });
+    }
+
+    /// Runs one attempt. Never fails: every problem is in the report.
+    ///
+    /// The attempt runs on the runtime's own guest threads; this future only
+    /// waits for it. Dropping this future cancels the attempt.
+    pub async fn execute(&self, plugin: &Plugin, exec: Execution) -> AttemptReport {
+        let cancel = exec.cancel.clone();
+        let permit = tokio::select! {
+            permit = self.inner.slots.clone().acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => return failed_before_start(Failure::new(FailureKind::Internal, "the runtime is shutting down")),
+            },
+            _ = cancel.cancelled() => {
+                return failed_before_start(Failure::new(FailureKind::Cancelled, "cancelled before it started"));
+            }
+        };
+        let runtime = self.clone();
+        let plugin = plugin.clone();
+        let task = self.guests().spawn(async move {
+            let _permit = permit;
+            runtime.run_attempt(&plugin, exec).await
+        });
+        let guard = AbortOnDrop(task.abort_handle());
+        let report = match task.await {
+            Ok(report) => report,
+            Err(e) => failed_before_start(Failure::new(FailureKind::Internal, format!("the attempt's host task failed: {e}"))),
+        };
+        drop(guard);
+        report
+    }
+
+    async fn run_attempt(&self, plugin: &Plugin, exec: Execution) -> AttemptReport {
+        let started = Instant::now();
+        let Execution { context, params, inputs, limits, network, secrets, scratch_dir, cancel, observer } = exec;
+        let log = AttemptLog::new(limits.max_log_bytes, observer.clone());
+
+        let scratch = match Scratch::prepare(scratch_dir, &self.inner.config.scratch_root) {
+            Ok(scratch) => scratch,
+            Err(message) => return finish(&log, Err(Failure::new(FailureKind::Internal, message)), started, None, None),
+        };
+        let mut store =
+            match self.new_store(&limits, &log, &cancel, network, Some(scratch.path()), secrets, observer) {
+                Ok(store) => store,
+                Err(e) => return finish(&log, Err(Failure::new(FailureKind::Internal, e.to_string())), started, None, None),
+            };
+        let progress = store.data().host.progress.clone();
+        let deadline = started + limits.deadline;
+        self.arm_epoch(&mut store, deadline, cancel.clone());
+
+        let wit_context = bindings::TaskContext {
+            tenant: context.tenant,
+            workflow: context.workflow,
+            run_id: context.run_id,
+            task: context.task,
+            attempt: context.attempt,
+            logical_time: context.logical_time,
+            idempotency_key: context.idempotency_key,
+        };
+        let call = async {
+            let instance = plugin.inner.pre.instantiate_async(&mut store).await?;
+            instance.dagr_plugin_task().call_run(&mut store, &wit_context, &params, &inputs).await
+        };
+        // A guest blocked in a host call (a timer, a socket) never reaches an
+        // epoch check, so the deadline and cancellation also race the call.
+        let outcome = tokio::select! {
+            outcome = call => outcome,
+            _ = tokio::time::sleep_until(deadline.into()) => Err(Interrupted::Deadline.into()),
+            _ = cancel.cancelled() => Err(Interrupted::Cancelled.into()),
+        };
+        let result = match outcome {
+            Ok(Ok(output)) => check_output(&log, output, &limits),
+            Ok(Err(bindings::TaskError::Retryable(m))) => Err(Failure::new(FailureKind::Retryable, log.redact_text(&m))),
+            Ok(Err(bindings::TaskError::Fatal(m))) => Err(Failure::new(FailureKind::Fatal, log.redact_text(&m))),
+            Err(e) => Err(classify_error(&e, &limits, &log)),
+        };
+        let fuel_consumed = match (self.inner.config.fuel, store.get_fuel()) {
+            (true, Ok(left)) => Some(limits.fuel.unwrap_or(u64::MAX) - left),
+            _ => None,
+        };
+        drop(store);
+        drop(scratch);
+        let progress = progress.lock().unwrap_or_else(|e| e.into_inner()).take();
+        finish(&log, result, started, progress, fuel_consumed)
+    }
+}
+
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The scratch directory of one attempt.
+enum Scratch {
+    /// Created for this attempt, removed when dropped.
+    Ephemeral(tempfile::TempDir),
+    /// Brought by the caller, who owns its lifetime.
+    Given(PathBuf),
+}
+
+impl Scratch {
+    fn prepare(given: Option<PathBuf>, root: &Path) -> std::result::Result<Scratch, String> {
+        match given {
+            Some(dir) => {
+                std::fs::create_dir_all(&dir)
+                    .map_err(|e| format!("cannot create the scratch directory {}: {e}", dir.display()))?;
+                Ok(Scratch::Given(dir))
+            }
+            None => {
+                std::fs::create_dir_all(root)
+                    .map_err(|e| format!("cannot create the scratch root {}: {e}", root.display()))?;
+                let dir = tempfile::Builder::new()
+                    .prefix("attempt-")
+                    .tempdir_in(root)
+                    .map_err(|e| format!("cannot create a scratch directory in {}: {e}", root.display()))?;
+                Ok(Scratch::Ephemeral(dir))
+            }
+        }
+    }
+
+    fn path(&self) -> &Path {
+        match self {
+            Scratch::Ephemeral(dir) => dir.path(),
+            Scratch::Given(dir) => dir,
+        }
+    }
+}
+
+fn failed_before_start(failure: Failure) -> AttemptReport {
+    AttemptReport {
+        result: Err(failure),
+        log: Vec::new(),
+        log_truncated: false,
+        progress: None,
+        elapsed: Duration::ZERO,
+        fuel_consumed: None,
+    }
+}
+
+fn finish(
+    log: &AttemptLog,
+    result: std::result::Result<String, Failure>,
+    started: Instant,
+    progress: Option<(u8, String)>,
+    fuel_consumed: Option<u64>,
+) -> AttemptReport {
+    if let Err(failure) = &result {
+        let level = match failure.kind {
+            FailureKind::Retryable | FailureKind::Cancelled => LogLevel::Warn,
+            _ => LogLevel::Error,
+        };
+        log.push(LogSource::Dagr, level, &format!("attempt failed ({}): {}", failure.kind, failure.message));
+    }
+    let (lines, log_truncated) = log.finish();
+    AttemptReport { result, log: lines, log_truncated, progress, elapsed: started.elapsed(), fuel_consumed }
+}
+
+fn check_output(log: &AttemptLog, output: String, limits: &Limits) -> std::result::Result<String, Failure> {
+    if output.len() > limits.max_output_bytes {
+        return Err(Failure::new(
+            FailureKind::OutputTooLarge,
+            format!("output of {} bytes exceeds the limit of {} bytes", output.len(), limits.max_output_bytes),
+        ));
+    }
+    let output = log.redact_text(&output);
+    if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&output) {
+        return Err(Failure::new(FailureKind::InvalidOutput, format!("the task's output is not JSON: {e}")));
+    }
+    Ok(output)
+}
+
+fn classify_error(error: &wasmtime::Error, limits: &Limits, log: &AttemptLog) -> Failure {
+    for cause in error.chain() {
+        if let Some(interrupted) = cause.downcast_ref::<Interrupted>() {
+            return match interrupted {
+                Interrupted::Deadline => Failure::new(
+                    FailureKind::Timeout,
+                    format!("the attempt did not finish within its deadline of {:?}", limits.deadline),
+                ),
+                Interrupted::Cancelled => Failure::new(FailureKind::Cancelled, "the attempt was cancelled"),
+            };
+        }
+        if let Some(exceeded) = cause.downcast_ref::<MemoryLimitExceeded>() {
+            return Failure::new(FailureKind::MemoryLimit, exceeded.to_string());
+        }
+        if let Some(trap) = cause.downcast_ref::<Trap>() {
+            // The wasm backtrace helps plugin authors; it goes to the log only.
+            log.push(LogSource::Dagr, LogLevel::Debug, &format!("{error:?}"));
+            return match trap {
+                Trap::StackOverflow => Failure::new(FailureKind::StackOverflow, "the guest's call stack overflowed"),
+                Trap::OutOfFuel => Failure::new(FailureKind::FuelExhausted, "the attempt ran out of fuel"),
+                Trap::UnreachableCodeReached => Failure::new(
+                    FailureKind::Trap,
+                    "the guest trapped: unreachable code reached (a Rust plugin panicked; see the log for its message)",
+                ),
+                Trap::AllocationTooLarge => {
+                    Failure::new(FailureKind::MemoryLimit, format!("memory limit of {} bytes exceeded", limits.memory_bytes))
+                }
+                other => Failure::new(FailureKind::Trap, format!("the guest trapped: {other}")),
+            };
+        }
+    }
+    let message = error_chain(error);
+    if message.contains("pool") && message.contains("concurrent") {
+        return Failure::new(FailureKind::Internal, format!("no instance slot available: {message}"));
+    }
+    Failure::new(FailureKind::Trap, format!("the guest failed: {message}"))
+}
+
+fn error_chain(error: &wasmtime::Error) -> String {
+    error.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": ")
+}
+
+fn check_header(bytes: &[u8]) -> Result<()> {
+    const MAGIC: &[u8] = b"\0asm";
+    if bytes.len() < 8 || &bytes[..4] != MAGIC {
+        return Err(Error::NotWasm("it does not start with the WebAssembly magic bytes `\\0asm`".into()));
+    }
+    match &bytes[4..8] {
+        [1, 0, 0, 0] => Err(Error::CoreModule),
+        [0x0d, 0, 1, 0] => Ok(()),
+        other => Err(Error::InvalidComponent(format!("unsupported WebAssembly version/layer {other:02x?}"))),
+    }
+}
+
+fn explain_link_error(error: &wasmtime::Error) -> String {
+    let message = error_chain(error);
+    // wasmtime says: "component imports instance `foo:bar/baz`, but a
+    // matching implementation was not found in the linker".
+    if let Some(start) = message.find("imports ") {
+        let rest = &message[start + "imports ".len()..];
+        if let Some(name) = rest.split('`').nth(1) {
+            return format!(
+                "it imports `{name}`, which dagr does not provide (dagr offers dagr:plugin/host, \
+                 WASI 0.2 and wasi:http); full error: {message}"
+            );
+        }
+    }
+    message
+}
+
+fn explain_export_error(error: &wasmtime::Error) -> String {
+    let message = error_chain(error);
+    if message.contains("dagr:plugin/task") {
+        format!("it does not export `dagr:plugin/task@0.1.0` with `describe` and `run` as the WIT defines them ({message})")
+    } else {
+        format!("{message} (a plugin must export `dagr:plugin/task@0.1.0`)")
+    }
+}
+
+fn validate_info(info: bindings::PluginInfo) -> Result<PluginInfo> {
+    let name_ok = !info.name.is_empty()
+        && info.name.len() <= 64
+        && info.name.starts_with(|c: char| c.is_ascii_lowercase())
+        && info.name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if !name_ok {
+        return Err(Error::BadInfo(format!(
+            "name `{}` must be 1 to 64 lowercase letters, digits or `-`, starting with a letter",
+            info.name
+        )));
+    }
+    let core = info.version.split(['-', '+']).next().unwrap_or("");
+    let parts: Vec<&str> = core.split('.').collect();
+    if parts.len() != 3 || parts.iter().any(|p| p.is_empty() || !p.chars().all(|c| c.is_ascii_digit())) {
+        return Err(Error::BadInfo(format!("version `{}` is not a semantic version like 1.2.3", info.version)));
+    }
+    let params_schema = match info.params_schema {
+        None => None,
+        Some(text) => match serde_json::from_str::<serde_json::Value>(&text) {
+            Ok(schema @ (serde_json::Value::Object(_) | serde_json::Value::Bool(_))) => Some(schema),
+            Ok(_) => return Err(Error::BadInfo("params schema must be a JSON object or boolean".into())),
+            Err(e) => return Err(Error::BadInfo(format!("params schema is not JSON: {e}"))),
+        },
+    };
+    Ok(PluginInfo { name: info.name, version: info.version, description: info.description, params_schema })
+}
+
+fn build_engine(config: &RuntimeConfig) -> Result<Engine> {
+    // Headroom for `describe` calls and loads that run beside attempts.
+    let slots = config.max_concurrent_attempts + 16;
+    let mut pool = PoolingAllocationConfig::new();
+    pool.total_component_instances(slots)
+        .total_core_instances(slots.saturating_mul(8))
+        .total_memories(slots.saturating_mul(2))
+        .total_tables(slots.saturating_mul(8))
+        .total_stacks(slots)
+        .max_memory_size(config.max_memory_bytes as usize)
+        .max_core_instances_per_component(32)
+        .max_memories_per_component(4)
+        .max_tables_per_component(32)
+        .max_component_instance_size(1 << 20)
+        .max_core_instance_size(1 << 20)
+        .table_elements(100_000);
+
+    let mut wasm = wasmtime::Config::new();
+    wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool))
+        .epoch_interruption(true)
+        .consume_fuel(config.fuel)
+        .wasm_component_model(true)
+        .max_wasm_stack(1 << 20)
+        .async_stack_size(2 << 20);
+    Engine::new(&wasm).map_err(|e| Error::Config(format!("cannot create the wasmtime engine: {}", error_chain(&e))))
+}
+
+/// Lowers the calling thread's scheduling priority (Linux: per-thread nice).
+fn lower_thread_priority(nice: i32) {
+    if nice == 0 {
+        return;
+    }
+    #[cfg(target_os = "linux")]
+    // SAFETY: `gettid` has no preconditions; `setpriority` on our own thread
+    // id only changes this thread's niceness, and its failure is harmless.
+    #[allow(unsafe_code)]
+    unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_checks_name_the_problem() {
+        assert!(matches!(check_header(b"hello world"), Err(Error::NotWasm(_))));
+        assert!(matches!(check_header(b"\0asm\x01\0\0\0"), Err(Error::CoreModule)));
+        assert!(check_header(b"\0asm\x0d\0\x01\0").is_ok());
+    }
+
+    #[test]
+    fn info_validation() {
+        let info = |name: &str, version: &str, schema: Option<&str>| bindings::PluginInfo {
+            name: name.into(),
+            version: version.into(),
+            description: String::new(),
+            params_schema: schema.map(String::from),
+        };
+        assert!(validate_info(info("echo", "0.1.0", None)).is_ok());
+        assert!(validate_info(info("Echo", "0.1.0", None)).is_err());
+        assert!(validate_info(info("echo", "1.0", None)).is_err());
+        assert!(validate_info(info("echo", "1.0.0-rc.1", Some("{\"type\":\"object\"}"))).is_ok());
+        assert!(validate_info(info("echo", "1.0.0", Some("[1]"))).is_err());
+    }
+}
