@@ -1,3 +1,27 @@
-//! dagr's core: the model and the pure logic around it. No I/O, no async.
+//! dagr's core: the model and the pure logic around it. No I/O, no async,
+//! no clock: time comes in as arguments.
+//!
+//! # Brief overview
+//!
+//! - [`definition`]: the workflow schema people write ([`WorkflowSpec`],
+//!   YAML or JSON) and its validation into a [`Workflow`], reporting every
+//!   problem with its location.
+//! - [`template`]: `{{ … }}` templates in task params, checked at apply time,
+//!   rendered at dispatch time.
+//! - [`schedule`]: cron schedules, catch-up and backfill times.
+//! - [`run`]: the run and task state machines ([`RunMachine`]): inputs in,
+//!   [`Action`]s out.
+//! - [`units`]: durations and sizes as people write them.
 
+pub mod definition;
+pub mod run;
+pub mod schedule;
+pub mod template;
 pub mod units;
+
+pub use definition::{
+    Invalid, Issue, PluginCatalog, PluginRef, ResolvedPlugin, Workflow, WorkflowSpec,
+};
+pub use run::{
+    Action, FailureClass, Input, Rejected, RunMachine, RunState, TaskProgress, TaskState,
+};

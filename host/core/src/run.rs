@@ -1,0 +1,1172 @@
+//! The run and task state machines: state in, actions out.
+//!
+//! A [`RunMachine`] holds the state of one run: the state of each task and,
+//! per task, counters of how its upstream tasks ended. A completion updates
+//! the counters of the task's dependents only, so readiness is decided in
+//! time proportional to the number of edges touched, never by scanning the
+//! run. Inputs are events (an attempt finished, a retry is due) and operator
+//! commands (kill, pause, rerun …); outputs are [`Action`]s that a loop
+//! elsewhere performs: persist a change, dispatch a task, cancel an attempt,
+//! arm a timer.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::definition::{TriggerRule, Workflow};
+
+/// The state of a run (a workflow instance).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    /// Created, waiting to be admitted (max active runs, backfill parallelism).
+    Queued,
+    Running,
+    /// No new task starts; running ones finish.
+    Paused,
+    Succeeded,
+    Failed,
+    Killed,
+}
+
+impl RunState {
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            RunState::Succeeded | RunState::Failed | RunState::Killed
+        )
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunState::Queued => "queued",
+            RunState::Running => "running",
+            RunState::Paused => "paused",
+            RunState::Succeeded => "succeeded",
+            RunState::Failed => "failed",
+            RunState::Killed => "killed",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<RunState> {
+        [
+            RunState::Queued,
+            RunState::Running,
+            RunState::Paused,
+            RunState::Succeeded,
+            RunState::Failed,
+            RunState::Killed,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == text)
+    }
+}
+
+impl fmt::Display for RunState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The state of one task instance in a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskState {
+    /// Waiting for upstream tasks.
+    Pending,
+    /// Ready, waiting for a worker slot.
+    Queued,
+    Running,
+    /// Failed, waiting for its retry backoff.
+    RetryWait,
+    Succeeded,
+    Failed,
+    /// Not run because an upstream task failed.
+    UpstreamFailed,
+    /// Not run because its trigger rule was not met.
+    Skipped,
+    /// Stopped or never started because the run was killed or marked failed.
+    Killed,
+}
+
+impl TaskState {
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            TaskState::Succeeded
+                | TaskState::Failed
+                | TaskState::UpstreamFailed
+                | TaskState::Skipped
+                | TaskState::Killed
+        )
+    }
+
+    /// Counts as a failure for trigger rules and for the run's outcome.
+    pub fn is_failure(self) -> bool {
+        matches!(
+            self,
+            TaskState::Failed | TaskState::UpstreamFailed | TaskState::Killed
+        )
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Pending => "pending",
+            TaskState::Queued => "queued",
+            TaskState::Running => "running",
+            TaskState::RetryWait => "retry_wait",
+            TaskState::Succeeded => "succeeded",
+            TaskState::Failed => "failed",
+            TaskState::UpstreamFailed => "upstream_failed",
+            TaskState::Skipped => "skipped",
+            TaskState::Killed => "killed",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<TaskState> {
+        [
+            TaskState::Pending,
+            TaskState::Queued,
+            TaskState::Running,
+            TaskState::RetryWait,
+            TaskState::Succeeded,
+            TaskState::Failed,
+            TaskState::UpstreamFailed,
+            TaskState::Skipped,
+            TaskState::Killed,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == text)
+    }
+}
+
+impl fmt::Display for TaskState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What the machine knows about one task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskProgress {
+    pub state: TaskState,
+    /// Attempts started so far; also the number of the latest attempt.
+    pub attempts: u32,
+    /// Failures charged to the retry budget since the task was last reset.
+    /// Attempts lost with their worker are not charged.
+    pub failures: u32,
+    /// Set by force-success.
+    pub forced: bool,
+    deps_done: u32,
+    deps_ok: u32,
+    deps_failed: u32,
+    deps_skipped: u32,
+}
+
+impl TaskProgress {
+    pub fn new(state: TaskState, attempts: u32, failures: u32, forced: bool) -> Self {
+        TaskProgress {
+            state,
+            attempts,
+            failures,
+            forced,
+            deps_done: 0,
+            deps_ok: 0,
+            deps_failed: 0,
+            deps_skipped: 0,
+        }
+    }
+}
+
+/// How an attempt failed, as far as retrying is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailureClass {
+    /// The failure may pass if tried again.
+    pub retryable: bool,
+    /// The failure counts against the task's retry budget (false for an
+    /// attempt lost with its worker).
+    pub charged: bool,
+}
+
+/// Events and commands a run reacts to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    /// The run was admitted: roots become ready.
+    Start,
+    AttemptSucceeded {
+        task: usize,
+        attempt: u32,
+    },
+    AttemptFailed {
+        task: usize,
+        attempt: u32,
+        class: FailureClass,
+    },
+    RetryDue {
+        task: usize,
+    },
+    Pause,
+    Resume,
+    Kill,
+    MarkFailed,
+    /// Rerun failed, upstream-failed and killed tasks and what depends on them.
+    RerunFailed,
+    /// Rerun one task of a finished run, optionally with everything downstream.
+    RerunTask {
+        task: usize,
+        downstream: bool,
+    },
+    /// Mark a failed task succeeded so that its downstream proceeds.
+    ForceSuccess {
+        task: usize,
+    },
+}
+
+/// What the machine asks the outside world to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Persist (and log as an event) a task's new state.
+    TaskChanged {
+        task: usize,
+        from: TaskState,
+        to: TaskState,
+    },
+    /// Persist (and log as an event) the run's new state.
+    RunChanged { from: RunState, to: RunState },
+    /// The task is queued and the run may start tasks: give it a worker.
+    Dispatch { task: usize },
+    /// Stop this running attempt.
+    Cancel { task: usize, attempt: u32 },
+    /// Feed `Input::RetryDue` at this time (ms since the epoch).
+    RetryAt { task: usize, at_ms: i64 },
+}
+
+/// Why an input was not applied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Rejected {
+    /// A result for an attempt that is no longer current (the task was
+    /// killed, reset, or the result was already applied). Harmless.
+    #[error("stale: {0}")]
+    Stale(String),
+    /// An operator command that does not apply in the current state.
+    #[error("{0}")]
+    NotAllowed(String),
+}
+
+/// The state machine of one run.
+#[derive(Debug, Clone)]
+pub struct RunMachine {
+    workflow: Arc<Workflow>,
+    state: RunState,
+    tasks: Vec<TaskProgress>,
+    unfinished: usize,
+    running: usize,
+    failures: usize,
+    actions: Vec<Action>,
+    now_ms: i64,
+}
+
+impl RunMachine {
+    /// A new run, all tasks pending.
+    pub fn new(workflow: Arc<Workflow>) -> Self {
+        let tasks = vec![TaskProgress::new(TaskState::Pending, 0, 0, false); workflow.tasks.len()];
+        let unfinished = tasks.len();
+        RunMachine {
+            workflow,
+            state: RunState::Queued,
+            tasks,
+            unfinished,
+            running: 0,
+            failures: 0,
+            actions: Vec::new(),
+            now_ms: 0,
+        }
+    }
+
+    /// Rebuilds a machine from persisted state (after a restart or a
+    /// failover). Returns it with the actions needed to continue: tasks that
+    /// were queued are dispatched again, pending tasks whose upstream is
+    /// settled are evaluated. Running tasks stay running: the caller decides
+    /// whether their attempts are alive or lost.
+    pub fn restore(
+        workflow: Arc<Workflow>,
+        state: RunState,
+        tasks: Vec<TaskProgress>,
+    ) -> (Self, Vec<Action>) {
+        let mut m = RunMachine {
+            workflow,
+            state,
+            tasks,
+            unfinished: 0,
+            running: 0,
+            failures: 0,
+            actions: Vec::new(),
+            now_ms: 0,
+        };
+        for i in 0..m.tasks.len() {
+            let s = m.tasks[i].state;
+            if !s.is_terminal() {
+                m.unfinished += 1;
+            }
+            if s == TaskState::Running {
+                m.running += 1;
+            }
+            if s.is_failure() {
+                m.failures += 1;
+            }
+            m.recount(i);
+        }
+        if m.state == RunState::Running {
+            for i in 0..m.tasks.len() {
+                match m.tasks[i].state {
+                    TaskState::Queued => m.actions.push(Action::Dispatch { task: i }),
+                    TaskState::Pending => m.evaluate_cascade(i),
+                    _ => {}
+                }
+            }
+            m.maybe_finish();
+        }
+        let actions = std::mem::take(&mut m.actions);
+        (m, actions)
+    }
+
+    pub fn state(&self) -> RunState {
+        self.state
+    }
+
+    pub fn workflow(&self) -> &Arc<Workflow> {
+        &self.workflow
+    }
+
+    pub fn task(&self, task: usize) -> &TaskProgress {
+        &self.tasks[task]
+    }
+
+    pub fn tasks(&self) -> &[TaskProgress] {
+        &self.tasks
+    }
+
+    /// Tasks running right now.
+    pub fn running(&self) -> usize {
+        self.running
+    }
+
+    /// Whether the run may start tasks.
+    pub fn dispatching(&self) -> bool {
+        self.state == RunState::Running
+    }
+
+    /// Starts the next attempt of a queued task; returns its number.
+    pub fn start_attempt(&mut self, task: usize) -> Result<(u32, Vec<Action>), Rejected> {
+        if self.state != RunState::Running {
+            return Err(Rejected::NotAllowed(format!(
+                "the run is {}, not running",
+                self.state
+            )));
+        }
+        let t = self
+            .tasks
+            .get(task)
+            .ok_or_else(|| Rejected::NotAllowed(format!("no task #{task}")))?;
+        if t.state != TaskState::Queued {
+            return Err(Rejected::Stale(format!(
+                "task `{}` is {}, not queued",
+                self.name(task),
+                t.state
+            )));
+        }
+        self.tasks[task].attempts += 1;
+        self.set_state(task, TaskState::Running);
+        Ok((self.tasks[task].attempts, std::mem::take(&mut self.actions)))
+    }
+
+    /// Applies an input at time `now_ms`.
+    pub fn apply(&mut self, input: Input, now_ms: i64) -> Result<Vec<Action>, Rejected> {
+        self.now_ms = now_ms;
+        let result = self.apply_inner(input);
+        let actions = std::mem::take(&mut self.actions);
+        result.map(|()| actions)
+    }
+
+    fn name(&self, task: usize) -> &str {
+        &self.workflow.tasks[task].name
+    }
+
+    fn check_task(&self, task: usize) -> Result<(), Rejected> {
+        if task < self.tasks.len() {
+            Ok(())
+        } else {
+            Err(Rejected::NotAllowed(format!("no task #{task}")))
+        }
+    }
+
+    fn current_attempt(&self, task: usize, attempt: u32) -> Result<(), Rejected> {
+        self.check_task(task)?;
+        let t = &self.tasks[task];
+        if t.state == TaskState::Running && t.attempts == attempt {
+            Ok(())
+        } else {
+            Err(Rejected::Stale(format!(
+                "attempt {attempt} of `{}` is not current (the task is {}, at attempt {})",
+                self.name(task),
+                t.state,
+                t.attempts
+            )))
+        }
+    }
+
+    fn apply_inner(&mut self, input: Input) -> Result<(), Rejected> {
+        match input {
+            Input::Start => {
+                if self.state != RunState::Queued {
+                    return Err(Rejected::NotAllowed(format!(
+                        "the run is {}, not queued",
+                        self.state
+                    )));
+                }
+                self.set_run_state(RunState::Running);
+                let roots: Vec<usize> = self.workflow.roots().collect();
+                for root in roots {
+                    self.evaluate_cascade(root);
+                }
+                self.maybe_finish();
+            }
+            Input::AttemptSucceeded { task, attempt } => {
+                self.current_attempt(task, attempt)?;
+                self.set_state(task, TaskState::Succeeded);
+                self.settled(task);
+            }
+            Input::AttemptFailed {
+                task,
+                attempt,
+                class,
+            } => {
+                self.current_attempt(task, attempt)?;
+                if class.charged {
+                    self.tasks[task].failures += 1;
+                }
+                let budget_left = self.tasks[task].failures <= self.workflow.tasks[task].retries;
+                if class.retryable && (!class.charged || budget_left) {
+                    if !class.charged {
+                        // A lost worker is not the task's fault: go again now.
+                        self.requeue(task);
+                    } else {
+                        let delay = self.workflow.tasks[task]
+                            .backoff
+                            .delay_for(self.tasks[task].failures);
+                        self.set_state(task, TaskState::RetryWait);
+                        let at_ms = self.now_ms.saturating_add(delay.as_millis() as i64);
+                        self.actions.push(Action::RetryAt { task, at_ms });
+                    }
+                } else {
+                    self.set_state(task, TaskState::Failed);
+                    self.settled(task);
+                }
+            }
+            Input::RetryDue { task } => {
+                self.check_task(task)?;
+                if self.tasks[task].state != TaskState::RetryWait {
+                    return Err(Rejected::Stale(format!(
+                        "`{}` is not waiting for a retry",
+                        self.name(task)
+                    )));
+                }
+                self.requeue(task);
+            }
+            Input::Pause => {
+                if self.state != RunState::Running {
+                    return Err(Rejected::NotAllowed(format!(
+                        "only a running run can be paused; this one is {}",
+                        self.state
+                    )));
+                }
+                self.set_run_state(RunState::Paused);
+            }
+            Input::Resume => {
+                if self.state != RunState::Paused {
+                    return Err(Rejected::NotAllowed(format!(
+                        "only a paused run can be resumed; this one is {}",
+                        self.state
+                    )));
+                }
+                self.set_run_state(RunState::Running);
+                for i in 0..self.tasks.len() {
+                    if self.tasks[i].state == TaskState::Queued {
+                        self.actions.push(Action::Dispatch { task: i });
+                    }
+                }
+                self.maybe_finish();
+            }
+            Input::Kill => {
+                if self.state.is_terminal() {
+                    return Err(Rejected::NotAllowed(format!(
+                        "the run already finished ({})",
+                        self.state
+                    )));
+                }
+                self.stop_everything();
+                self.set_run_state(RunState::Killed);
+            }
+            Input::MarkFailed => {
+                if self.state.is_terminal() {
+                    return Err(Rejected::NotAllowed(format!(
+                        "the run already finished ({})",
+                        self.state
+                    )));
+                }
+                self.stop_everything();
+                self.set_run_state(RunState::Failed);
+            }
+            Input::RerunFailed => {
+                if !matches!(self.state, RunState::Failed | RunState::Killed) {
+                    return Err(Rejected::NotAllowed(format!(
+                        "rerun-from-failed needs a failed or killed run; this one is {}",
+                        self.state
+                    )));
+                }
+                let seeds: Vec<usize> = (0..self.tasks.len())
+                    .filter(|&i| self.tasks[i].state.is_failure())
+                    .collect();
+                if seeds.is_empty() {
+                    return Err(Rejected::NotAllowed(
+                        "no task failed; nothing to rerun".into(),
+                    ));
+                }
+                let set = self.downstream_closure(&seeds);
+                self.reset(set);
+            }
+            Input::RerunTask { task, downstream } => {
+                self.check_task(task)?;
+                if !self.state.is_terminal() {
+                    return Err(Rejected::NotAllowed(format!(
+                        "a task can be rerun once the run has finished; this one is {}",
+                        self.state
+                    )));
+                }
+                let set = if downstream {
+                    self.downstream_closure(&[task])
+                } else {
+                    vec![task]
+                };
+                self.reset(set);
+            }
+            Input::ForceSuccess { task } => {
+                self.check_task(task)?;
+                let s = self.tasks[task].state;
+                if !s.is_failure() {
+                    return Err(Rejected::NotAllowed(format!(
+                        "only a failed, upstream-failed or killed task can be forced to succeed; `{}` is {s}",
+                        self.name(task)
+                    )));
+                }
+                if self.state == RunState::Killed {
+                    return Err(Rejected::NotAllowed(
+                        "the run was killed; rerun it instead".into(),
+                    ));
+                }
+                // Downstream tasks that gave up because of this task get another chance.
+                let closure = self.downstream_closure(&[task]);
+                let to_reset: Vec<usize> = closure
+                    .into_iter()
+                    .filter(|&i| {
+                        i != task
+                            && matches!(
+                                self.tasks[i].state,
+                                TaskState::UpstreamFailed | TaskState::Skipped
+                            )
+                    })
+                    .collect();
+                let members: HashSet<usize> = to_reset.iter().copied().collect();
+                let others: Vec<usize> = self.workflow.tasks[task]
+                    .dependents
+                    .iter()
+                    .copied()
+                    .filter(|d| !members.contains(d))
+                    .collect();
+                self.tasks[task].forced = true;
+                self.set_state(task, TaskState::Succeeded);
+                if self.state == RunState::Failed {
+                    self.set_run_state(RunState::Running);
+                }
+                // Dependents that are not reset counted this task as failed.
+                for &d in &others {
+                    self.count(d, s, -1);
+                    self.count(d, TaskState::Succeeded, 1);
+                }
+                if !to_reset.is_empty() {
+                    self.reset_tasks(to_reset);
+                }
+                for &d in &others {
+                    self.evaluate_cascade(d);
+                }
+                self.maybe_finish();
+            }
+        }
+        Ok(())
+    }
+
+    /// Kill or mark-failed: cancel what runs, stop what waits.
+    fn stop_everything(&mut self) {
+        for i in 0..self.tasks.len() {
+            match self.tasks[i].state {
+                TaskState::Running => {
+                    self.actions.push(Action::Cancel {
+                        task: i,
+                        attempt: self.tasks[i].attempts,
+                    });
+                    self.set_state(i, TaskState::Killed);
+                }
+                s if !s.is_terminal() => self.set_state(i, TaskState::Killed),
+                _ => {}
+            }
+        }
+    }
+
+    fn requeue(&mut self, task: usize) {
+        self.set_state(task, TaskState::Queued);
+        if self.dispatching() {
+            self.actions.push(Action::Dispatch { task });
+        }
+    }
+
+    /// Every task reachable downstream from `seeds`, seeds included, sorted.
+    fn downstream_closure(&self, seeds: &[usize]) -> Vec<usize> {
+        let mut seen: HashSet<usize> = seeds.iter().copied().collect();
+        let mut stack: Vec<usize> = seeds.to_vec();
+        while let Some(t) = stack.pop() {
+            for &d in &self.workflow.tasks[t].dependents {
+                if seen.insert(d) {
+                    stack.push(d);
+                }
+            }
+        }
+        let mut out: Vec<usize> = seen.into_iter().collect();
+        out.sort_unstable();
+        out
+    }
+
+    /// Resets tasks to pending and runs the run again.
+    fn reset(&mut self, set: Vec<usize>) {
+        if self.state.is_terminal() {
+            self.set_run_state(RunState::Running);
+        }
+        self.reset_tasks(set);
+        self.maybe_finish();
+    }
+
+    fn reset_tasks(&mut self, set: Vec<usize>) {
+        let members: HashSet<usize> = set.iter().copied().collect();
+        for &t in &set {
+            let old = self.tasks[t].state;
+            if old.is_terminal() {
+                // Dependents outside the set counted this task as settled.
+                for d in self.workflow.tasks[t].dependents.clone() {
+                    if !members.contains(&d) {
+                        self.count(d, old, -1);
+                    }
+                }
+            }
+            self.tasks[t].failures = 0;
+            self.tasks[t].forced = false;
+            self.set_state(t, TaskState::Pending);
+        }
+        for &t in &set {
+            self.recount(t);
+        }
+        for &t in &set {
+            self.evaluate_cascade(t);
+        }
+    }
+
+    /// Recomputes a task's upstream counters from its deps' states.
+    fn recount(&mut self, task: usize) {
+        let p = &mut self.tasks[task];
+        p.deps_done = 0;
+        p.deps_ok = 0;
+        p.deps_failed = 0;
+        p.deps_skipped = 0;
+        for i in 0..self.workflow.tasks[task].deps.len() {
+            let dep = self.workflow.tasks[task].deps[i];
+            let s = self.tasks[dep].state;
+            self.count(task, s, 1);
+        }
+    }
+
+    fn count(&mut self, task: usize, dep_state: TaskState, delta: i32) {
+        if !dep_state.is_terminal() {
+            return;
+        }
+        let p = &mut self.tasks[task];
+        let add = |n: &mut u32| *n = n.saturating_add_signed(delta);
+        add(&mut p.deps_done);
+        match dep_state {
+            TaskState::Succeeded => add(&mut p.deps_ok),
+            TaskState::Skipped => add(&mut p.deps_skipped),
+            s if s.is_failure() => add(&mut p.deps_failed),
+            _ => {}
+        }
+    }
+
+    /// A task reached a terminal state: update its dependents.
+    fn settled(&mut self, task: usize) {
+        let mut work = vec![task];
+        while let Some(t) = work.pop() {
+            let state = self.tasks[t].state;
+            for i in 0..self.workflow.tasks[t].dependents.len() {
+                let d = self.workflow.tasks[t].dependents[i];
+                self.count(d, state, 1);
+                if self.tasks[d].state == TaskState::Pending
+                    && let Some(next) = self.decide(d)
+                {
+                    self.set_state(d, next);
+                    match next {
+                        TaskState::Queued => {
+                            if self.dispatching() {
+                                self.actions.push(Action::Dispatch { task: d });
+                            }
+                        }
+                        _ => work.push(d),
+                    }
+                }
+            }
+        }
+        self.maybe_finish();
+    }
+
+    /// Evaluates a pending task and cascades if it settles without running.
+    fn evaluate_cascade(&mut self, task: usize) {
+        if self.tasks[task].state != TaskState::Pending {
+            return;
+        }
+        if let Some(next) = self.decide(task) {
+            self.set_state(task, next);
+            if next == TaskState::Queued {
+                if self.dispatching() {
+                    self.actions.push(Action::Dispatch { task });
+                }
+            } else {
+                self.settled(task);
+            }
+        }
+    }
+
+    /// What a pending task becomes given its upstream, if anything yet.
+    fn decide(&self, task: usize) -> Option<TaskState> {
+        let p = &self.tasks[task];
+        let n = self.workflow.tasks[task].deps.len() as u32;
+        let all_done = p.deps_done == n;
+        match self.workflow.tasks[task].trigger_rule {
+            TriggerRule::AllSuccess => {
+                if p.deps_failed > 0 {
+                    Some(TaskState::UpstreamFailed)
+                } else if p.deps_skipped > 0 {
+                    Some(TaskState::Skipped)
+                } else if p.deps_ok == n {
+                    Some(TaskState::Queued)
+                } else {
+                    None
+                }
+            }
+            TriggerRule::AllDone => all_done.then_some(TaskState::Queued),
+            TriggerRule::OneFailed => {
+                if p.deps_failed > 0 {
+                    Some(TaskState::Queued)
+                } else if all_done {
+                    Some(TaskState::Skipped)
+                } else {
+                    None
+                }
+            }
+            TriggerRule::NoneFailed => {
+                if p.deps_failed > 0 {
+                    Some(TaskState::UpstreamFailed)
+                } else if all_done {
+                    Some(TaskState::Queued)
+                } else {
+                    None
+                }
+            }
+        }
+    }
+
+    fn maybe_finish(&mut self) {
+        if self.unfinished > 0 || self.state.is_terminal() || self.state == RunState::Queued {
+            return;
+        }
+        let outcome = if self.failures > 0 {
+            RunState::Failed
+        } else {
+            RunState::Succeeded
+        };
+        self.set_run_state(outcome);
+    }
+
+    fn set_state(&mut self, task: usize, to: TaskState) {
+        let from = self.tasks[task].state;
+        if from == to {
+            return;
+        }
+        if from.is_terminal() && !to.is_terminal() {
+            self.unfinished += 1;
+        } else if !from.is_terminal() && to.is_terminal() {
+            self.unfinished -= 1;
+        }
+        if from == TaskState::Running {
+            self.running -= 1;
+        }
+        if to == TaskState::Running {
+            self.running += 1;
+        }
+        if from.is_failure() {
+            self.failures -= 1;
+        }
+        if to.is_failure() {
+            self.failures += 1;
+        }
+        self.tasks[task].state = to;
+        self.actions.push(Action::TaskChanged { task, from, to });
+    }
+
+    fn set_run_state(&mut self, to: RunState) {
+        let from = self.state;
+        if from != to {
+            self.state = to;
+            self.actions.push(Action::RunChanged { from, to });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::definition::{Format, PluginCatalog, ResolvedPlugin, WorkflowSpec};
+
+    struct AnyPlugin;
+
+    impl PluginCatalog for AnyPlugin {
+        fn resolve(&self, name: &str, _: Option<&str>) -> Result<ResolvedPlugin, String> {
+            Ok(ResolvedPlugin {
+                name: name.into(),
+                version: "1.0.0".into(),
+                params_schema: None,
+            })
+        }
+    }
+
+    fn workflow(yaml: &str) -> Arc<Workflow> {
+        Arc::new(
+            Workflow::validate(WorkflowSpec::parse(yaml, Format::Yaml).unwrap(), &AnyPlugin)
+                .unwrap(),
+        )
+    }
+
+    /// Drives a run like the engine does: dispatch whatever becomes ready.
+    struct Driver {
+        m: RunMachine,
+        ready: Vec<usize>,
+        retries: Vec<usize>,
+        cancelled: Vec<usize>,
+    }
+
+    impl Driver {
+        fn new(yaml: &str) -> Self {
+            let mut d = Driver {
+                m: RunMachine::new(workflow(yaml)),
+                ready: vec![],
+                retries: vec![],
+                cancelled: vec![],
+            };
+            d.feed(Input::Start);
+            d
+        }
+
+        fn take(&mut self, actions: Vec<Action>) {
+            for a in actions {
+                match a {
+                    Action::Dispatch { task } => self.ready.push(task),
+                    Action::RetryAt { task, .. } => self.retries.push(task),
+                    Action::Cancel { task, .. } => self.cancelled.push(task),
+                    _ => {}
+                }
+            }
+        }
+
+        fn feed(&mut self, input: Input) {
+            let actions = self.m.apply(input, 0).unwrap();
+            self.take(actions);
+        }
+
+        fn idx(&self, name: &str) -> usize {
+            self.m.workflow().task_index(name).unwrap()
+        }
+
+        fn start(&mut self, name: &str) -> u32 {
+            let t = self.idx(name);
+            self.ready.retain(|&r| r != t);
+            let (n, actions) = self.m.start_attempt(t).unwrap();
+            self.take(actions);
+            n
+        }
+
+        fn ok(&mut self, name: &str) {
+            let attempt = self.start(name);
+            let task = self.idx(name);
+            self.feed(Input::AttemptSucceeded { task, attempt });
+        }
+
+        fn fail(&mut self, name: &str, retryable: bool) {
+            let attempt = self.start(name);
+            let task = self.idx(name);
+            self.feed(Input::AttemptFailed {
+                task,
+                attempt,
+                class: FailureClass {
+                    retryable,
+                    charged: true,
+                },
+            });
+        }
+
+        fn state(&self, name: &str) -> TaskState {
+            self.m.task(self.idx(name)).state
+        }
+
+        fn ready_names(&self) -> Vec<String> {
+            let mut v: Vec<String> = self
+                .ready
+                .iter()
+                .map(|&t| self.m.workflow().tasks[t].name.clone())
+                .collect();
+            v.sort();
+            v
+        }
+    }
+
+    const DIAMOND: &str = "name: d\ntasks:\n- {name: a, plugin: p}\n- {name: b, plugin: p, depends_on: [a]}\n\
+                           - {name: c, plugin: p, depends_on: [a]}\n- {name: d, plugin: p, depends_on: [b, c]}\n";
+
+    #[test]
+    fn diamond_runs_in_order() {
+        let mut d = Driver::new(DIAMOND);
+        assert_eq!(d.ready_names(), ["a"]);
+        d.ok("a");
+        assert_eq!(d.ready_names(), ["b", "c"]);
+        d.ok("b");
+        assert_eq!(d.ready_names(), ["c"]);
+        d.ok("c");
+        assert_eq!(d.ready_names(), ["d"]);
+        d.ok("d");
+        assert_eq!(d.m.state(), RunState::Succeeded);
+    }
+
+    #[test]
+    fn retries_then_exhaustion() {
+        let mut d = Driver::new(
+            "name: r\ntasks:\n- {name: a, plugin: p, retries: 1}\n- {name: b, plugin: p, depends_on: [a]}\n",
+        );
+        d.fail("a", true);
+        assert_eq!(d.state("a"), TaskState::RetryWait);
+        assert_eq!(d.retries, vec![0]);
+        let a = d.idx("a");
+        d.feed(Input::RetryDue { task: a });
+        d.fail("a", true);
+        assert_eq!(d.state("a"), TaskState::Failed);
+        assert_eq!(d.state("b"), TaskState::UpstreamFailed);
+        assert_eq!(d.m.state(), RunState::Failed);
+    }
+
+    #[test]
+    fn fatal_is_not_retried_and_lost_is_not_charged() {
+        let mut d = Driver::new("name: r\ntasks:\n- {name: a, plugin: p, retries: 3}\n");
+        let a = d.idx("a");
+        let attempt = d.start("a");
+        d.feed(Input::AttemptFailed {
+            task: a,
+            attempt,
+            class: FailureClass {
+                retryable: true,
+                charged: false,
+            },
+        });
+        assert_eq!(d.state("a"), TaskState::Queued);
+        assert_eq!(d.m.task(a).failures, 0);
+        d.fail("a", false);
+        assert_eq!(d.state("a"), TaskState::Failed);
+        assert_eq!(d.m.task(a).attempts, 2);
+    }
+
+    #[test]
+    fn trigger_rules() {
+        let yaml = "name: t\ntasks:\n- {name: ok, plugin: p}\n- {name: bad, plugin: p}\n\
+                    - {name: all_success, plugin: p, depends_on: [ok, bad]}\n\
+                    - {name: all_done, plugin: p, depends_on: [ok, bad], trigger_rule: all_done}\n\
+                    - {name: one_failed, plugin: p, depends_on: [ok, bad], trigger_rule: one_failed}\n\
+                    - {name: none_failed, plugin: p, depends_on: [ok, bad], trigger_rule: none_failed}\n\
+                    - {name: after_skip, plugin: p, depends_on: [skipper]}\n\
+                    - {name: skipper, plugin: p, depends_on: [ok], trigger_rule: one_failed}\n\
+                    - {name: tolerant, plugin: p, depends_on: [skipper], trigger_rule: none_failed}\n";
+        let mut d = Driver::new(yaml);
+        d.ok("ok");
+        assert_eq!(d.state("skipper"), TaskState::Skipped);
+        assert_eq!(d.state("after_skip"), TaskState::Skipped);
+        assert_eq!(d.state("tolerant"), TaskState::Queued);
+        d.fail("bad", false);
+        assert_eq!(d.state("all_success"), TaskState::UpstreamFailed);
+        assert_eq!(d.state("all_done"), TaskState::Queued);
+        assert_eq!(d.state("one_failed"), TaskState::Queued);
+        assert_eq!(d.state("none_failed"), TaskState::UpstreamFailed);
+    }
+
+    #[test]
+    fn one_failed_fires_before_the_others_finish() {
+        let yaml = "name: t\ntasks:\n- {name: slow, plugin: p}\n- {name: bad, plugin: p}\n\
+                    - {name: alert, plugin: p, depends_on: [slow, bad], trigger_rule: one_failed}\n";
+        let mut d = Driver::new(yaml);
+        d.fail("bad", false);
+        assert_eq!(d.state("alert"), TaskState::Queued);
+    }
+
+    #[test]
+    fn pause_holds_dispatch_and_resume_releases() {
+        let mut d = Driver::new(DIAMOND);
+        let attempt = d.start("a");
+        d.feed(Input::Pause);
+        let a = d.idx("a");
+        d.feed(Input::AttemptSucceeded { task: a, attempt });
+        assert_eq!(d.state("b"), TaskState::Queued);
+        assert!(d.ready.is_empty(), "nothing dispatched while paused");
+        assert!(d.m.start_attempt(d.idx("b")).is_err());
+        d.feed(Input::Resume);
+        assert_eq!(d.ready_names(), ["b", "c"]);
+    }
+
+    #[test]
+    fn kill_cancels_running_and_stale_results_are_rejected() {
+        let mut d = Driver::new(DIAMOND);
+        let attempt = d.start("a");
+        d.feed(Input::Kill);
+        assert_eq!(d.cancelled, vec![0]);
+        assert_eq!(d.m.state(), RunState::Killed);
+        assert!(d.m.tasks().iter().all(|t| t.state == TaskState::Killed));
+        let late = d.m.apply(Input::AttemptSucceeded { task: 0, attempt }, 0);
+        assert!(matches!(late, Err(Rejected::Stale(_))));
+        assert!(matches!(
+            d.m.apply(Input::Kill, 0),
+            Err(Rejected::NotAllowed(_))
+        ));
+    }
+
+    #[test]
+    fn rerun_from_failed_reruns_exactly_the_failed_part() {
+        let yaml = "name: t\ntasks:\n- {name: a, plugin: p}\n- {name: b, plugin: p, depends_on: [a]}\n\
+                    - {name: c, plugin: p, depends_on: [b]}\n- {name: x, plugin: p, depends_on: [a]}\n";
+        let mut d = Driver::new(yaml);
+        d.ok("a");
+        d.ok("x");
+        d.fail("b", false);
+        assert_eq!(d.state("c"), TaskState::UpstreamFailed);
+        assert_eq!(d.m.state(), RunState::Failed);
+        d.ready.clear();
+        d.feed(Input::RerunFailed);
+        assert_eq!(d.m.state(), RunState::Running);
+        assert_eq!(d.ready_names(), ["b"]);
+        assert_eq!(d.state("a"), TaskState::Succeeded);
+        assert_eq!(d.state("x"), TaskState::Succeeded);
+        assert_eq!(d.state("c"), TaskState::Pending);
+        d.ok("b");
+        d.ok("c");
+        assert_eq!(d.m.state(), RunState::Succeeded);
+        assert_eq!(d.m.task(d.idx("b")).attempts, 2);
+    }
+
+    #[test]
+    fn rerun_one_task_with_and_without_downstream() {
+        let yaml =
+            "name: t\ntasks:\n- {name: a, plugin: p}\n- {name: b, plugin: p, depends_on: [a]}\n";
+        let mut d = Driver::new(yaml);
+        d.ok("a");
+        d.ok("b");
+        let a = d.idx("a");
+        d.feed(Input::RerunTask {
+            task: a,
+            downstream: false,
+        });
+        assert_eq!(d.state("b"), TaskState::Succeeded);
+        d.ok("a");
+        assert_eq!(d.m.state(), RunState::Succeeded);
+        assert_eq!(d.ready_names(), Vec::<String>::new(), "b was not rerun");
+        d.feed(Input::RerunTask {
+            task: a,
+            downstream: true,
+        });
+        assert_eq!(d.state("b"), TaskState::Pending);
+        d.ok("a");
+        d.ok("b");
+        assert_eq!(d.m.task(d.idx("b")).attempts, 2);
+        assert_eq!(d.m.state(), RunState::Succeeded);
+    }
+
+    #[test]
+    fn force_success_lets_downstream_proceed() {
+        let yaml = "name: t\ntasks:\n- {name: a, plugin: p}\n- {name: b, plugin: p, depends_on: [a]}\n\
+                    - {name: c, plugin: p, depends_on: [b]}\n";
+        let mut d = Driver::new(yaml);
+        d.fail("a", false);
+        assert_eq!(d.m.state(), RunState::Failed);
+        let a = d.idx("a");
+        d.feed(Input::ForceSuccess { task: a });
+        assert!(d.m.task(a).forced);
+        assert_eq!(d.m.state(), RunState::Running);
+        assert_eq!(d.ready_names(), ["b"]);
+        assert_eq!(d.state("c"), TaskState::Pending);
+        d.ok("b");
+        d.ok("c");
+        assert_eq!(d.m.state(), RunState::Succeeded);
+    }
+
+    #[test]
+    fn restore_continues_where_it_stopped() {
+        let wf = workflow(DIAMOND);
+        let tasks = vec![
+            TaskProgress::new(TaskState::Succeeded, 1, 0, false),
+            TaskProgress::new(TaskState::Running, 1, 0, false),
+            TaskProgress::new(TaskState::Queued, 0, 0, false),
+            TaskProgress::new(TaskState::Pending, 0, 0, false),
+        ];
+        let (mut m, actions) = RunMachine::restore(wf, RunState::Running, tasks);
+        assert_eq!(actions, vec![Action::Dispatch { task: 2 }]);
+        assert_eq!(m.running(), 1);
+        let lost = FailureClass {
+            retryable: true,
+            charged: false,
+        };
+        let actions = m
+            .apply(
+                Input::AttemptFailed {
+                    task: 1,
+                    attempt: 1,
+                    class: lost,
+                },
+                0,
+            )
+            .unwrap();
+        assert!(actions.contains(&Action::Dispatch { task: 1 }));
+    }
+
+    #[test]
+    fn long_chain_of_upstream_failures_does_not_recurse() {
+        let mut yaml = String::from("name: c\ntasks:\n- {name: t0, plugin: p}\n");
+        for i in 1..5000 {
+            yaml.push_str(&format!(
+                "- {{name: t{i}, plugin: p, depends_on: [t{}]}}\n",
+                i - 1
+            ));
+        }
+        let mut d = Driver::new(&yaml);
+        d.fail("t0", false);
+        assert_eq!(d.state("t4999"), TaskState::UpstreamFailed);
+        assert_eq!(d.m.state(), RunState::Failed);
+    }
+}
