@@ -1,0 +1,488 @@
+//! The store conformance suite: one set of checks that every backend must
+//! pass. `dagr-tests` runs it against SQLite and PostgreSQL.
+
+use crate::*;
+
+fn run(id: &str, tenant: &str, workflow: &str, kind: RunKind, logical_time: i64) -> RunRow {
+    RunRow {
+        id: id.into(),
+        tenant: tenant.into(),
+        workflow: workflow.into(),
+        version: Some(1),
+        kind,
+        state: "queued".into(),
+        logical_time,
+        params: "{}".into(),
+        spec: None,
+        backfill_id: None,
+        slot: 7,
+        owner: None,
+        epoch: 0,
+        created_at: logical_time,
+        started_at: None,
+        finished_at: None,
+        updated_at: logical_time,
+    }
+}
+
+fn check(cond: bool, what: &str) -> Result<()> {
+    if cond {
+        Ok(())
+    } else {
+        Err(Error::Invalid(format!("conformance: {what}")))
+    }
+}
+
+/// Runs every check against a fresh, empty store. `prefix` keeps ids unique
+/// when the backend is shared (PostgreSQL).
+pub async fn run_all(store: &dyn Store, prefix: &str) -> Result<()> {
+    workflows(store, prefix).await?;
+    runs_and_batches(store, prefix).await?;
+    cycles_are_unique(store, prefix).await?;
+    fencing(store, prefix).await?;
+    commands_logs_events(store, prefix).await?;
+    Ok(())
+}
+
+async fn workflows(store: &dyn Store, p: &str) -> Result<()> {
+    let tenant = format!("{p}t");
+    let a = store
+        .apply_workflow(&tenant, "wf", "h1", "{\"v\":1}", 10)
+        .await?;
+    check(
+        a == Applied {
+            version: 1,
+            created: true,
+        },
+        "first apply creates version 1",
+    )?;
+    let same = store
+        .apply_workflow(&tenant, "wf", "h1", "{\"v\":1}", 11)
+        .await?;
+    check(
+        same == Applied {
+            version: 1,
+            created: false,
+        },
+        "identical apply is a no-op",
+    )?;
+    let b = store
+        .apply_workflow(&tenant, "wf", "h2", "{\"v\":2}", 12)
+        .await?;
+    check(
+        b == Applied {
+            version: 2,
+            created: true,
+        },
+        "changed apply creates version 2",
+    )?;
+    check(
+        store.list_versions(&tenant, "wf").await?.len() == 2,
+        "two versions listed",
+    )?;
+    check(
+        store
+            .get_version(&tenant, "wf", 1)
+            .await?
+            .is_some_and(|v| v.spec == "{\"v\":1}"),
+        "version 1 kept",
+    )?;
+    check(
+        store.list_workflows(&tenant).await?.len() == 1,
+        "one workflow listed",
+    )?;
+    check(
+        store.list_workflows("other-tenant").await?.is_empty(),
+        "tenants are separate",
+    )?;
+    check(store.delete_workflow(&tenant, "wf", 13).await?, "delete")?;
+    check(
+        store.list_workflows(&tenant).await?.is_empty(),
+        "deleted workflows are not listed",
+    )?;
+    let again = store
+        .apply_workflow(&tenant, "wf", "h2", "{\"v\":2}", 14)
+        .await?;
+    check(
+        again
+            == Applied {
+                version: 3,
+                created: true,
+            },
+        "applying a deleted workflow makes a new version",
+    )?;
+    Ok(())
+}
+
+async fn runs_and_batches(store: &dyn Store, p: &str) -> Result<()> {
+    let tenant = format!("{p}t");
+    let id = format!("{p}run-1");
+    let created = store
+        .create_runs(
+            vec![NewRun {
+                run: run(&id, &tenant, "wf", RunKind::Manual, 1000),
+                tasks: vec!["a".into(), "b".into()],
+            }],
+            Some("admit"),
+        )
+        .await?;
+    check(
+        matches!(
+            created.as_slice(),
+            [Created::Created {
+                command: Some(_),
+                ..
+            }]
+        ),
+        "run created with a command",
+    )?;
+    let tasks = store.run_tasks(&id).await?;
+    check(
+        tasks.len() == 2 && tasks[1].name == "b" && tasks[0].state == "pending",
+        "tasks created pending",
+    )?;
+
+    let task = |state: &str, attempts: i64| TaskWrite {
+        run_id: id.clone(),
+        idx: 0,
+        name: "a".into(),
+        state: state.into(),
+        attempts,
+        failures: 0,
+        forced: false,
+        retry_at: None,
+        error: None,
+        started_at: Some(1001),
+        finished_at: None,
+    };
+    let attempt = |state: &str| AttemptRow {
+        run_id: id.clone(),
+        task_idx: 0,
+        number: 1,
+        task: "a".into(),
+        state: state.into(),
+        failure_kind: None,
+        message: None,
+        charged: true,
+        worker: "w1".into(),
+        epoch: 0,
+        started_at: 1001,
+        finished_at: None,
+    };
+    let mut batch = WriteBatch {
+        runs: vec![RunWrite {
+            id: id.clone(),
+            state: "running".into(),
+            started_at: Some(1001),
+            finished_at: None,
+            updated_at: 1001,
+        }],
+        tasks: vec![task("queued", 0), task("running", 1)],
+        attempts: vec![attempt("running")],
+        events: vec![NewEvent {
+            tenant: tenant.clone(),
+            at: 1001,
+            kind: "task".into(),
+            run_id: Some(id.clone()),
+            task: Some("a".into()),
+            data: "{}".into(),
+        }],
+        ..Default::default()
+    };
+    let commands = store.pending_commands(0, 100).await?;
+    let command = commands
+        .iter()
+        .find(|c| c.run_id == id)
+        .map(|c| c.id)
+        .ok_or_else(|| Error::Invalid("command missing".into()))?;
+    batch.commands_done.push((command, "{\"ok\":true}".into()));
+    store.commit(batch).await?;
+    check(
+        store
+            .get_run(&id)
+            .await?
+            .is_some_and(|r| r.state == "running" && r.started_at == Some(1001)),
+        "run updated",
+    )?;
+    check(
+        store.run_tasks(&id).await?[0].state == "running",
+        "last task write wins",
+    )?;
+    check(
+        store
+            .running_attempts()
+            .await?
+            .iter()
+            .any(|a| a.run_id == id),
+        "attempt running",
+    )?;
+    check(
+        !store
+            .pending_commands(0, 100)
+            .await?
+            .iter()
+            .any(|c| c.id == command),
+        "command done",
+    )?;
+    check(
+        store
+            .get_command(command)
+            .await?
+            .is_some_and(|c| c.result.as_deref() == Some("{\"ok\":true}")),
+        "command result kept",
+    )?;
+
+    let mut done = attempt("succeeded");
+    done.finished_at = Some(1002);
+    let mut finished = task("succeeded", 1);
+    finished.finished_at = Some(1002);
+    store
+        .commit(WriteBatch {
+            tasks: vec![finished],
+            attempts: vec![done],
+            outputs: vec![OutputWrite::Set {
+                run_id: id.clone(),
+                idx: 0,
+                output: "{\"n\":1}".into(),
+            }],
+            ..Default::default()
+        })
+        .await?;
+    check(
+        store.outputs(&id, &[0, 1]).await? == vec![(0, "{\"n\":1}".to_owned())],
+        "output stored",
+    )?;
+    let attempts = store.attempts(&id, Some(0)).await?;
+    check(
+        attempts.len() == 1
+            && attempts[0].state == "succeeded"
+            && attempts[0].finished_at == Some(1002),
+        "attempt finished",
+    )?;
+    store
+        .commit(WriteBatch {
+            outputs: vec![OutputWrite::Clear {
+                run_id: id.clone(),
+                idx: 0,
+            }],
+            ..Default::default()
+        })
+        .await?;
+    check(store.outputs(&id, &[0]).await?.is_empty(), "output cleared")?;
+
+    let listed = store
+        .list_runs(&RunFilter {
+            tenant: tenant.clone(),
+            workflow: Some("wf".into()),
+            limit: 10,
+            ..Default::default()
+        })
+        .await?;
+    check(listed.iter().any(|r| r.id == id), "run listed")?;
+    let none = store
+        .list_runs(&RunFilter {
+            tenant: tenant.clone(),
+            state: Some("failed".into()),
+            limit: 10,
+            ..Default::default()
+        })
+        .await?;
+    check(none.is_empty(), "state filter")?;
+    check(
+        store.active_runs().await?.iter().any(|r| r.id == id),
+        "active run",
+    )?;
+    Ok(())
+}
+
+async fn cycles_are_unique(store: &dyn Store, p: &str) -> Result<()> {
+    let tenant = format!("{p}t");
+    let first = store
+        .create_runs(
+            vec![NewRun {
+                run: run(
+                    &format!("{p}s1"),
+                    &tenant,
+                    "daily",
+                    RunKind::Schedule,
+                    86_400_000,
+                ),
+                tasks: vec!["a".into()],
+            }],
+            None,
+        )
+        .await?;
+    check(
+        matches!(first.as_slice(), [Created::Created { .. }]),
+        "schedule run created",
+    )?;
+    let dup = store
+        .create_runs(
+            vec![NewRun {
+                run: run(
+                    &format!("{p}s2"),
+                    &tenant,
+                    "daily",
+                    RunKind::Backfill,
+                    86_400_000,
+                ),
+                tasks: vec!["a".into()],
+            }],
+            None,
+        )
+        .await?;
+    check(
+        matches!(dup.as_slice(), [Created::Exists { id }] if *id == format!("{p}s1")),
+        "second run for a cycle is refused",
+    )?;
+    let manual = store
+        .create_runs(
+            vec![NewRun {
+                run: run(
+                    &format!("{p}m1"),
+                    &tenant,
+                    "daily",
+                    RunKind::Manual,
+                    86_400_000,
+                ),
+                tasks: vec!["a".into()],
+            }],
+            None,
+        )
+        .await?;
+    check(
+        matches!(manual.as_slice(), [Created::Created { .. }]),
+        "manual runs may share a logical time",
+    )?;
+    check(
+        store.run_tasks(&format!("{p}s2")).await?.is_empty(),
+        "no orphan tasks",
+    )?;
+    Ok(())
+}
+
+async fn fencing(store: &dyn Store, p: &str) -> Result<()> {
+    let tenant = format!("{p}t");
+    let id = format!("{p}fenced");
+    store
+        .create_runs(
+            vec![NewRun {
+                run: run(&id, &tenant, "wf", RunKind::Manual, 5),
+                tasks: vec!["a".into()],
+            }],
+            None,
+        )
+        .await?;
+    let write = |epoch: i64, state: &str| WriteBatch {
+        runs: vec![RunWrite {
+            id: id.clone(),
+            state: state.into(),
+            started_at: None,
+            finished_at: None,
+            updated_at: 6,
+        }],
+        fences: vec![(id.clone(), epoch)],
+        ..Default::default()
+    };
+    let stale = store.commit(write(41, "running")).await?;
+    check(
+        stale.fenced == vec![id.clone()],
+        "a write with the wrong epoch is fenced",
+    )?;
+    check(
+        store
+            .get_run(&id)
+            .await?
+            .is_some_and(|r| r.state == "queued"),
+        "fenced write not applied",
+    )?;
+    let fresh = store.commit(write(0, "running")).await?;
+    check(
+        fresh.fenced.is_empty(),
+        "a write with the right epoch applies",
+    )?;
+    check(
+        store
+            .get_run(&id)
+            .await?
+            .is_some_and(|r| r.state == "running"),
+        "fresh write applied",
+    )?;
+    Ok(())
+}
+
+async fn commands_logs_events(store: &dyn Store, p: &str) -> Result<()> {
+    let tenant = format!("{p}t");
+    let run_id = format!("{p}logs");
+    let id = store
+        .insert_command(NewCommand {
+            tenant: tenant.clone(),
+            run_id: run_id.clone(),
+            slot: 3,
+            kind: "kill".into(),
+            payload: "{}".into(),
+            created_at: 1,
+        })
+        .await?;
+    check(
+        store
+            .pending_commands(id - 1, 10)
+            .await?
+            .first()
+            .is_some_and(|c| c.id == id && c.kind == "kill"),
+        "command pending",
+    )?;
+    let line = |seq| LogRow {
+        run_id: run_id.clone(),
+        task_idx: 0,
+        attempt: 1,
+        seq,
+        at: seq,
+        source: "plugin".into(),
+        level: "info".into(),
+        message: format!("line {seq}"),
+    };
+    store.append_logs(vec![line(1), line(2), line(3)]).await?;
+    store.append_logs(vec![line(3)]).await?;
+    let logs = store.logs(&run_id, 0, 1, 1, 10).await?;
+    check(
+        logs.len() == 2 && logs[0].message == "line 2",
+        "logs after a sequence number, no duplicates",
+    )?;
+    store
+        .commit(WriteBatch {
+            events: (0..3)
+                .map(|i| NewEvent {
+                    tenant: tenant.clone(),
+                    at: i,
+                    kind: "e".into(),
+                    run_id: Some(run_id.clone()),
+                    task: None,
+                    data: format!("{{\"i\":{i}}}"),
+                })
+                .collect(),
+            ..Default::default()
+        })
+        .await?;
+    let events = store.events(&tenant, Some(&run_id), 0, 10).await?;
+    check(
+        events.len() == 3 && events[0].seq < events[2].seq,
+        "events in order",
+    )?;
+    let b = BackfillRow {
+        id: format!("{p}bf"),
+        tenant: tenant.clone(),
+        workflow: "wf".into(),
+        from_time: 0,
+        to_time: 10,
+        parallel: 2,
+        total: 3,
+        created_at: 1,
+    };
+    store.insert_backfill(b.clone()).await?;
+    check(
+        store.get_backfill(&b.id).await?.as_ref() == Some(&b),
+        "backfill stored",
+    )?;
+    Ok(())
+}

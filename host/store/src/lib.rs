@@ -1,0 +1,440 @@
+//! dagr's durable state: workflows and their versions, runs, task
+//! instances, attempts, outputs, logs, the event log, commands and
+//! backfills.
+//!
+//! # Brief overview
+//!
+//! - [`Store`] is the trait every part of dagr talks to. [`SqlStore`]
+//!   implements it on SQLite (the embedded default) and PostgreSQL (cluster
+//!   mode) through sqlx, with one set of queries and one migration folder per
+//!   backend.
+//! - The engine writes through [`WriteBatch`]: every state change of one
+//!   engine step — task and run states, attempts, outputs, events, consumed
+//!   commands — commits in one transaction, so a crash leaves either all of
+//!   a step or none of it. A batch may be *fenced*: its writes for a run
+//!   apply only while the run's ownership epoch is the one the writer holds.
+//! - Rows are plain structs ([`RunRow`], [`TaskRow`], …); times are
+//!   milliseconds since the Unix epoch.
+
+pub mod conformance;
+mod sql;
+
+use std::fmt;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+pub use crate::sql::{SqlStore, Synchronous, now_ms};
+
+/// Errors of the store.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migration: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// How a run came to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunKind {
+    /// Triggered by a person or a program.
+    Manual,
+    /// Materialised by a cron schedule.
+    Schedule,
+    /// Part of a backfill.
+    Backfill,
+    /// An ad-hoc job (no registered workflow).
+    Job,
+}
+
+impl RunKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunKind::Manual => "manual",
+            RunKind::Schedule => "schedule",
+            RunKind::Backfill => "backfill",
+            RunKind::Job => "job",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<RunKind> {
+        [
+            RunKind::Manual,
+            RunKind::Schedule,
+            RunKind::Backfill,
+            RunKind::Job,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == text)
+    }
+}
+
+impl fmt::Display for RunKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkflowRow {
+    pub tenant: String,
+    pub name: String,
+    pub latest_version: i64,
+    pub deleted: bool,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub schedule_cursor: Option<i64>,
+    pub schedule_since: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VersionRow {
+    pub tenant: String,
+    pub name: String,
+    pub version: i64,
+    pub hash: String,
+    /// Canonical JSON of the `WorkflowSpec`.
+    pub spec: String,
+    pub created_at: i64,
+}
+
+/// The result of applying a definition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Applied {
+    pub version: i64,
+    /// False when the definition was identical to the latest version.
+    pub created: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunRow {
+    pub id: String,
+    pub tenant: String,
+    pub workflow: String,
+    /// The workflow version; `None` for jobs, whose spec is inline.
+    pub version: Option<i64>,
+    pub kind: RunKind,
+    pub state: String,
+    pub logical_time: i64,
+    /// The run's params (JSON object), defaults merged with overrides.
+    pub params: String,
+    /// Inline spec (jobs only).
+    pub spec: Option<String>,
+    pub backfill_id: Option<String>,
+    pub slot: i64,
+    pub owner: Option<String>,
+    pub epoch: i64,
+    pub created_at: i64,
+    pub started_at: Option<i64>,
+    pub finished_at: Option<i64>,
+    pub updated_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskRow {
+    pub run_id: String,
+    pub idx: i64,
+    pub name: String,
+    pub state: String,
+    pub attempts: i64,
+    pub failures: i64,
+    pub forced: bool,
+    pub retry_at: Option<i64>,
+    pub error: Option<String>,
+    pub started_at: Option<i64>,
+    pub finished_at: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptRow {
+    pub run_id: String,
+    pub task_idx: i64,
+    pub number: i64,
+    pub task: String,
+    /// `running`, `succeeded` or `failed`.
+    pub state: String,
+    pub failure_kind: Option<String>,
+    pub message: Option<String>,
+    /// Whether a failure counted against the retry budget.
+    pub charged: bool,
+    pub worker: String,
+    pub epoch: i64,
+    pub started_at: i64,
+    pub finished_at: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogRow {
+    pub run_id: String,
+    pub task_idx: i64,
+    pub attempt: i64,
+    pub seq: i64,
+    pub at: i64,
+    pub source: String,
+    pub level: String,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventRow {
+    pub seq: i64,
+    pub tenant: String,
+    pub at: i64,
+    pub kind: String,
+    pub run_id: Option<String>,
+    pub task: Option<String>,
+    pub data: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewEvent {
+    pub tenant: String,
+    pub at: i64,
+    pub kind: String,
+    pub run_id: Option<String>,
+    pub task: Option<String>,
+    pub data: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandRow {
+    pub id: i64,
+    pub tenant: String,
+    pub run_id: String,
+    pub slot: i64,
+    pub kind: String,
+    pub payload: String,
+    pub created_at: i64,
+    pub done_at: Option<i64>,
+    /// JSON `{"ok": bool, "message": …}` once done.
+    pub result: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewCommand {
+    pub tenant: String,
+    pub run_id: String,
+    pub slot: i64,
+    pub kind: String,
+    pub payload: String,
+    pub created_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackfillRow {
+    pub id: String,
+    pub tenant: String,
+    pub workflow: String,
+    pub from_time: i64,
+    pub to_time: i64,
+    pub parallel: i64,
+    pub total: i64,
+    pub created_at: i64,
+}
+
+/// A run to create, with its task instances (all pending).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewRun {
+    pub run: RunRow,
+    /// Task names in workflow order; their index is their position.
+    pub tasks: Vec<String>,
+}
+
+/// What happened to a run that was to be created.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Created {
+    Created {
+        id: String,
+        command: Option<i64>,
+    },
+    /// A schedule or backfill run for this logical time already exists.
+    Exists {
+        id: String,
+    },
+}
+
+/// Filters for listing runs, newest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunFilter {
+    pub tenant: String,
+    pub workflow: Option<String>,
+    pub state: Option<String>,
+    pub kind: Option<RunKind>,
+    pub backfill_id: Option<String>,
+    /// Only runs created before this (created_at, id) — the cursor of the
+    /// previous page.
+    pub before: Option<(i64, String)>,
+    pub limit: i64,
+}
+
+/// A task's row as the engine writes it (whole, last write wins).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskWrite {
+    pub run_id: String,
+    pub idx: i64,
+    pub name: String,
+    pub state: String,
+    pub attempts: i64,
+    pub failures: i64,
+    pub forced: bool,
+    pub retry_at: Option<i64>,
+    pub error: Option<String>,
+    pub started_at: Option<i64>,
+    pub finished_at: Option<i64>,
+}
+
+/// A run's state change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunWrite {
+    pub id: String,
+    pub state: String,
+    pub started_at: Option<i64>,
+    pub finished_at: Option<i64>,
+    pub updated_at: i64,
+}
+
+/// A change to a task's stored output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OutputWrite {
+    Set {
+        run_id: String,
+        idx: i64,
+        output: String,
+    },
+    Clear {
+        run_id: String,
+        idx: i64,
+    },
+}
+
+/// Everything one engine step changes, committed atomically.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WriteBatch {
+    pub new_runs: Vec<NewRun>,
+    pub runs: Vec<RunWrite>,
+    pub tasks: Vec<TaskWrite>,
+    pub outputs: Vec<OutputWrite>,
+    /// Upserted by (run, task, number): insert when an attempt starts,
+    /// update when it ends.
+    pub attempts: Vec<AttemptRow>,
+    pub events: Vec<NewEvent>,
+    /// Commands consumed in this step, with their result (JSON).
+    pub commands_done: Vec<(i64, String)>,
+    /// New schedule cursors: (tenant, workflow, logical time).
+    pub schedule_cursors: Vec<(String, String, i64)>,
+    /// Runs whose writes must be fenced: (run id, the epoch the writer
+    /// holds). Writes for a run whose stored epoch differs are dropped.
+    pub fences: Vec<(String, i64)>,
+}
+
+impl WriteBatch {
+    pub fn is_empty(&self) -> bool {
+        self.new_runs.is_empty()
+            && self.runs.is_empty()
+            && self.tasks.is_empty()
+            && self.outputs.is_empty()
+            && self.attempts.is_empty()
+            && self.events.is_empty()
+            && self.commands_done.is_empty()
+            && self.schedule_cursors.is_empty()
+    }
+}
+
+/// The outcome of a commit.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Committed {
+    /// Runs whose writes were dropped because another owner holds them.
+    pub fenced: Vec<String>,
+}
+
+/// dagr's storage. Implemented by [`SqlStore`] on SQLite and PostgreSQL.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    // Workflows ----------------------------------------------------------
+
+    /// Stores a definition as the next version, unless it is identical to
+    /// the latest one (same hash), in which case nothing changes.
+    async fn apply_workflow(
+        &self,
+        tenant: &str,
+        name: &str,
+        hash: &str,
+        spec: &str,
+        now: i64,
+    ) -> Result<Applied>;
+    async fn get_workflow(&self, tenant: &str, name: &str) -> Result<Option<WorkflowRow>>;
+    async fn get_version(
+        &self,
+        tenant: &str,
+        name: &str,
+        version: i64,
+    ) -> Result<Option<VersionRow>>;
+    async fn list_workflows(&self, tenant: &str) -> Result<Vec<WorkflowRow>>;
+    async fn list_versions(&self, tenant: &str, name: &str) -> Result<Vec<VersionRow>>;
+    /// Marks a workflow deleted (its runs and versions stay). False if absent.
+    async fn delete_workflow(&self, tenant: &str, name: &str, now: i64) -> Result<bool>;
+    /// Every workflow that is not deleted, with its latest version.
+    async fn live_workflows(&self) -> Result<Vec<(WorkflowRow, VersionRow)>>;
+
+    // Runs ---------------------------------------------------------------
+
+    /// Creates runs with their tasks, and for each an optional command
+    /// (e.g. `admit`) in the same transaction. Schedule and backfill runs
+    /// for a logical time that already has one are not created twice.
+    async fn create_runs(
+        &self,
+        runs: Vec<NewRun>,
+        command_kind: Option<&str>,
+    ) -> Result<Vec<Created>>;
+    async fn get_run(&self, id: &str) -> Result<Option<RunRow>>;
+    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRow>>;
+    /// Runs that are queued, running or paused (for recovery).
+    async fn active_runs(&self) -> Result<Vec<RunRow>>;
+    async fn run_tasks(&self, run_id: &str) -> Result<Vec<TaskRow>>;
+    async fn outputs(&self, run_id: &str, idxs: &[i64]) -> Result<Vec<(i64, String)>>;
+    async fn attempts(&self, run_id: &str, task_idx: Option<i64>) -> Result<Vec<AttemptRow>>;
+    /// Attempts still marked running (for recovery after a crash).
+    async fn running_attempts(&self) -> Result<Vec<AttemptRow>>;
+
+    // The engine's writes -------------------------------------------------
+
+    async fn commit(&self, batch: WriteBatch) -> Result<Committed>;
+
+    // Commands ------------------------------------------------------------
+
+    async fn insert_command(&self, command: NewCommand) -> Result<i64>;
+    /// Commands not yet done, oldest first, after `after_id`.
+    async fn pending_commands(&self, after_id: i64, limit: i64) -> Result<Vec<CommandRow>>;
+    async fn get_command(&self, id: i64) -> Result<Option<CommandRow>>;
+
+    // Logs and events ----------------------------------------------------
+
+    async fn append_logs(&self, lines: Vec<LogRow>) -> Result<()>;
+    async fn logs(
+        &self,
+        run_id: &str,
+        task_idx: i64,
+        attempt: i64,
+        after_seq: i64,
+        limit: i64,
+    ) -> Result<Vec<LogRow>>;
+    async fn events(
+        &self,
+        tenant: &str,
+        run_id: Option<&str>,
+        after_seq: i64,
+        limit: i64,
+    ) -> Result<Vec<EventRow>>;
+
+    // Backfills -----------------------------------------------------------
+
+    async fn insert_backfill(&self, backfill: BackfillRow) -> Result<()>;
+    async fn get_backfill(&self, id: &str) -> Result<Option<BackfillRow>>;
+    async fn list_backfills(&self, tenant: &str) -> Result<Vec<BackfillRow>>;
+}

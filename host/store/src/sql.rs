@@ -1,0 +1,1165 @@
+//! [`SqlStore`]: the [`Store`] on SQLite or PostgreSQL, through sqlx's `Any`
+//! driver, so that one set of queries serves both. Queries use `$N`
+//! placeholders, which both backends accept; the schemas differ only where
+//! the dialects do (auto-increment keys).
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::Once;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::any::{AnyArguments, AnyPoolOptions, AnyRow};
+use sqlx::query::Query;
+use sqlx::{Any, AnyPool, Executor, Row};
+
+use crate::*;
+
+/// SQLite's `synchronous` setting for the embedded store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Synchronous {
+    /// WAL with `synchronous=NORMAL`: a commit survives a crash of dagr
+    /// (kill -9); the last commits may be lost if the machine loses power.
+    #[default]
+    Normal,
+    /// `synchronous=FULL`: every commit is fsynced; survives power loss.
+    Full,
+}
+
+impl FromStr for Synchronous {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "normal" => Ok(Synchronous::Normal),
+            "full" => Ok(Synchronous::Full),
+            other => Err(format!(
+                "unknown synchronous mode `{other}` (normal or full)"
+            )),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// The SQL store. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct SqlStore {
+    /// SQLite has one writer; all writes go through this pool of one.
+    write: AnyPool,
+    read: AnyPool,
+    backend: Backend,
+}
+
+static DRIVERS: Once = Once::new();
+
+/// Most bind parameters in one statement (SQLite allows 32766).
+const MAX_PARAMS: usize = 30_000;
+
+impl SqlStore {
+    /// Opens (creating if needed) the SQLite database at `path` and migrates it.
+    pub async fn open_sqlite(path: &Path, sync: Synchronous) -> Result<SqlStore> {
+        DRIVERS.call_once(sqlx::any::install_default_drivers);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                Error::Invalid(format!(
+                    "cannot create the data directory {}: {e}",
+                    dir.display()
+                ))
+            })?;
+        }
+        let url = format!("sqlite://{}?mode=rwc", path.display());
+        let pragmas = format!(
+            "PRAGMA journal_mode=WAL; PRAGMA synchronous={}; PRAGMA busy_timeout=10000; PRAGMA foreign_keys=OFF; \
+             PRAGMA cache_size=-65536; PRAGMA temp_store=MEMORY;",
+            match sync {
+                Synchronous::Normal => "NORMAL",
+                Synchronous::Full => "FULL",
+            }
+        );
+        let connect = |max: u32| {
+            let pragmas = pragmas.clone();
+            AnyPoolOptions::new()
+                .max_connections(max)
+                .min_connections(1)
+                .acquire_timeout(Duration::from_secs(30))
+                .after_connect(move |conn, _| {
+                    let pragmas = pragmas.clone();
+                    Box::pin(async move {
+                        conn.execute(pragmas.as_str()).await?;
+                        Ok(())
+                    })
+                })
+                .connect(&url)
+        };
+        let write = connect(1).await?;
+        sqlx::migrate!("./migrations/sqlite").run(&write).await?;
+        let read = connect(4).await?;
+        Ok(SqlStore {
+            write,
+            read,
+            backend: Backend::Sqlite,
+        })
+    }
+
+    /// Connects to PostgreSQL and migrates the database.
+    pub async fn open_postgres(url: &str, max_connections: u32) -> Result<SqlStore> {
+        DRIVERS.call_once(sqlx::any::install_default_drivers);
+        let pool = AnyPoolOptions::new()
+            .max_connections(max_connections.max(2))
+            .acquire_timeout(Duration::from_secs(30))
+            .connect(url)
+            .await?;
+        sqlx::migrate!("./migrations/postgres").run(&pool).await?;
+        Ok(SqlStore {
+            write: pool.clone(),
+            read: pool,
+            backend: Backend::Postgres,
+        })
+    }
+
+    /// Opens a store from a URL: `sqlite://PATH` or `postgres://…`.
+    pub async fn open(url: &str, sync: Synchronous) -> Result<SqlStore> {
+        if let Some(path) = url.strip_prefix("sqlite://") {
+            let path = path.split('?').next().unwrap_or(path);
+            Self::open_sqlite(Path::new(path), sync).await
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Self::open_postgres(url, 16).await
+        } else {
+            Err(Error::Invalid(format!(
+                "unsupported database URL `{url}` (sqlite://PATH or postgres://…)"
+            )))
+        }
+    }
+
+    pub fn is_postgres(&self) -> bool {
+        self.backend == Backend::Postgres
+    }
+
+    /// Closes the pools (waits for connections to be returned).
+    pub async fn close(&self) {
+        self.write.close().await;
+        self.read.close().await;
+    }
+}
+
+/// A bind value; lets one helper build multi-row statements.
+#[derive(Debug, Clone)]
+enum Arg {
+    I64(i64),
+    OptI64(Option<i64>),
+    Text(String),
+    OptText(Option<String>),
+}
+
+fn bind_all<'q>(
+    mut query: Query<'q, Any, AnyArguments<'q>>,
+    args: Vec<Arg>,
+) -> Query<'q, Any, AnyArguments<'q>> {
+    for arg in args {
+        query = match arg {
+            Arg::I64(v) => query.bind(v),
+            Arg::OptI64(v) => query.bind(v),
+            Arg::Text(v) => query.bind(v),
+            Arg::OptText(v) => query.bind(v),
+        };
+    }
+    query
+}
+
+/// `($1,$2),($3,$4)` for `rows` rows of `cols` columns.
+fn values(rows: usize, cols: usize) -> String {
+    let mut sql = String::with_capacity(rows * cols * 5);
+    let mut n = 0;
+    for r in 0..rows {
+        if r > 0 {
+            sql.push(',');
+        }
+        sql.push('(');
+        for c in 0..cols {
+            if c > 0 {
+                sql.push(',');
+            }
+            n += 1;
+            sql.push('$');
+            sql.push_str(&n.to_string());
+        }
+        sql.push(')');
+    }
+    sql
+}
+
+/// Runs `head VALUES (...) tail` over `rows`, chunked under the parameter limit.
+async fn insert_rows(
+    conn: &mut sqlx::AnyConnection,
+    head: &str,
+    tail: &str,
+    cols: usize,
+    rows: Vec<Vec<Arg>>,
+) -> Result<()> {
+    let per_chunk = (MAX_PARAMS / cols).max(1);
+    let mut rows = rows.into_iter().peekable();
+    while rows.peek().is_some() {
+        let chunk: Vec<Vec<Arg>> = rows.by_ref().take(per_chunk).collect();
+        let sql = format!("{head} VALUES {} {tail}", values(chunk.len(), cols));
+        let args: Vec<Arg> = chunk.into_iter().flatten().collect();
+        bind_all(sqlx::query(&sql), args)
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}
+
+/// `$start,$start+1,…` for an IN list.
+fn in_list(start: usize, n: usize) -> String {
+    (start..start + n)
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn run_from(row: &AnyRow) -> Result<RunRow> {
+    let kind: String = row.try_get("kind")?;
+    Ok(RunRow {
+        id: row.try_get("id")?,
+        tenant: row.try_get("tenant")?,
+        workflow: row.try_get("workflow")?,
+        version: row.try_get("version")?,
+        kind: RunKind::parse(&kind)
+            .ok_or_else(|| Error::Invalid(format!("unknown run kind `{kind}` in the database")))?,
+        state: row.try_get("state")?,
+        logical_time: row.try_get("logical_time")?,
+        params: row.try_get("params")?,
+        spec: row.try_get("spec")?,
+        backfill_id: row.try_get("backfill_id")?,
+        slot: row.try_get("slot")?,
+        owner: row.try_get("owner")?,
+        epoch: row.try_get("epoch")?,
+        created_at: row.try_get("created_at")?,
+        started_at: row.try_get("started_at")?,
+        finished_at: row.try_get("finished_at")?,
+        updated_at: row.try_get("updated_at")?,
+    })
+}
+
+const RUN_COLUMNS: &str = "id, tenant, workflow, version, kind, state, logical_time, params, spec, backfill_id, slot, \
+                           owner, epoch, created_at, started_at, finished_at, updated_at";
+
+fn run_args(r: &RunRow) -> Vec<Arg> {
+    vec![
+        Arg::Text(r.id.clone()),
+        Arg::Text(r.tenant.clone()),
+        Arg::Text(r.workflow.clone()),
+        Arg::OptI64(r.version),
+        Arg::Text(r.kind.as_str().to_owned()),
+        Arg::Text(r.state.clone()),
+        Arg::I64(r.logical_time),
+        Arg::Text(r.params.clone()),
+        Arg::OptText(r.spec.clone()),
+        Arg::OptText(r.backfill_id.clone()),
+        Arg::I64(r.slot),
+        Arg::OptText(r.owner.clone()),
+        Arg::I64(r.epoch),
+        Arg::I64(r.created_at),
+        Arg::OptI64(r.started_at),
+        Arg::OptI64(r.finished_at),
+        Arg::I64(r.updated_at),
+    ]
+}
+
+fn task_from(row: &AnyRow) -> Result<TaskRow> {
+    Ok(TaskRow {
+        run_id: row.try_get("run_id")?,
+        idx: row.try_get("idx")?,
+        name: row.try_get("name")?,
+        state: row.try_get("state")?,
+        attempts: row.try_get("attempts")?,
+        failures: row.try_get("failures")?,
+        forced: row.try_get::<i64, _>("forced")? != 0,
+        retry_at: row.try_get("retry_at")?,
+        error: row.try_get("error")?,
+        started_at: row.try_get("started_at")?,
+        finished_at: row.try_get("finished_at")?,
+    })
+}
+
+fn attempt_from(row: &AnyRow) -> Result<AttemptRow> {
+    Ok(AttemptRow {
+        run_id: row.try_get("run_id")?,
+        task_idx: row.try_get("task_idx")?,
+        number: row.try_get("number")?,
+        task: row.try_get("task")?,
+        state: row.try_get("state")?,
+        failure_kind: row.try_get("failure_kind")?,
+        message: row.try_get("message")?,
+        charged: row.try_get::<i64, _>("charged")? != 0,
+        worker: row.try_get("worker")?,
+        epoch: row.try_get("epoch")?,
+        started_at: row.try_get("started_at")?,
+        finished_at: row.try_get("finished_at")?,
+    })
+}
+
+const ATTEMPT_COLUMNS: &str = "run_id, task_idx, number, task, state, failure_kind, message, charged, worker, epoch, started_at, finished_at";
+
+fn workflow_from(row: &AnyRow) -> Result<WorkflowRow> {
+    Ok(WorkflowRow {
+        tenant: row.try_get("tenant")?,
+        name: row.try_get("name")?,
+        latest_version: row.try_get("latest_version")?,
+        deleted: row.try_get::<i64, _>("deleted")? != 0,
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
+        schedule_cursor: row.try_get("schedule_cursor")?,
+        schedule_since: row.try_get("schedule_since")?,
+    })
+}
+
+fn version_from(row: &AnyRow) -> Result<VersionRow> {
+    Ok(VersionRow {
+        tenant: row.try_get("tenant")?,
+        name: row.try_get("name")?,
+        version: row.try_get("version")?,
+        hash: row.try_get("hash")?,
+        spec: row.try_get("spec")?,
+        created_at: row.try_get("created_at")?,
+    })
+}
+
+fn command_from(row: &AnyRow) -> Result<CommandRow> {
+    Ok(CommandRow {
+        id: row.try_get("id")?,
+        tenant: row.try_get("tenant")?,
+        run_id: row.try_get("run_id")?,
+        slot: row.try_get("slot")?,
+        kind: row.try_get("kind")?,
+        payload: row.try_get("payload")?,
+        created_at: row.try_get("created_at")?,
+        done_at: row.try_get("done_at")?,
+        result: row.try_get("result")?,
+    })
+}
+
+fn backfill_from(row: &AnyRow) -> Result<BackfillRow> {
+    Ok(BackfillRow {
+        id: row.try_get("id")?,
+        tenant: row.try_get("tenant")?,
+        workflow: row.try_get("workflow")?,
+        from_time: row.try_get("from_time")?,
+        to_time: row.try_get("to_time")?,
+        parallel: row.try_get("parallel")?,
+        total: row.try_get("total")?,
+        created_at: row.try_get("created_at")?,
+    })
+}
+
+impl SqlStore {
+    /// Inserts one run and its tasks; `None` if a run for that cycle exists.
+    async fn insert_run(conn: &mut sqlx::AnyConnection, new: &NewRun) -> Result<bool> {
+        let sql = format!(
+            "INSERT INTO runs ({RUN_COLUMNS}) VALUES {} ON CONFLICT DO NOTHING",
+            values(1, 17)
+        );
+        let inserted = bind_all(sqlx::query(&sql), run_args(&new.run))
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+        if inserted == 0 {
+            return Ok(false);
+        }
+        let rows: Vec<Vec<Arg>> = new
+            .tasks
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                vec![
+                    Arg::Text(new.run.id.clone()),
+                    Arg::I64(i as i64),
+                    Arg::Text(name.clone()),
+                    Arg::Text("pending".into()),
+                ]
+            })
+            .collect();
+        insert_rows(
+            &mut *conn,
+            "INSERT INTO tasks (run_id, idx, name, state)",
+            "",
+            4,
+            rows,
+        )
+        .await?;
+        Ok(true)
+    }
+
+    async fn existing_cycle_run(conn: &mut sqlx::AnyConnection, run: &RunRow) -> Result<String> {
+        let row = sqlx::query(
+            "SELECT id FROM runs WHERE tenant = $1 AND workflow = $2 AND logical_time = $3 \
+             AND kind IN ('schedule', 'backfill')",
+        )
+        .bind(&run.tenant)
+        .bind(&run.workflow)
+        .bind(run.logical_time)
+        .fetch_optional(&mut *conn)
+        .await?;
+        match row {
+            Some(row) => Ok(row.try_get("id")?),
+            None => Err(Error::Invalid(format!(
+                "run {} conflicts with an existing run",
+                run.id
+            ))),
+        }
+    }
+}
+
+#[async_trait]
+impl Store for SqlStore {
+    async fn apply_workflow(
+        &self,
+        tenant: &str,
+        name: &str,
+        hash: &str,
+        spec: &str,
+        now: i64,
+    ) -> Result<Applied> {
+        let mut tx = self.write.begin().await?;
+        let lock = if self.backend == Backend::Postgres {
+            " FOR UPDATE"
+        } else {
+            ""
+        };
+        let current = sqlx::query(&format!(
+            "SELECT latest_version, deleted FROM workflows WHERE tenant = $1 AND name = $2{lock}"
+        ))
+        .bind(tenant)
+        .bind(name)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let version = match current {
+            None => {
+                let inserted = sqlx::query(
+                    "INSERT INTO workflows (tenant, name, latest_version, deleted, created_at, updated_at, schedule_since) \
+                     VALUES ($1, $2, 1, 0, $3, $3, $3) ON CONFLICT DO NOTHING",
+                )
+                .bind(tenant)
+                .bind(name)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+                if inserted == 0 {
+                    return Err(Error::Invalid(format!(
+                        "workflow `{name}` was applied concurrently; try again"
+                    )));
+                }
+                1
+            }
+            Some(row) => {
+                let latest: i64 = row.try_get("latest_version")?;
+                let deleted = row.try_get::<i64, _>("deleted")? != 0;
+                let latest_hash: Option<String> = sqlx::query(
+                    "SELECT hash FROM workflow_versions WHERE tenant = $1 AND name = $2 AND version = $3",
+                )
+                .bind(tenant)
+                .bind(name)
+                .bind(latest)
+                .fetch_optional(&mut *tx)
+                .await?
+                .map(|r| r.try_get("hash"))
+                .transpose()?;
+                if !deleted && latest_hash.as_deref() == Some(hash) {
+                    return Ok(Applied {
+                        version: latest,
+                        created: false,
+                    });
+                }
+                sqlx::query(
+                    "UPDATE workflows SET latest_version = $3, deleted = 0, updated_at = $4 WHERE tenant = $1 AND name = $2",
+                )
+                .bind(tenant)
+                .bind(name)
+                .bind(latest + 1)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+                latest + 1
+            }
+        };
+        sqlx::query(
+            "INSERT INTO workflow_versions (tenant, name, version, hash, spec, created_at) VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(tenant)
+        .bind(name)
+        .bind(version)
+        .bind(hash)
+        .bind(spec)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(Applied {
+            version,
+            created: true,
+        })
+    }
+
+    async fn get_workflow(&self, tenant: &str, name: &str) -> Result<Option<WorkflowRow>> {
+        let row = sqlx::query("SELECT * FROM workflows WHERE tenant = $1 AND name = $2")
+            .bind(tenant)
+            .bind(name)
+            .fetch_optional(&self.read)
+            .await?;
+        row.as_ref().map(workflow_from).transpose()
+    }
+
+    async fn get_version(
+        &self,
+        tenant: &str,
+        name: &str,
+        version: i64,
+    ) -> Result<Option<VersionRow>> {
+        let row = sqlx::query(
+            "SELECT * FROM workflow_versions WHERE tenant = $1 AND name = $2 AND version = $3",
+        )
+        .bind(tenant)
+        .bind(name)
+        .bind(version)
+        .fetch_optional(&self.read)
+        .await?;
+        row.as_ref().map(version_from).transpose()
+    }
+
+    async fn list_workflows(&self, tenant: &str) -> Result<Vec<WorkflowRow>> {
+        let rows =
+            sqlx::query("SELECT * FROM workflows WHERE tenant = $1 AND deleted = 0 ORDER BY name")
+                .bind(tenant)
+                .fetch_all(&self.read)
+                .await?;
+        rows.iter().map(workflow_from).collect()
+    }
+
+    async fn list_versions(&self, tenant: &str, name: &str) -> Result<Vec<VersionRow>> {
+        let rows = sqlx::query(
+            "SELECT * FROM workflow_versions WHERE tenant = $1 AND name = $2 ORDER BY version",
+        )
+        .bind(tenant)
+        .bind(name)
+        .fetch_all(&self.read)
+        .await?;
+        rows.iter().map(version_from).collect()
+    }
+
+    async fn delete_workflow(&self, tenant: &str, name: &str, now: i64) -> Result<bool> {
+        let n = sqlx::query("UPDATE workflows SET deleted = 1, updated_at = $3 WHERE tenant = $1 AND name = $2 AND deleted = 0")
+            .bind(tenant)
+            .bind(name)
+            .bind(now)
+            .execute(&self.write)
+            .await?
+            .rows_affected();
+        Ok(n > 0)
+    }
+
+    async fn live_workflows(&self) -> Result<Vec<(WorkflowRow, VersionRow)>> {
+        let rows = sqlx::query(
+            "SELECT w.tenant, w.name, w.latest_version, w.deleted, w.created_at, w.updated_at, w.schedule_cursor, \
+             w.schedule_since, v.version, v.hash, v.spec, v.created_at AS v_created_at \
+             FROM workflows w JOIN workflow_versions v \
+             ON v.tenant = w.tenant AND v.name = w.name AND v.version = w.latest_version WHERE w.deleted = 0",
+        )
+        .fetch_all(&self.read)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let w = workflow_from(row)?;
+                let v = VersionRow {
+                    tenant: w.tenant.clone(),
+                    name: w.name.clone(),
+                    version: row.try_get("version")?,
+                    hash: row.try_get("hash")?,
+                    spec: row.try_get("spec")?,
+                    created_at: row.try_get("v_created_at")?,
+                };
+                Ok((w, v))
+            })
+            .collect()
+    }
+
+    async fn create_runs(
+        &self,
+        runs: Vec<NewRun>,
+        command_kind: Option<&str>,
+    ) -> Result<Vec<Created>> {
+        let mut tx = self.write.begin().await?;
+        let mut out = Vec::with_capacity(runs.len());
+        for new in &runs {
+            if !Self::insert_run(&mut *tx, new).await? {
+                out.push(Created::Exists {
+                    id: Self::existing_cycle_run(&mut *tx, &new.run).await?,
+                });
+                continue;
+            }
+            let command = match command_kind {
+                None => None,
+                Some(kind) => {
+                    let row = sqlx::query(
+                        "INSERT INTO commands (tenant, run_id, slot, kind, payload, created_at) \
+                         VALUES ($1, $2, $3, $4, '{}', $5) RETURNING id",
+                    )
+                    .bind(&new.run.tenant)
+                    .bind(&new.run.id)
+                    .bind(new.run.slot)
+                    .bind(kind)
+                    .bind(new.run.created_at)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                    Some(row.try_get("id")?)
+                }
+            };
+            out.push(Created::Created {
+                id: new.run.id.clone(),
+                command,
+            });
+        }
+        tx.commit().await?;
+        Ok(out)
+    }
+
+    async fn get_run(&self, id: &str) -> Result<Option<RunRow>> {
+        let row = sqlx::query(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = $1"))
+            .bind(id)
+            .fetch_optional(&self.read)
+            .await?;
+        row.as_ref().map(run_from).transpose()
+    }
+
+    async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRow>> {
+        let mut sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE tenant = $1");
+        let mut args = vec![Arg::Text(filter.tenant.clone())];
+        let mut push = |clause: &str, arg: Arg, sql: &mut String| {
+            args.push(arg);
+            sql.push_str(&clause.replace("$?", &format!("${}", args.len())));
+        };
+        if let Some(w) = &filter.workflow {
+            push(" AND workflow = $?", Arg::Text(w.clone()), &mut sql);
+        }
+        if let Some(s) = &filter.state {
+            push(" AND state = $?", Arg::Text(s.clone()), &mut sql);
+        }
+        if let Some(k) = filter.kind {
+            push(" AND kind = $?", Arg::Text(k.as_str().into()), &mut sql);
+        }
+        if let Some(b) = &filter.backfill_id {
+            push(" AND backfill_id = $?", Arg::Text(b.clone()), &mut sql);
+        }
+        if let Some((created, id)) = &filter.before {
+            push(" AND (created_at < $?", Arg::I64(*created), &mut sql);
+            push(" OR (created_at = $?", Arg::I64(*created), &mut sql);
+            push(" AND id < $?))", Arg::Text(id.clone()), &mut sql);
+        }
+        push(
+            " ORDER BY created_at DESC, id DESC LIMIT $?",
+            Arg::I64(filter.limit.clamp(1, 1000)),
+            &mut sql,
+        );
+        let rows = bind_all(sqlx::query(&sql), args)
+            .fetch_all(&self.read)
+            .await?;
+        rows.iter().map(run_from).collect()
+    }
+
+    async fn active_runs(&self) -> Result<Vec<RunRow>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE state IN ('queued', 'running', 'paused') ORDER BY created_at, id"
+        ))
+        .fetch_all(&self.read)
+        .await?;
+        rows.iter().map(run_from).collect()
+    }
+
+    async fn run_tasks(&self, run_id: &str) -> Result<Vec<TaskRow>> {
+        let rows = sqlx::query("SELECT * FROM tasks WHERE run_id = $1 ORDER BY idx")
+            .bind(run_id)
+            .fetch_all(&self.read)
+            .await?;
+        rows.iter().map(task_from).collect()
+    }
+
+    async fn outputs(&self, run_id: &str, idxs: &[i64]) -> Result<Vec<(i64, String)>> {
+        let mut out = Vec::new();
+        for chunk in idxs.chunks(MAX_PARAMS - 1) {
+            let sql = format!(
+                "SELECT idx, output FROM task_outputs WHERE run_id = $1 AND idx IN ({})",
+                in_list(2, chunk.len())
+            );
+            let mut args = vec![Arg::Text(run_id.to_owned())];
+            args.extend(chunk.iter().map(|&i| Arg::I64(i)));
+            for row in bind_all(sqlx::query(&sql), args)
+                .fetch_all(&self.read)
+                .await?
+            {
+                out.push((row.try_get("idx")?, row.try_get("output")?));
+            }
+        }
+        Ok(out)
+    }
+
+    async fn attempts(&self, run_id: &str, task_idx: Option<i64>) -> Result<Vec<AttemptRow>> {
+        let rows = match task_idx {
+            Some(idx) => {
+                sqlx::query(&format!(
+                    "SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE run_id = $1 AND task_idx = $2 ORDER BY number"
+                ))
+                .bind(run_id)
+                .bind(idx)
+                .fetch_all(&self.read)
+                .await?
+            }
+            None => {
+                sqlx::query(&format!(
+                    "SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE run_id = $1 ORDER BY task_idx, number"
+                ))
+                .bind(run_id)
+                .fetch_all(&self.read)
+                .await?
+            }
+        };
+        rows.iter().map(attempt_from).collect()
+    }
+
+    async fn running_attempts(&self) -> Result<Vec<AttemptRow>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE state = 'running'"
+        ))
+        .fetch_all(&self.read)
+        .await?;
+        rows.iter().map(attempt_from).collect()
+    }
+
+    async fn commit(&self, mut batch: WriteBatch) -> Result<Committed> {
+        if batch.is_empty() {
+            return Ok(Committed::default());
+        }
+        let mut tx = self.write.begin().await?;
+        let mut committed = Committed::default();
+
+        if !batch.fences.is_empty() {
+            let held: HashMap<String, i64> = batch.fences.iter().cloned().collect();
+            let ids: Vec<String> = held.keys().cloned().collect();
+            let lock = if self.backend == Backend::Postgres {
+                " FOR UPDATE"
+            } else {
+                ""
+            };
+            let mut stale = HashSet::new();
+            for chunk in ids.chunks(MAX_PARAMS) {
+                let sql = format!(
+                    "SELECT id, epoch FROM runs WHERE id IN ({}){lock}",
+                    in_list(1, chunk.len())
+                );
+                let args = chunk.iter().map(|id| Arg::Text(id.clone())).collect();
+                for row in bind_all(sqlx::query(&sql), args)
+                    .fetch_all(&mut *tx)
+                    .await?
+                {
+                    let id: String = row.try_get("id")?;
+                    let epoch: i64 = row.try_get("epoch")?;
+                    if held.get(&id) != Some(&epoch) {
+                        stale.insert(id);
+                    }
+                }
+            }
+            if !stale.is_empty() {
+                batch.runs.retain(|r| !stale.contains(&r.id));
+                batch.tasks.retain(|t| !stale.contains(&t.run_id));
+                batch.outputs.retain(|o| match o {
+                    OutputWrite::Set { run_id, .. } | OutputWrite::Clear { run_id, .. } => {
+                        !stale.contains(run_id)
+                    }
+                });
+                batch.attempts.retain(|a| !stale.contains(&a.run_id));
+                batch
+                    .events
+                    .retain(|e| e.run_id.as_ref().is_none_or(|r| !stale.contains(r)));
+                committed.fenced = stale.into_iter().collect();
+                committed.fenced.sort();
+            }
+        }
+
+        for new in &batch.new_runs {
+            Self::insert_run(&mut *tx, new).await?;
+        }
+
+        for run in &batch.runs {
+            sqlx::query(
+                "UPDATE runs SET state = $2, started_at = COALESCE(started_at, $3), finished_at = $4, updated_at = $5 \
+                 WHERE id = $1",
+            )
+            .bind(&run.id)
+            .bind(&run.state)
+            .bind(run.started_at)
+            .bind(run.finished_at)
+            .bind(run.updated_at)
+            .execute(&mut *tx)
+            .await?;
+        }
+
+        if !batch.tasks.is_empty() {
+            // Last write wins within a batch; one row per task keeps the
+            // upsert from touching a row twice in one statement.
+            let mut last: HashMap<(&str, i64), usize> = HashMap::new();
+            for (i, t) in batch.tasks.iter().enumerate() {
+                last.insert((t.run_id.as_str(), t.idx), i);
+            }
+            let mut keep: Vec<usize> = last.into_values().collect();
+            keep.sort_unstable();
+            let rows: Vec<Vec<Arg>> = keep
+                .into_iter()
+                .map(|i| {
+                    let t = &batch.tasks[i];
+                    vec![
+                        Arg::Text(t.run_id.clone()),
+                        Arg::I64(t.idx),
+                        Arg::Text(t.name.clone()),
+                        Arg::Text(t.state.clone()),
+                        Arg::I64(t.attempts),
+                        Arg::I64(t.failures),
+                        Arg::I64(t.forced as i64),
+                        Arg::OptI64(t.retry_at),
+                        Arg::OptText(t.error.clone()),
+                        Arg::OptI64(t.started_at),
+                        Arg::OptI64(t.finished_at),
+                    ]
+                })
+                .collect();
+            insert_rows(
+                &mut *tx,
+                "INSERT INTO tasks (run_id, idx, name, state, attempts, failures, forced, retry_at, error, started_at, finished_at)",
+                "ON CONFLICT (run_id, idx) DO UPDATE SET state = excluded.state, attempts = excluded.attempts, \
+                 failures = excluded.failures, forced = excluded.forced, retry_at = excluded.retry_at, \
+                 error = excluded.error, started_at = excluded.started_at, finished_at = excluded.finished_at",
+                11,
+                rows,
+            )
+            .await?;
+        }
+
+        if !batch.outputs.is_empty() {
+            let mut sets: HashMap<(String, i64), String> = HashMap::new();
+            for o in batch.outputs {
+                match o {
+                    OutputWrite::Set {
+                        run_id,
+                        idx,
+                        output,
+                    } => {
+                        sets.insert((run_id, idx), output);
+                    }
+                    OutputWrite::Clear { run_id, idx } => {
+                        sets.remove(&(run_id.clone(), idx));
+                        sqlx::query("DELETE FROM task_outputs WHERE run_id = $1 AND idx = $2")
+                            .bind(run_id)
+                            .bind(idx)
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                }
+            }
+            let rows = sets
+                .into_iter()
+                .map(|((run_id, idx), output)| {
+                    vec![Arg::Text(run_id), Arg::I64(idx), Arg::Text(output)]
+                })
+                .collect();
+            insert_rows(
+                &mut *tx,
+                "INSERT INTO task_outputs (run_id, idx, output)",
+                "ON CONFLICT (run_id, idx) DO UPDATE SET output = excluded.output",
+                3,
+                rows,
+            )
+            .await?;
+        }
+
+        if !batch.attempts.is_empty() {
+            let mut last: HashMap<(&str, i64, i64), usize> = HashMap::new();
+            for (i, a) in batch.attempts.iter().enumerate() {
+                last.insert((a.run_id.as_str(), a.task_idx, a.number), i);
+            }
+            let mut keep: Vec<usize> = last.into_values().collect();
+            keep.sort_unstable();
+            let rows = keep
+                .into_iter()
+                .map(|i| {
+                    let a = &batch.attempts[i];
+                    vec![
+                        Arg::Text(a.run_id.clone()),
+                        Arg::I64(a.task_idx),
+                        Arg::I64(a.number),
+                        Arg::Text(a.task.clone()),
+                        Arg::Text(a.state.clone()),
+                        Arg::OptText(a.failure_kind.clone()),
+                        Arg::OptText(a.message.clone()),
+                        Arg::I64(a.charged as i64),
+                        Arg::Text(a.worker.clone()),
+                        Arg::I64(a.epoch),
+                        Arg::I64(a.started_at),
+                        Arg::OptI64(a.finished_at),
+                    ]
+                })
+                .collect();
+            insert_rows(
+                &mut *tx,
+                &format!("INSERT INTO attempts ({ATTEMPT_COLUMNS})"),
+                "ON CONFLICT (run_id, task_idx, number) DO UPDATE SET state = excluded.state, \
+                 failure_kind = excluded.failure_kind, message = excluded.message, charged = excluded.charged, \
+                 finished_at = excluded.finished_at",
+                12,
+                rows,
+            )
+            .await?;
+        }
+
+        if !batch.events.is_empty() {
+            let rows = batch
+                .events
+                .into_iter()
+                .map(|e| {
+                    vec![
+                        Arg::Text(e.tenant),
+                        Arg::I64(e.at),
+                        Arg::Text(e.kind),
+                        Arg::OptText(e.run_id),
+                        Arg::OptText(e.task),
+                        Arg::Text(e.data),
+                    ]
+                })
+                .collect();
+            insert_rows(
+                &mut *tx,
+                "INSERT INTO events (tenant, at, kind, run_id, task, data)",
+                "",
+                6,
+                rows,
+            )
+            .await?;
+        }
+
+        let now = batch
+            .runs
+            .first()
+            .map(|r| r.updated_at)
+            .unwrap_or_else(now_ms);
+        for (id, result) in &batch.commands_done {
+            sqlx::query("UPDATE commands SET done_at = $2, result = $3 WHERE id = $1")
+                .bind(id)
+                .bind(now)
+                .bind(result)
+                .execute(&mut *tx)
+                .await?;
+        }
+
+        for (tenant, workflow, cursor) in &batch.schedule_cursors {
+            sqlx::query(
+                "UPDATE workflows SET schedule_cursor = $3 WHERE tenant = $1 AND name = $2",
+            )
+            .bind(tenant)
+            .bind(workflow)
+            .bind(cursor)
+            .execute(&mut *tx)
+            .await?;
+        }
+
+        tx.commit().await?;
+        Ok(committed)
+    }
+
+    async fn insert_command(&self, command: NewCommand) -> Result<i64> {
+        let row = sqlx::query(
+            "INSERT INTO commands (tenant, run_id, slot, kind, payload, created_at) VALUES ($1, $2, $3, $4, $5, $6) \
+             RETURNING id",
+        )
+        .bind(command.tenant)
+        .bind(command.run_id)
+        .bind(command.slot)
+        .bind(command.kind)
+        .bind(command.payload)
+        .bind(command.created_at)
+        .fetch_one(&self.write)
+        .await?;
+        Ok(row.try_get("id")?)
+    }
+
+    async fn pending_commands(&self, after_id: i64, limit: i64) -> Result<Vec<CommandRow>> {
+        let rows = sqlx::query(
+            "SELECT * FROM commands WHERE done_at IS NULL AND id > $1 ORDER BY id LIMIT $2",
+        )
+        .bind(after_id)
+        .bind(limit)
+        .fetch_all(&self.read)
+        .await?;
+        rows.iter().map(command_from).collect()
+    }
+
+    async fn get_command(&self, id: i64) -> Result<Option<CommandRow>> {
+        let row = sqlx::query("SELECT * FROM commands WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.read)
+            .await?;
+        row.as_ref().map(command_from).transpose()
+    }
+
+    async fn append_logs(&self, lines: Vec<LogRow>) -> Result<()> {
+        if lines.is_empty() {
+            return Ok(());
+        }
+        let rows = lines
+            .into_iter()
+            .map(|l| {
+                vec![
+                    Arg::Text(l.run_id),
+                    Arg::I64(l.task_idx),
+                    Arg::I64(l.attempt),
+                    Arg::I64(l.seq),
+                    Arg::I64(l.at),
+                    Arg::Text(l.source),
+                    Arg::Text(l.level),
+                    Arg::Text(l.message),
+                ]
+            })
+            .collect();
+        let mut tx = self.write.begin().await?;
+        insert_rows(
+            &mut *tx,
+            "INSERT INTO logs (run_id, task_idx, attempt, seq, at, source, level, message)",
+            "ON CONFLICT DO NOTHING",
+            8,
+            rows,
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn logs(
+        &self,
+        run_id: &str,
+        task_idx: i64,
+        attempt: i64,
+        after_seq: i64,
+        limit: i64,
+    ) -> Result<Vec<LogRow>> {
+        let rows = sqlx::query(
+            "SELECT * FROM logs WHERE run_id = $1 AND task_idx = $2 AND attempt = $3 AND seq > $4 ORDER BY seq LIMIT $5",
+        )
+        .bind(run_id)
+        .bind(task_idx)
+        .bind(attempt)
+        .bind(after_seq)
+        .bind(limit)
+        .fetch_all(&self.read)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(LogRow {
+                    run_id: r.try_get("run_id")?,
+                    task_idx: r.try_get("task_idx")?,
+                    attempt: r.try_get("attempt")?,
+                    seq: r.try_get("seq")?,
+                    at: r.try_get("at")?,
+                    source: r.try_get("source")?,
+                    level: r.try_get("level")?,
+                    message: r.try_get("message")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn events(
+        &self,
+        tenant: &str,
+        run_id: Option<&str>,
+        after_seq: i64,
+        limit: i64,
+    ) -> Result<Vec<EventRow>> {
+        let rows = match run_id {
+            Some(run) => {
+                sqlx::query("SELECT * FROM events WHERE tenant = $1 AND run_id = $2 AND seq > $3 ORDER BY seq LIMIT $4")
+                    .bind(tenant)
+                    .bind(run)
+                    .bind(after_seq)
+                    .bind(limit)
+                    .fetch_all(&self.read)
+                    .await?
+            }
+            None => {
+                sqlx::query("SELECT * FROM events WHERE tenant = $1 AND seq > $2 ORDER BY seq LIMIT $3")
+                    .bind(tenant)
+                    .bind(after_seq)
+                    .bind(limit)
+                    .fetch_all(&self.read)
+                    .await?
+            }
+        };
+        rows.iter()
+            .map(|r| {
+                Ok(EventRow {
+                    seq: r.try_get("seq")?,
+                    tenant: r.try_get("tenant")?,
+                    at: r.try_get("at")?,
+                    kind: r.try_get("kind")?,
+                    run_id: r.try_get("run_id")?,
+                    task: r.try_get("task")?,
+                    data: r.try_get("data")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn insert_backfill(&self, b: BackfillRow) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO backfills (id, tenant, workflow, from_time, to_time, parallel, total, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        )
+        .bind(b.id)
+        .bind(b.tenant)
+        .bind(b.workflow)
+        .bind(b.from_time)
+        .bind(b.to_time)
+        .bind(b.parallel)
+        .bind(b.total)
+        .bind(b.created_at)
+        .execute(&self.write)
+        .await?;
+        Ok(())
+    }
+
+    async fn get_backfill(&self, id: &str) -> Result<Option<BackfillRow>> {
+        let row = sqlx::query("SELECT * FROM backfills WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.read)
+            .await?;
+        row.as_ref().map(backfill_from).transpose()
+    }
+
+    async fn list_backfills(&self, tenant: &str) -> Result<Vec<BackfillRow>> {
+        let rows =
+            sqlx::query("SELECT * FROM backfills WHERE tenant = $1 ORDER BY created_at DESC")
+                .bind(tenant)
+                .fetch_all(&self.read)
+                .await?;
+        rows.iter().map(backfill_from).collect()
+    }
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
