@@ -63,7 +63,7 @@ fn main() {
     let artifacts = target_dir.join("wasm32-wasip2/release");
     let mut code = String::new();
     let mut listed = Vec::new();
-    for (name, _) in &members {
+    for name in members.keys() {
         let wasm = artifacts.join(format!("{name}.wasm"));
         assert!(wasm.exists(), "plugins/ built, but {} is missing", wasm.display());
         let konst = name.to_uppercase().replace('-', "_");

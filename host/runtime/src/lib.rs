@@ -204,6 +204,9 @@ pub struct Execution {
     /// The directory the guest sees as `/scratch` (and `.`). `None` gives the
     /// attempt a fresh empty directory that is removed afterwards.
     pub scratch_dir: Option<PathBuf>,
+    /// Cancelling it stops the attempt, which then fails with
+    /// [`FailureKind::Cancelled`]. The task first sees `cancelled()` turn
+    /// true and gets a short grace period to return by itself.
     pub cancel: CancellationToken,
     pub observer: Option<Arc<dyn AttemptObserver>>,
 }
@@ -413,6 +416,11 @@ enum Interrupted {
     #[error("the attempt was cancelled")]
     Cancelled,
 }
+
+/// How long a cancelled attempt may take to notice `cancelled()` and return
+/// by itself before it is stopped. Long enough for a task that checks every
+/// 50 ms (like `sleep`), short enough that a kill is still prompt.
+const CANCEL_GRACE: Duration = Duration::from_millis(200);
 
 /// Limits for calling `describe` while loading: it must be quick and small.
 fn describe_limits() -> Limits {
@@ -634,8 +642,8 @@ impl Runtime {
         Ok(store)
     }
 
-    /// Makes the guest stop at the deadline or on cancellation, and yield to
-    /// other guests on every tick in between.
+    /// Makes the guest stop at the deadline, or [`CANCEL_GRACE`] after it
+    /// was cancelled, and yield to other guests on every tick in between.
     fn arm_epoch(
         &self,
         store: &mut Store<StoreState>,
@@ -643,10 +651,14 @@ impl Runtime {
         cancel: CancellationToken,
     ) {
         store.set_epoch_deadline(1);
+        let mut cancel_seen: Option<Instant> = None;
         store.epoch_deadline_callback(move |_| {
-            if cancel.is_cancelled() {
+            let now = Instant::now();
+            if cancel.is_cancelled()
+                && now.duration_since(*cancel_seen.get_or_insert(now)) >= CANCEL_GRACE
+            {
                 Err(Interrupted::Cancelled.into())
-            } else if Instant::now() >= deadline {
+            } else if now >= deadline {
                 Err(Interrupted::Deadline.into())
             } else {
                 Ok(UpdateDeadline::Yield(1))
@@ -747,21 +759,33 @@ impl Runtime {
             logical_time: context.logical_time,
             idempotency_key: context.idempotency_key,
         };
-        let call = async {
-            let instance = plugin.inner.pre.instantiate_async(&mut store).await?;
-            instance
-                .dagr_plugin_task()
-                .call_run(&mut store, &wit_context, &params, &inputs)
-                .await
-        };
         // A guest blocked in a host call (a timer, a socket) never reaches an
         // epoch check, so the deadline and cancellation also race the call.
-        let outcome = tokio::select! {
-            outcome = call => outcome,
-            _ = tokio::time::sleep_until(deadline.into()) => Err(Interrupted::Deadline.into()),
-            _ = cancel.cancelled() => Err(Interrupted::Cancelled.into()),
+        // After a cancellation the task gets a moment to see `cancelled()`
+        // and return by itself (the WIT promises that it can), then it is
+        // stopped (the epoch callback enforces the same grace on a guest
+        // that keeps computing).
+        let (outcome, cancelled) = {
+            let mut call = std::pin::pin!(async {
+                let instance = plugin.inner.pre.instantiate_async(&mut store).await?;
+                instance
+                    .dagr_plugin_task()
+                    .call_run(&mut store, &wit_context, &params, &inputs)
+                    .await
+            });
+            tokio::select! {
+                outcome = &mut call => (outcome, false),
+                _ = tokio::time::sleep_until(deadline.into()) => (Err(Interrupted::Deadline.into()), false),
+                _ = cancel.cancelled() => {
+                    let grace_end = (Instant::now() + CANCEL_GRACE).min(deadline);
+                    match tokio::time::timeout_at(grace_end.into(), &mut call).await {
+                        Ok(outcome) => (outcome, true),
+                        Err(_) => (Err(Interrupted::Cancelled.into()), true),
+                    }
+                }
+            }
         };
-        let result = match outcome {
+        let mut result = match outcome {
             Ok(Ok(output)) => check_output(&log, output, &limits),
             Ok(Err(bindings::TaskError::Retryable(m))) => {
                 Err(Failure::new(FailureKind::Retryable, log.redact_text(&m)))
@@ -771,6 +795,9 @@ impl Runtime {
             }
             Err(e) => Err(classify_error(&e, &limits, &log)),
         };
+        if cancelled {
+            result = Err(cancelled_failure(result));
+        }
         let fuel_consumed = match (self.inner.config.fuel, store.get_fuel()) {
             (true, Ok(left)) => Some(limits.fuel.unwrap_or(u64::MAX) - left),
             _ => None,
@@ -870,6 +897,38 @@ fn finish(
         progress,
         elapsed: started.elapsed(),
         fuel_consumed,
+    }
+}
+
+/// What a cancelled attempt reports, given how its call ended: always
+/// [`FailureKind::Cancelled`], saying whether the task stopped by itself.
+fn cancelled_failure(result: std::result::Result<String, Failure>) -> Failure {
+    match result {
+        Ok(_) => Failure::new(
+            FailureKind::Cancelled,
+            "the attempt was cancelled; the task finished anyway, and its output was discarded",
+        ),
+        Err(failure) if matches!(failure.kind, FailureKind::Cancelled | FailureKind::Timeout) => {
+            Failure::new(
+                FailureKind::Cancelled,
+                format!(
+                    "the attempt was cancelled and stopped (it did not return by itself within {CANCEL_GRACE:?})"
+                ),
+            )
+        }
+        Err(failure) if matches!(failure.kind, FailureKind::Retryable | FailureKind::Fatal) => {
+            Failure::new(
+                FailureKind::Cancelled,
+                format!(
+                    "the attempt was cancelled; the task stopped by itself: {}",
+                    failure.message
+                ),
+            )
+        }
+        Err(failure) => Failure::new(
+            FailureKind::Cancelled,
+            format!("the attempt was cancelled; then {failure}"),
+        ),
     }
 }
 

@@ -1,0 +1,1 @@
+//! Intentionally empty: this package holds the `all` integration-test binary (`tests/all`).
