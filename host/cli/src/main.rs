@@ -1,7 +1,9 @@
 //! `dagr`: the one binary. Every role (server, client verbs, tools) is a
 //! subcommand.
 
+mod node;
 mod plugin;
+mod serve;
 
 use clap::{Parser, Subcommand};
 
@@ -15,6 +17,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run dagr on one machine: API, scheduler and worker in one process, on
+    /// embedded SQLite.
+    Serve(serve::ServeArgs),
     /// Work with plugins (WebAssembly components that implement a task type).
     #[command(subcommand)]
     Plugin(plugin::PluginCommand),
@@ -23,12 +28,14 @@ enum Command {
 fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("DAGR_LOG").unwrap_or_else(|_| "warn".into()),
+            tracing_subscriber::EnvFilter::try_from_env("DAGR_LOG")
+                .unwrap_or_else(|_| "info,sqlx=warn,wasmtime=warn,cranelift=warn".into()),
         )
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Serve(args) => serve::run(args),
         Command::Plugin(cmd) => plugin::run(cmd),
     };
     match result {

@@ -55,15 +55,34 @@ fn parse_bytes(text: &str) -> Result<u64, String> {
 
 pub fn run(cmd: PluginCommand) -> anyhow::Result<ExitCode> {
     match cmd {
-        PluginCommand::Run { file, params, inputs, timeout, memory, allow_hosts, secrets, quiet } => {
-            run_one(&file, params, inputs, timeout, memory, allow_hosts, secrets, quiet)
-        }
+        PluginCommand::Run {
+            file,
+            params,
+            inputs,
+            timeout,
+            memory,
+            allow_hosts,
+            secrets,
+            quiet,
+        } => run_one(
+            &file,
+            params,
+            inputs,
+            timeout,
+            memory,
+            allow_hosts,
+            secrets,
+            quiet,
+        ),
         PluginCommand::List => list(),
     }
 }
 
 fn component_bytes(file: &str) -> anyhow::Result<Vec<u8>> {
-    if let Some((_, bytes)) = dagr_builtins::BUILTINS.iter().find(|(name, _)| *name == file) {
+    if let Some((_, bytes)) = dagr_builtins::BUILTINS
+        .iter()
+        .find(|(name, _)| *name == file)
+    {
         return Ok(bytes.to_vec());
     }
     let path = PathBuf::from(file);
@@ -84,20 +103,31 @@ fn run_one(
     quiet: bool,
 ) -> anyhow::Result<ExitCode> {
     serde_json::from_str::<serde_json::Value>(&params).context("--params is not valid JSON")?;
-    match serde_json::from_str::<serde_json::Value>(&inputs).context("--inputs is not valid JSON")? {
+    match serde_json::from_str::<serde_json::Value>(&inputs)
+        .context("--inputs is not valid JSON")?
+    {
         serde_json::Value::Object(_) => {}
         _ => bail!("--inputs must be a JSON object keyed by upstream task name"),
     }
-    let network = NetworkPolicy::allow(&allow_hosts).map_err(|e| anyhow::anyhow!("--allow-host: {e}"))?;
+    let network =
+        NetworkPolicy::allow(&allow_hosts).map_err(|e| anyhow::anyhow!("--allow-host: {e}"))?;
     let mut secret_map = HashMap::new();
     for pair in secrets {
-        let Some((name, value)) = pair.split_once('=') else { bail!("--secret `{pair}` must be NAME=VALUE") };
+        let Some((name, value)) = pair.split_once('=') else {
+            bail!("--secret `{pair}` must be NAME=VALUE")
+        };
         secret_map.insert(name.to_owned(), value.to_owned());
     }
 
     let bytes = component_bytes(file)?;
-    let runtime = Runtime::new(RuntimeConfig { guest_threads: 1, max_concurrent_attempts: 4, ..Default::default() })?;
-    let plugin = runtime.load(&bytes).with_context(|| format!("cannot load {file}"))?;
+    let runtime = Runtime::new(RuntimeConfig {
+        guest_threads: 1,
+        max_concurrent_attempts: 4,
+        ..Default::default()
+    })?;
+    let plugin = runtime
+        .load(&bytes)
+        .with_context(|| format!("cannot load {file}"))?;
     let info = plugin.info();
 
     let mut exec = Execution::new(AttemptContext::adhoc(&info.name), params);
@@ -107,10 +137,15 @@ fn run_one(
     exec.network = network;
     exec.secrets = Some(Arc::new(secret_map));
 
-    let host = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let host = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     let report = host.block_on(runtime.execute(&plugin, exec));
     if !quiet {
-        eprintln!("── {} {} ({} in {:.1?})", info.name, info.version, file, report.elapsed);
+        eprintln!(
+            "── {} {} ({} in {:.1?})",
+            info.name, info.version, file, report.elapsed
+        );
         for line in &report.log {
             let source = match line.source {
                 LogSource::Plugin => "plugin",
@@ -137,9 +172,15 @@ fn run_one(
 }
 
 fn list() -> anyhow::Result<ExitCode> {
-    let runtime = Runtime::new(RuntimeConfig { guest_threads: 1, max_concurrent_attempts: 4, ..Default::default() })?;
+    let runtime = Runtime::new(RuntimeConfig {
+        guest_threads: 1,
+        max_concurrent_attempts: 4,
+        ..Default::default()
+    })?;
     for (name, bytes) in dagr_builtins::BUILTINS {
-        let plugin = runtime.load(bytes).with_context(|| format!("built-in plugin {name} does not load"))?;
+        let plugin = runtime
+            .load(bytes)
+            .with_context(|| format!("built-in plugin {name} does not load"))?;
         let info = plugin.info();
         println!("{:<10} {:<7} {}", info.name, info.version, info.description);
     }

@@ -316,7 +316,11 @@ pub enum OutputWrite {
 /// Everything one engine step changes, committed atomically.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WriteBatch {
+    /// Runs to create (schedule materialisation). A run whose cycle already
+    /// has one is skipped.
     pub new_runs: Vec<NewRun>,
+    /// A command (e.g. `admit`) to insert for each new run that was created.
+    pub new_run_command: Option<String>,
     pub runs: Vec<RunWrite>,
     pub tasks: Vec<TaskWrite>,
     pub outputs: Vec<OutputWrite>,

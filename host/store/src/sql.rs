@@ -791,7 +791,20 @@ impl Store for SqlStore {
         }
 
         for new in &batch.new_runs {
-            Self::insert_run(&mut *tx, new).await?;
+            if Self::insert_run(&mut *tx, new).await? {
+                if let Some(kind) = &batch.new_run_command {
+                    sqlx::query(
+                        "INSERT INTO commands (tenant, run_id, slot, kind, payload, created_at) VALUES ($1, $2, $3, $4, '{}', $5)",
+                    )
+                    .bind(&new.run.tenant)
+                    .bind(&new.run.id)
+                    .bind(new.run.slot)
+                    .bind(kind)
+                    .bind(new.run.created_at)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+            }
         }
 
         for run in &batch.runs {

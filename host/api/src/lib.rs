@@ -1,0 +1,183 @@
+//! dagr's HTTP API.
+//!
+//! # Brief overview
+//!
+//! - [`router`] builds the axum [`Router`](axum::Router) from an
+//!   [`ApiState`]: the [`Store`](dagr_store::Store), a
+//!   [`Control`](dagr_protocol::control::Control) to reach the engine, and the
+//!   [`PluginDirectory`](dagr_protocol::plugins::PluginDirectory).
+//! - Every route is declared with `#[utoipa::path]` and registered through
+//!   utoipa-axum, so `/openapi.json` is generated from the code and the route
+//!   table ([`routes`]) can be enumerated by tests.
+//! - The API writes durable things itself (definitions, runs, commands) and
+//!   then wakes the engine; it never changes run state directly.
+//! - Errors are [`AppError`](error::AppError): JSON `{code, message,
+//!   location?}`, 4xx for the caller's mistakes, 500 only for dagr's own.
+//! - The caller's tenant comes from the [`Tenant`] request extension; with no
+//!   authentication layer it is `default`.
+
+pub mod error;
+pub mod extract;
+mod handlers;
+mod views;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{DefaultBodyLimit, FromRequestParts};
+use axum::http::request::Parts;
+use dagr_protocol::control::Control;
+use dagr_protocol::plugins::PluginDirectory;
+use dagr_store::Store;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::error::AppError;
+
+/// The tenant a request acts for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tenant(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for Tenant {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        Ok(parts
+            .extensions
+            .get::<Tenant>()
+            .cloned()
+            .unwrap_or_else(|| Tenant(DEFAULT_TENANT.into())))
+    }
+}
+
+/// The tenant of a single-tenant installation (`dagr serve` without auth).
+pub const DEFAULT_TENANT: &str = "default";
+
+/// Limits the API enforces.
+#[derive(Debug, Clone)]
+pub struct ApiConfig {
+    /// Largest request body.
+    pub max_body_bytes: usize,
+    /// How long an action waits for the engine before answering 202.
+    pub action_wait: Duration,
+    /// Longest a `wait=true` job request may wait.
+    pub max_job_wait: Duration,
+    /// Most runs one backfill may create.
+    pub max_backfill_runs: usize,
+    /// Most tasks an ad-hoc job may have.
+    pub max_job_tasks: usize,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        ApiConfig {
+            max_body_bytes: 4 << 20,
+            action_wait: Duration::from_secs(10),
+            max_job_wait: Duration::from_secs(600),
+            max_backfill_runs: 10_000,
+            max_job_tasks: 100,
+        }
+    }
+}
+
+/// What the handlers share.
+#[derive(Clone)]
+pub struct ApiState {
+    pub store: Arc<dyn Store>,
+    pub control: Arc<dyn Control>,
+    pub plugins: Arc<dyn PluginDirectory>,
+    pub config: Arc<ApiConfig>,
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "dagr", description = "DAG workflows whose tasks are sandboxed WebAssembly components."),
+    tags(
+        (name = "workflows", description = "Workflow definitions and their versions"),
+        (name = "runs", description = "Runs (workflow instances), their tasks and logs"),
+        (name = "backfills", description = "Runs over a range of logical times"),
+        (name = "jobs", description = "Ad-hoc jobs: a plugin or a small DAG, no registered workflow"),
+        (name = "plugins", description = "Task types"),
+        (name = "system", description = "Health")
+    )
+)]
+struct ApiDoc;
+
+/// The routes with their OpenAPI description.
+fn api_router() -> OpenApiRouter<ApiState> {
+    use handlers::*;
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(healthz))
+        .routes(routes!(apply_workflow, list_workflows))
+        .routes(routes!(get_workflow, delete_workflow))
+        .routes(routes!(list_versions))
+        .routes(routes!(trigger_run, list_workflow_runs))
+        .routes(routes!(list_runs))
+        .routes(routes!(get_run))
+        .routes(routes!(kill_run))
+        .routes(routes!(pause_run))
+        .routes(routes!(resume_run))
+        .routes(routes!(rerun_run))
+        .routes(routes!(mark_run_failed))
+        .routes(routes!(run_events))
+        .routes(routes!(get_task))
+        .routes(routes!(rerun_task))
+        .routes(routes!(force_success))
+        .routes(routes!(task_logs))
+        .routes(routes!(create_backfill, list_backfills))
+        .routes(routes!(get_backfill))
+        .routes(routes!(create_job))
+        .routes(routes!(list_plugins))
+}
+
+/// The OpenAPI document.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    api_router().split_for_parts().1
+}
+
+/// Every route as (method, path template), from the OpenAPI document.
+pub fn routes() -> Vec<(String, String)> {
+    let doc = openapi();
+    let mut out = Vec::new();
+    for (path, item) in doc.paths.paths {
+        let methods = [
+            ("GET", item.get.is_some()),
+            ("POST", item.post.is_some()),
+            ("PUT", item.put.is_some()),
+            ("DELETE", item.delete.is_some()),
+            ("PATCH", item.patch.is_some()),
+        ];
+        for (method, present) in methods {
+            if present {
+                out.push((method.to_owned(), path.clone()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The HTTP API.
+pub fn router(state: ApiState) -> axum::Router {
+    let max_body = state.config.max_body_bytes;
+    let (router, doc) = api_router().split_for_parts();
+    let doc = Arc::new(doc);
+    router
+        .route(
+            "/openapi.json",
+            axum::routing::get(move || {
+                let doc = doc.clone();
+                async move { axum::Json(doc.as_ref().clone()) }
+            }),
+        )
+        .fallback(|| async { AppError::NotFound("no such endpoint; see /openapi.json".into()) })
+        .method_not_allowed_fallback(|| async {
+            AppError::bad(
+                "method_not_allowed",
+                "this endpoint does not support that method; see /openapi.json",
+            )
+        })
+        .layer(DefaultBodyLimit::max(max_body))
+        .with_state(state)
+}

@@ -1,0 +1,180 @@
+//! One node with every role: store, runtime, worker, engine and API in one
+//! process (`dagr serve`, `dagr bench`, and tests).
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context as _;
+use async_trait::async_trait;
+use dagr_config::Settings;
+use dagr_master::{Dispatcher, Engine, EngineConfig, EngineHandle};
+use dagr_protocol::wire::{AttemptKey, AttemptResult, AttemptSpec};
+use dagr_runtime::{Runtime, RuntimeConfig};
+use dagr_store::{SqlStore, Store, Synchronous};
+use dagr_worker::{BuiltinPlugins, LogWriter, Reporter, Worker};
+use tokio::sync::oneshot;
+
+/// A running node.
+pub struct Node {
+    pub addr: SocketAddr,
+    pub engine: EngineHandle,
+    pub store: Arc<SqlStore>,
+    pub worker: Worker,
+    stop: Option<oneshot::Sender<()>>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Node {
+    /// Starts every role and the HTTP API on `settings.listen` (port 0
+    /// picks a free one).
+    pub async fn start(settings: &Settings) -> anyhow::Result<Node> {
+        let sync = if settings.synchronous_full {
+            Synchronous::Full
+        } else {
+            Synchronous::Normal
+        };
+        let store = Arc::new(
+            SqlStore::open(&settings.store_url, sync)
+                .await
+                .with_context(|| format!("cannot open the store at {}", settings.store_url))?,
+        );
+        let runtime = Runtime::new(RuntimeConfig {
+            max_concurrent_attempts: settings.slots,
+            guest_threads: if settings.guest_threads == 0 {
+                std::thread::available_parallelism()
+                    .map(|n| n.get())
+                    .unwrap_or(2)
+            } else {
+                settings.guest_threads
+            },
+            max_memory_bytes: settings.max_memory,
+            cache_dir: Some(settings.cache_dir.clone()),
+            scratch_root: settings.data_dir.join("scratch"),
+            ..RuntimeConfig::default()
+        })?;
+        let builtins = {
+            let runtime = runtime.clone();
+            tokio::task::spawn_blocking(move || {
+                BuiltinPlugins::load(&runtime, dagr_builtins::BUILTINS)
+            })
+            .await?
+            .map_err(anyhow::Error::msg)?
+        };
+        let builtins = Arc::new(builtins);
+        let logs = LogWriter::start(store.clone());
+        let worker = Worker::new("local", runtime, builtins.clone(), None, logs);
+        for plugin in builtins.plugins() {
+            worker.preload(plugin.clone());
+        }
+        let reporter = Arc::new(LateReporter::default());
+        let dispatcher = Arc::new(LocalDispatcher {
+            worker: worker.clone(),
+            reporter: reporter.clone(),
+        });
+        let engine_config = EngineConfig {
+            node_id: "local".into(),
+            default_timeout: settings.default_timeout,
+            default_memory: settings.default_memory,
+            max_memory: settings.max_memory,
+            max_output_bytes: settings.max_output,
+            max_log_bytes: settings.max_log,
+            ..EngineConfig::default()
+        };
+        let engine =
+            Engine::start(engine_config, store.clone(), dispatcher, builtins.clone()).await?;
+        reporter.connect(engine.clone());
+
+        let api = dagr_api::router(dagr_api::ApiState {
+            store: store.clone(),
+            control: Arc::new(engine.clone()),
+            plugins: builtins,
+            config: Arc::new(dagr_api::ApiConfig {
+                max_body_bytes: settings.max_body as usize,
+                ..Default::default()
+            }),
+        });
+        let listener = tokio::net::TcpListener::bind(settings.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", settings.listen))?;
+        let addr = listener.local_addr()?;
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = tokio::spawn(async move {
+            let shutdown = async {
+                let _ = stopped.await;
+            };
+            if let Err(e) = axum::serve(listener, api)
+                .with_graceful_shutdown(shutdown)
+                .await
+            {
+                tracing::error!(error = %e, "the HTTP server stopped");
+            }
+        });
+        Ok(Node {
+            addr,
+            engine,
+            store,
+            worker,
+            stop: Some(stop),
+            server,
+        })
+    }
+
+    /// Stops the API and the engine.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = (&mut self.server).await;
+        self.engine.shutdown().await;
+        self.worker.cancel_all();
+    }
+}
+
+/// Hands attempts to the in-process worker.
+struct LocalDispatcher {
+    worker: Worker,
+    reporter: Arc<LateReporter>,
+}
+
+#[async_trait]
+impl Dispatcher for LocalDispatcher {
+    fn slots(&self) -> usize {
+        self.worker.slots()
+    }
+
+    async fn dispatch(&self, spec: AttemptSpec) -> Result<(), String> {
+        self.worker.start(spec, self.reporter.clone());
+        Ok(())
+    }
+
+    async fn cancel(&self, key: &AttemptKey) {
+        self.worker.cancel(key);
+    }
+}
+
+/// The worker's reporter, connected to the engine once it has started
+/// (the engine may dispatch during its start, before its handle exists).
+#[derive(Default)]
+struct LateReporter {
+    state: Mutex<(Option<EngineHandle>, Vec<AttemptResult>)>,
+}
+
+impl LateReporter {
+    fn connect(&self, engine: EngineHandle) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        for result in state.1.drain(..) {
+            engine.report(result);
+        }
+        state.0 = Some(engine);
+    }
+}
+
+impl Reporter for LateReporter {
+    fn report(&self, result: AttemptResult) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        match &state.0 {
+            Some(engine) => engine.report(result),
+            None => state.1.push(result),
+        }
+    }
+}

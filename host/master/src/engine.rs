@@ -1,0 +1,1380 @@
+//! The engine loop and the state it owns.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeZone, Utc};
+use chrono_tz::Tz;
+use dagr_core::definition::Format;
+use dagr_core::run::{
+    Action, FailureClass, Input as RunInput, Rejected, RunMachine, RunState, TaskProgress,
+    TaskState,
+};
+use dagr_core::schedule::Schedule;
+use dagr_core::template::RenderContext;
+use dagr_core::{Workflow, WorkflowSpec};
+use dagr_protocol::control::CommandOutcome;
+use dagr_protocol::plugins::{PluginDirectory, TrustedCatalog};
+use dagr_protocol::wire::{
+    AttemptKey, AttemptResult, AttemptSpec, FailureKind, Outcome, PluginSpec,
+};
+use dagr_store::{
+    AttemptRow, CommandRow, NewEvent, NewRun, OutputWrite, RunKind, RunRow, RunWrite, Store,
+    TaskWrite, WriteBatch, now_ms,
+};
+use serde_json::{Map, Value, json};
+use tokio::sync::{broadcast, mpsc};
+
+use crate::ready::{ReadyQueue, ReadyTask};
+use crate::{Dispatcher, EngineConfig, EngineHandle, EngineMetrics, Input};
+
+/// Outputs up to this size stay in memory for dependents; larger ones are
+/// read back from the store when needed.
+const CACHED_OUTPUT: usize = 64 * 1024;
+
+/// Inputs handled per step at most, so that one step's batch stays bounded.
+const MAX_INPUTS_PER_STEP: usize = 8192;
+
+type WorkflowKey = (String, String);
+
+/// Timestamps and notes the machine does not keep, for the task rows.
+#[derive(Debug, Clone, Default)]
+struct TaskExtra {
+    started_at: Option<i64>,
+    finished_at: Option<i64>,
+    retry_at: Option<i64>,
+    error: Option<String>,
+}
+
+/// A run the engine drives.
+struct ActiveRun {
+    id: Arc<str>,
+    row: RunRow,
+    machine: RunMachine,
+    params: BTreeMap<String, Value>,
+    timezone: Tz,
+    extra: Vec<TaskExtra>,
+    outputs: HashMap<usize, Arc<str>>,
+    /// A backfill's parallelism, if the run belongs to one.
+    backfill_parallel: Option<usize>,
+}
+
+impl ActiveRun {
+    fn workflow_key(&self) -> WorkflowKey {
+        (self.row.tenant.clone(), self.row.workflow.clone())
+    }
+}
+
+/// An attempt handed to a worker and not yet reported back.
+struct InFlight {
+    workflow: WorkflowKey,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Timer {
+    Retry { run: String, task: usize },
+    Schedule { tenant: String, name: String },
+}
+
+struct ScheduleEntry {
+    version: i64,
+    schedule: Schedule,
+    workflow: Arc<Workflow>,
+    since: i64,
+    cursor: Option<i64>,
+}
+
+/// What one step changes and what it must do once that is committed.
+#[derive(Default)]
+struct Step {
+    batch: WriteBatch,
+    dispatches: Vec<AttemptSpec>,
+    cancels: Vec<AttemptKey>,
+    finished: Vec<(String, String)>,
+    replies: Vec<(i64, CommandOutcome)>,
+    /// Runs that reached a final state in this step (dropped from memory after it).
+    retire: Vec<Arc<str>>,
+}
+
+/// The engine. Built and started by [`Engine::start`].
+pub struct Engine {
+    config: EngineConfig,
+    store: Arc<dyn Store>,
+    dispatcher: Arc<dyn Dispatcher>,
+    plugins: Arc<dyn PluginDirectory>,
+    metrics: Arc<EngineMetrics>,
+    rx: mpsc::UnboundedReceiver<Input>,
+    commands_tx: broadcast::Sender<(i64, CommandOutcome)>,
+    finished_tx: broadcast::Sender<(String, String)>,
+
+    runs: HashMap<Arc<str>, ActiveRun>,
+    workflows: HashMap<(String, String, i64), Arc<Workflow>>,
+    ready: ReadyQueue,
+    in_flight: HashMap<AttemptKey, InFlight>,
+    /// Tasks running per workflow (for `concurrency`).
+    running_by_workflow: HashMap<WorkflowKey, usize>,
+    /// Ready tasks held back by their workflow's `concurrency`.
+    parked: HashMap<WorkflowKey, VecDeque<ReadyTask>>,
+    /// Running or paused runs per workflow (for `max_active_runs`) and per backfill.
+    active_by_workflow: HashMap<WorkflowKey, usize>,
+    active_by_backfill: HashMap<String, usize>,
+    /// Queued runs waiting for admission, per workflow, oldest first.
+    waiting: HashMap<WorkflowKey, VecDeque<Arc<str>>>,
+    timers: BTreeMap<(i64, u64), Timer>,
+    timer_seq: u64,
+    schedules: HashMap<WorkflowKey, ScheduleEntry>,
+    command_cursor: i64,
+    /// Results to apply in the next step (dispatches that failed).
+    deferred: Vec<AttemptResult>,
+    /// Run another step at once (more commands are waiting).
+    pending_wake: bool,
+}
+
+fn outcome_json(outcome: &CommandOutcome) -> String {
+    serde_json::to_string(outcome).unwrap_or_else(|_| "{\"ok\":false,\"message\":\"\"}".into())
+}
+
+impl Engine {
+    /// Recovers state from the store and starts the engine loop.
+    pub async fn start(
+        config: EngineConfig,
+        store: Arc<dyn Store>,
+        dispatcher: Arc<dyn Dispatcher>,
+        plugins: Arc<dyn PluginDirectory>,
+    ) -> Result<EngineHandle, dagr_store::Error> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (commands_tx, _) = broadcast::channel(1024);
+        let (finished_tx, _) = broadcast::channel(4096);
+        let metrics = Arc::new(EngineMetrics::default());
+        let handle = EngineHandle {
+            tx,
+            commands: commands_tx.clone(),
+            finished: finished_tx.clone(),
+            store: store.clone(),
+            metrics: metrics.clone(),
+            plugins: plugins.clone(),
+        };
+        let mut engine = Engine {
+            config,
+            store,
+            dispatcher,
+            plugins,
+            metrics,
+            rx,
+            commands_tx,
+            finished_tx,
+            runs: HashMap::new(),
+            workflows: HashMap::new(),
+            ready: ReadyQueue::default(),
+            in_flight: HashMap::new(),
+            running_by_workflow: HashMap::new(),
+            parked: HashMap::new(),
+            active_by_workflow: HashMap::new(),
+            active_by_backfill: HashMap::new(),
+            waiting: HashMap::new(),
+            timers: BTreeMap::new(),
+            timer_seq: 0,
+            schedules: HashMap::new(),
+            command_cursor: 0,
+            deferred: Vec::new(),
+            pending_wake: false,
+        };
+        let mut step = Step::default();
+        engine.recover(&mut step).await?;
+        engine.finish_step(step).await;
+        tokio::spawn(engine.run());
+        Ok(handle)
+    }
+
+    /// Reloads every active run. Attempts that were running when the
+    /// process stopped are lost: they are failed as `worker-lost` (not
+    /// charged) and their tasks go again.
+    async fn recover(&mut self, step: &mut Step) -> Result<(), dagr_store::Error> {
+        let now = now_ms();
+        let active = self.store.active_runs().await?;
+        let running = self.store.running_attempts().await?;
+        let mut loaded = 0usize;
+        for row in active {
+            let id = row.id.clone();
+            match self.load_run_row(row, step, now).await {
+                Ok(()) => loaded += 1,
+                Err(message) => tracing::error!(run = %id, %message, "cannot recover run"),
+            }
+        }
+        for attempt in running {
+            let key = AttemptKey {
+                run_id: attempt.run_id.clone(),
+                task: attempt.task_idx as u32,
+                number: attempt.number as u32,
+            };
+            let result = AttemptResult {
+                key,
+                epoch: attempt.epoch,
+                task_name: attempt.task.clone(),
+                worker: attempt.worker.clone(),
+                started_at: attempt.started_at,
+                finished_at: now,
+                outcome: Outcome::Failed {
+                    kind: FailureKind::WorkerLost,
+                    message: "the attempt was running when dagr stopped; it runs again".into(),
+                },
+            };
+            // Not in flight any more: record the attempt's end directly.
+            step.batch
+                .attempts
+                .push(finished_attempt(&result, &attempt));
+            self.apply_result(result, step, now, false);
+        }
+        // Queued runs wait for admission in creation order.
+        let mut queued: Vec<(i64, Arc<str>)> = self
+            .runs
+            .values()
+            .filter(|r| r.machine.state() == RunState::Queued)
+            .map(|r| (r.row.created_at, r.id.clone()))
+            .collect();
+        queued.sort();
+        for (_, id) in queued {
+            self.admit_or_wait(&id, step, now);
+        }
+        if self.config.schedules {
+            self.load_schedules(step, now).await?;
+        }
+        self.consume_commands(step, now).await;
+        self.dispatch_ready(step, now).await;
+        tracing::info!(runs = loaded, "engine recovered");
+        Ok(())
+    }
+
+    async fn run(mut self) {
+        let mut poll = tokio::time::interval(self.config.poll_interval);
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let mut inputs: Vec<Input> = Vec::new();
+            if self.deferred.is_empty() && !self.pending_wake {
+                let timer_at = self.timers.keys().next().map(|&(at, _)| at);
+                let sleep_for =
+                    timer_at.map(|at| Duration::from_millis((at - now_ms()).max(0) as u64));
+                tokio::select! {
+                    input = self.rx.recv() => match input {
+                        Some(input) => inputs.push(input),
+                        None => return,
+                    },
+                    _ = poll.tick() => inputs.push(Input::Wake),
+                    _ = async {
+                        match sleep_for {
+                            Some(d) => tokio::time::sleep(d).await,
+                            None => std::future::pending().await,
+                        }
+                    } => {}
+                }
+            }
+            inputs.extend(self.deferred.drain(..).map(Input::Result));
+            if std::mem::take(&mut self.pending_wake) {
+                inputs.push(Input::Wake);
+            }
+            while inputs.len() < MAX_INPUTS_PER_STEP {
+                match self.rx.try_recv() {
+                    Ok(input) => inputs.push(input),
+                    Err(_) => break,
+                }
+            }
+            let now = now_ms();
+            let mut step = Step::default();
+            let mut wake = false;
+            let mut shutdown = None;
+            for input in inputs {
+                match input {
+                    Input::Wake => wake = true,
+                    Input::Result(result) => {
+                        self.metrics.results.fetch_add(1, Ordering::Relaxed);
+                        self.apply_result(result, &mut step, now, true);
+                    }
+                    Input::WorkflowChanged { tenant, name } => {
+                        if self.config.schedules {
+                            self.reload_schedule(&tenant, &name, &mut step, now).await;
+                        }
+                    }
+                    Input::Shutdown(reply) => shutdown = Some(reply),
+                }
+            }
+            self.fire_timers(&mut step, now);
+            if wake {
+                self.consume_commands(&mut step, now).await;
+            }
+            self.dispatch_ready(&mut step, now).await;
+            self.finish_step(step).await;
+            self.metrics.steps.fetch_add(1, Ordering::Relaxed);
+            if let Some(reply) = shutdown {
+                let _ = reply.send(());
+                return;
+            }
+        }
+    }
+
+    /// Commits the step, then performs what must follow a commit.
+    async fn finish_step(&mut self, mut step: Step) {
+        let batch = std::mem::take(&mut step.batch);
+        if !batch.is_empty() {
+            let mut delay = Duration::from_millis(50);
+            loop {
+                match self.store.commit(batch.clone()).await {
+                    Ok(committed) => {
+                        if !committed.fenced.is_empty() {
+                            self.metrics
+                                .fenced_writes
+                                .fetch_add(committed.fenced.len() as u64, Ordering::Relaxed);
+                            for run in committed.fenced {
+                                tracing::warn!(run = %run, "another master owns this run now; dropping it");
+                                self.drop_run(&run);
+                            }
+                        }
+                        break;
+                    }
+                    Err(e) => {
+                        // Nothing of this step happened; keep trying rather than
+                        // act on state that is not durable.
+                        tracing::error!(error = %e, "cannot commit the engine step; retrying");
+                        tokio::time::sleep(delay).await;
+                        delay = (delay * 2).min(Duration::from_secs(5));
+                    }
+                }
+            }
+        }
+        for spec in step.dispatches {
+            let key = spec.key.clone();
+            self.metrics.dispatched.fetch_add(1, Ordering::Relaxed);
+            if let Err(message) = self.dispatcher.dispatch(spec.clone()).await {
+                tracing::warn!(attempt = %key, %message, "dispatch failed; the attempt is lost");
+                // The worker never took it: report it lost, so it goes again.
+                let now = now_ms();
+                self.deferred.push(AttemptResult {
+                    key,
+                    epoch: spec.epoch,
+                    task_name: spec.task_name.clone(),
+                    worker: String::new(),
+                    started_at: now,
+                    finished_at: now,
+                    outcome: Outcome::Failed {
+                        kind: FailureKind::WorkerLost,
+                        message: format!("dispatch failed: {message}"),
+                    },
+                });
+            }
+        }
+        for key in step.cancels {
+            self.dispatcher.cancel(&key).await;
+        }
+        for (run, state) in step.finished {
+            self.metrics.runs_finished.fetch_add(1, Ordering::Relaxed);
+            let _ = self.finished_tx.send((run, state));
+        }
+        for reply in step.replies {
+            let _ = self.commands_tx.send(reply);
+        }
+        for run in step.retire {
+            if self
+                .runs
+                .get(&run)
+                .is_some_and(|r| r.machine.state().is_terminal())
+            {
+                self.runs.remove(&run);
+            }
+        }
+    }
+}
+
+impl Engine {
+    // Loading runs -----------------------------------------------------------
+
+    async fn workflow_for(&mut self, row: &RunRow) -> Result<Arc<Workflow>, String> {
+        let cache_key = row
+            .version
+            .map(|v| (row.tenant.clone(), row.workflow.clone(), v));
+        if let Some(wf) = cache_key.as_ref().and_then(|k| self.workflows.get(k)) {
+            return Ok(wf.clone());
+        }
+        let text = match (&row.spec, row.version) {
+            (Some(spec), _) => spec.clone(),
+            (None, Some(version)) => {
+                self.store
+                    .get_version(&row.tenant, &row.workflow, version)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .ok_or_else(|| {
+                        format!("workflow {} version {version} is missing", row.workflow)
+                    })?
+                    .spec
+            }
+            (None, None) => {
+                return Err(format!(
+                    "run {} has neither a workflow version nor a spec",
+                    row.id
+                ));
+            }
+        };
+        let spec = WorkflowSpec::parse(&text, Format::Json).map_err(|e| e.to_string())?;
+        let workflow =
+            Arc::new(Workflow::validate(spec, &TrustedCatalog).map_err(|e| e.to_string())?);
+        if let Some(k) = cache_key {
+            self.workflows.insert(k, workflow.clone());
+        }
+        Ok(workflow)
+    }
+
+    async fn load_run(
+        &mut self,
+        run_id: &str,
+        step: &mut Step,
+        now: i64,
+    ) -> Result<Arc<str>, String> {
+        if let Some((id, _)) = self.runs.get_key_value(run_id) {
+            return Ok(id.clone());
+        }
+        let row = self
+            .store
+            .get_run(run_id)
+            .await
+            .map_err(|e| format!("cannot read run {run_id}: {e}"))?
+            .ok_or_else(|| format!("there is no run {run_id}"))?;
+        self.load_run_row(row, step, now).await?;
+        self.runs
+            .get_key_value(run_id)
+            .map(|(id, _)| id.clone())
+            .ok_or_else(|| format!("run {run_id} did not load"))
+    }
+
+    async fn load_run_row(&mut self, row: RunRow, step: &mut Step, now: i64) -> Result<(), String> {
+        let workflow = self.workflow_for(&row).await?;
+        let tasks = self
+            .store
+            .run_tasks(&row.id)
+            .await
+            .map_err(|e| e.to_string())?;
+        if tasks.len() != workflow.tasks.len() {
+            return Err(format!(
+                "run {} has {} task rows for {} tasks",
+                row.id,
+                tasks.len(),
+                workflow.tasks.len()
+            ));
+        }
+        let state = RunState::parse(&row.state)
+            .ok_or_else(|| format!("run {} has unknown state `{}`", row.id, row.state))?;
+        let mut progress = Vec::with_capacity(tasks.len());
+        let mut extra = Vec::with_capacity(tasks.len());
+        for t in &tasks {
+            let task_state = TaskState::parse(&t.state)
+                .ok_or_else(|| format!("task {} has unknown state `{}`", t.name, t.state))?;
+            progress.push(TaskProgress::new(
+                task_state,
+                t.attempts as u32,
+                t.failures as u32,
+                t.forced,
+            ));
+            extra.push(TaskExtra {
+                started_at: t.started_at,
+                finished_at: t.finished_at,
+                retry_at: t.retry_at,
+                error: t.error.clone(),
+            });
+        }
+        let params: BTreeMap<String, Value> = serde_json::from_str(&row.params).unwrap_or_default();
+        let timezone = workflow
+            .schedule
+            .as_ref()
+            .map(|s| s.timezone)
+            .unwrap_or(chrono_tz::UTC);
+        let backfill_parallel = match &row.backfill_id {
+            Some(id) => self
+                .store
+                .get_backfill(id)
+                .await
+                .ok()
+                .flatten()
+                .map(|b| b.parallel.max(1) as usize),
+            None => None,
+        };
+        let (machine, actions) = RunMachine::restore(workflow, state, progress);
+        let id: Arc<str> = Arc::from(row.id.as_str());
+        for (i, t) in tasks.iter().enumerate() {
+            if t.state == "retry_wait" {
+                self.arm(
+                    t.retry_at.unwrap_or(now),
+                    Timer::Retry {
+                        run: row.id.clone(),
+                        task: i,
+                    },
+                );
+            }
+        }
+        let run = ActiveRun {
+            id: id.clone(),
+            row,
+            machine,
+            params,
+            timezone,
+            extra,
+            outputs: HashMap::new(),
+            backfill_parallel,
+        };
+        if matches!(state, RunState::Running | RunState::Paused) {
+            self.count_active(&run, 1);
+        }
+        self.runs.insert(id.clone(), run);
+        self.absorb(&id, actions, step, now);
+        Ok(())
+    }
+
+    fn count_active(&mut self, run: &ActiveRun, delta: isize) {
+        let add = |n: &mut usize| *n = n.saturating_add_signed(delta);
+        add(self
+            .active_by_workflow
+            .entry(run.workflow_key())
+            .or_default());
+        if let Some(bf) = &run.row.backfill_id {
+            add(self.active_by_backfill.entry(bf.clone()).or_default());
+        }
+    }
+
+    /// Drops a run that this engine may no longer drive (fenced).
+    fn drop_run(&mut self, run_id: &str) {
+        if let Some(run) = self.runs.remove(run_id) {
+            if matches!(run.machine.state(), RunState::Running | RunState::Paused) {
+                self.count_active(&run, -1);
+            }
+        }
+    }
+
+    // Applying the machines' actions ------------------------------------------
+
+    fn task_write(run: &ActiveRun, task: usize) -> TaskWrite {
+        let p = run.machine.task(task);
+        let e = &run.extra[task];
+        TaskWrite {
+            run_id: run.row.id.clone(),
+            idx: task as i64,
+            name: run.machine.workflow().tasks[task].name.clone(),
+            state: p.state.as_str().into(),
+            attempts: p.attempts as i64,
+            failures: p.failures as i64,
+            forced: p.forced,
+            retry_at: e.retry_at,
+            error: e.error.clone(),
+            started_at: e.started_at,
+            finished_at: e.finished_at,
+        }
+    }
+
+    fn absorb(&mut self, run_id: &Arc<str>, actions: Vec<Action>, step: &mut Step, now: i64) {
+        let mut freed: Vec<WorkflowKey> = Vec::new();
+        for action in actions {
+            let Some(run) = self.runs.get_mut(run_id) else {
+                return;
+            };
+            match action {
+                Action::TaskChanged { task, from, to } => {
+                    let extra = &mut run.extra[task];
+                    match to {
+                        TaskState::Pending => {
+                            *extra = TaskExtra::default();
+                            if from == TaskState::Succeeded {
+                                run.outputs.remove(&task);
+                                step.batch.outputs.push(OutputWrite::Clear {
+                                    run_id: run.row.id.clone(),
+                                    idx: task as i64,
+                                });
+                            }
+                        }
+                        TaskState::Running => {
+                            extra.started_at = Some(now);
+                            extra.finished_at = None;
+                            extra.retry_at = None;
+                        }
+                        TaskState::Queued => extra.retry_at = None,
+                        s if s.is_terminal() => {
+                            extra.finished_at = Some(now);
+                            extra.retry_at = None;
+                            if s == TaskState::Succeeded {
+                                extra.error = None;
+                            }
+                        }
+                        _ => {}
+                    }
+                    step.batch.tasks.push(Self::task_write(run, task));
+                    step.batch.events.push(NewEvent {
+                        tenant: run.row.tenant.clone(),
+                        at: now,
+                        kind: "task.state".into(),
+                        run_id: Some(run.row.id.clone()),
+                        task: Some(run.machine.workflow().tasks[task].name.clone()),
+                        data: json!({"from": from.as_str(), "to": to.as_str(), "attempt": run.machine.task(task).attempts})
+                            .to_string(),
+                    });
+                }
+                Action::RunChanged { from, to } => {
+                    run.row.state = to.as_str().into();
+                    if to == RunState::Running && run.row.started_at.is_none() {
+                        run.row.started_at = Some(now);
+                    }
+                    run.row.finished_at = to.is_terminal().then_some(now);
+                    run.row.updated_at = now;
+                    step.batch.runs.push(RunWrite {
+                        id: run.row.id.clone(),
+                        state: to.as_str().into(),
+                        started_at: run.row.started_at,
+                        finished_at: run.row.finished_at,
+                        updated_at: now,
+                    });
+                    step.batch.events.push(NewEvent {
+                        tenant: run.row.tenant.clone(),
+                        at: now,
+                        kind: "run.state".into(),
+                        run_id: Some(run.row.id.clone()),
+                        task: None,
+                        data: json!({"from": from.as_str(), "to": to.as_str()}).to_string(),
+                    });
+                    let active = |s: RunState| matches!(s, RunState::Running | RunState::Paused);
+                    if to.is_terminal() {
+                        step.finished.push((run.row.id.clone(), to.as_str().into()));
+                        step.retire.push(run_id.clone());
+                        run.outputs.clear();
+                    }
+                    let key = run.workflow_key();
+                    if !active(from) && active(to) {
+                        let run = &self.runs[run_id];
+                        let (wf, bf) = (run.workflow_key(), run.row.backfill_id.clone());
+                        *self.active_by_workflow.entry(wf).or_default() += 1;
+                        if let Some(bf) = bf {
+                            *self.active_by_backfill.entry(bf).or_default() += 1;
+                        }
+                    } else if active(from) && !active(to) {
+                        let run = &self.runs[run_id];
+                        let bf = run.row.backfill_id.clone();
+                        if let Some(n) = self.active_by_workflow.get_mut(&key) {
+                            *n = n.saturating_sub(1);
+                        }
+                        if let Some(n) = bf.and_then(|bf| self.active_by_backfill.get_mut(&bf)) {
+                            *n = n.saturating_sub(1);
+                        }
+                        freed.push(key);
+                    }
+                }
+                Action::Dispatch { task } => {
+                    let priority = run.machine.workflow().tasks[task].priority;
+                    self.ready.push(run_id.clone(), task, priority);
+                }
+                Action::Cancel { task, attempt } => {
+                    step.cancels.push(AttemptKey {
+                        run_id: run.row.id.clone(),
+                        task: task as u32,
+                        number: attempt,
+                    });
+                }
+                Action::RetryAt { task, at_ms } => {
+                    run.extra[task].retry_at = Some(at_ms);
+                    step.batch.tasks.push(Self::task_write(run, task));
+                    let id = run.row.id.clone();
+                    self.arm(at_ms, Timer::Retry { run: id, task });
+                }
+            }
+        }
+        for key in freed {
+            self.try_admit_waiting(&key, step, now);
+        }
+    }
+
+    // Admission ------------------------------------------------------------------
+
+    fn can_admit(&self, run: &ActiveRun) -> bool {
+        let key = run.workflow_key();
+        let workflow_ok = match run.machine.workflow().spec.max_active_runs {
+            Some(max) => self.active_by_workflow.get(&key).copied().unwrap_or(0) < max as usize,
+            None => true,
+        };
+        let backfill_ok = match (&run.row.backfill_id, run.backfill_parallel) {
+            (Some(bf), Some(parallel)) => {
+                self.active_by_backfill.get(bf).copied().unwrap_or(0) < parallel
+            }
+            _ => true,
+        };
+        workflow_ok && backfill_ok
+    }
+
+    fn admit_or_wait(&mut self, run_id: &Arc<str>, step: &mut Step, now: i64) {
+        let Some(run) = self.runs.get(run_id) else {
+            return;
+        };
+        if run.machine.state() != RunState::Queued {
+            return;
+        }
+        let key = run.workflow_key();
+        let queue = self.waiting.entry(key.clone()).or_default();
+        if !queue.contains(run_id) {
+            queue.push_back(run_id.clone());
+        }
+        self.try_admit_waiting(&key, step, now);
+    }
+
+    /// Starts the waiting runs of a workflow that may start now, in order.
+    fn try_admit_waiting(&mut self, key: &WorkflowKey, step: &mut Step, now: i64) {
+        let Some(queue) = self.waiting.get(key) else {
+            return;
+        };
+        let candidates: Vec<Arc<str>> = queue.iter().cloned().collect();
+        for id in candidates {
+            let decision = match self.runs.get(&id) {
+                Some(run) if run.machine.state() == RunState::Queued => Some(self.can_admit(run)),
+                _ => None,
+            };
+            match decision {
+                Some(false) => continue,
+                Some(true) => {
+                    self.remove_waiting(key, &id);
+                    if let Some(run) = self.runs.get_mut(&id) {
+                        if let Ok(actions) = run.machine.apply(RunInput::Start, now) {
+                            self.absorb(&id, actions, step, now);
+                        }
+                    }
+                }
+                None => self.remove_waiting(key, &id),
+            }
+        }
+    }
+
+    fn remove_waiting(&mut self, key: &WorkflowKey, id: &Arc<str>) {
+        if let Some(queue) = self.waiting.get_mut(key) {
+            queue.retain(|r| r != id);
+            if queue.is_empty() {
+                self.waiting.remove(key);
+            }
+        }
+    }
+
+    // Commands ----------------------------------------------------------------------
+
+    async fn consume_commands(&mut self, step: &mut Step, now: i64) {
+        const PAGE: i64 = 256;
+        let commands = match self.store.pending_commands(self.command_cursor, PAGE).await {
+            Ok(commands) => commands,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read commands; will retry");
+                return;
+            }
+        };
+        if commands.len() as i64 == PAGE {
+            self.pending_wake = true;
+        }
+        for command in commands {
+            self.command_cursor = self.command_cursor.max(command.id);
+            let outcome = self.apply_command(&command, step, now).await;
+            step.batch
+                .commands_done
+                .push((command.id, outcome_json(&outcome)));
+            step.replies.push((command.id, outcome));
+        }
+    }
+
+    async fn apply_command(
+        &mut self,
+        command: &CommandRow,
+        step: &mut Step,
+        now: i64,
+    ) -> CommandOutcome {
+        let fail = |message: String| CommandOutcome { ok: false, message };
+        let id = match self.load_run(&command.run_id, step, now).await {
+            Ok(id) => id,
+            Err(message) => return fail(message),
+        };
+        let payload: Value = serde_json::from_str(&command.payload).unwrap_or(Value::Null);
+        let task_named = |engine: &Engine| -> Result<usize, String> {
+            let name = payload["task"].as_str().unwrap_or_default();
+            engine.runs[&id]
+                .machine
+                .workflow()
+                .task_index(name)
+                .ok_or_else(|| format!("the run has no task `{name}`"))
+        };
+        let input = match command.kind.as_str() {
+            "admit" => {
+                self.admit_or_wait(&id, step, now);
+                return CommandOutcome {
+                    ok: true,
+                    message: "admitted".into(),
+                };
+            }
+            "kill" => RunInput::Kill,
+            "pause" => RunInput::Pause,
+            "resume" => RunInput::Resume,
+            "mark_failed" => RunInput::MarkFailed,
+            "rerun_failed" => RunInput::RerunFailed,
+            "rerun_task" => match task_named(self) {
+                Ok(task) => RunInput::RerunTask {
+                    task,
+                    downstream: payload["downstream"].as_bool().unwrap_or(false),
+                },
+                Err(m) => return fail(m),
+            },
+            "force_success" => match task_named(self) {
+                Ok(task) => RunInput::ForceSuccess { task },
+                Err(m) => return fail(m),
+            },
+            other => return fail(format!("unknown command `{other}`")),
+        };
+        let Some(run) = self.runs.get_mut(&id) else {
+            return fail("the run is gone".into());
+        };
+        let outcome = match run.machine.apply(input, now) {
+            Ok(actions) => {
+                self.absorb(&id, actions, step, now);
+                CommandOutcome {
+                    ok: true,
+                    message: format!("{} done", command.kind),
+                }
+            }
+            Err(Rejected::NotAllowed(message) | Rejected::Stale(message)) => fail(message),
+        };
+        if self
+            .runs
+            .get(&id)
+            .is_some_and(|r| r.machine.state().is_terminal())
+        {
+            step.retire.push(id);
+        }
+        outcome
+    }
+
+    // Results ------------------------------------------------------------------------
+
+    fn apply_result(
+        &mut self,
+        result: AttemptResult,
+        step: &mut Step,
+        now: i64,
+        from_worker: bool,
+    ) {
+        if from_worker {
+            match self.in_flight.remove(&result.key) {
+                Some(flight) => {
+                    if let Some(n) = self.running_by_workflow.get_mut(&flight.workflow) {
+                        *n = n.saturating_sub(1);
+                    }
+                    self.unpark(&flight.workflow);
+                    step.batch.attempts.push(attempt_row(&result));
+                }
+                None => {
+                    // Not dispatched by this engine, or already reported.
+                    self.metrics.stale_results.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+            }
+        }
+        let stale = |engine: &Engine| {
+            engine.metrics.stale_results.fetch_add(1, Ordering::Relaxed);
+        };
+        let Some((id, run)) = self.runs.get_key_value(result.key.run_id.as_str()) else {
+            return stale(self);
+        };
+        let id = id.clone();
+        let task = result.key.task as usize;
+        if result.epoch != run.row.epoch || task >= run.machine.tasks().len() {
+            return stale(self);
+        }
+        let attempt = result.key.number;
+        let input = match &result.outcome {
+            Outcome::Succeeded { .. } => RunInput::AttemptSucceeded { task, attempt },
+            Outcome::Failed { kind, .. } => RunInput::AttemptFailed {
+                task,
+                attempt,
+                class: FailureClass {
+                    retryable: kind.retryable(),
+                    charged: kind.charged(),
+                },
+            },
+        };
+        let Some(run) = self.runs.get_mut(&id) else {
+            return;
+        };
+        match run.machine.apply(input, now) {
+            Ok(actions) => {
+                match result.outcome {
+                    Outcome::Succeeded { output } => {
+                        if output.len() <= CACHED_OUTPUT {
+                            run.outputs.insert(task, Arc::from(output.as_str()));
+                        }
+                        step.batch.outputs.push(OutputWrite::Set {
+                            run_id: run.row.id.clone(),
+                            idx: task as i64,
+                            output,
+                        });
+                    }
+                    Outcome::Failed { kind, message } => {
+                        run.extra[task].error = Some(format!("{kind}: {message}"));
+                    }
+                }
+                self.absorb(&id, actions, step, now);
+            }
+            Err(_) => stale(self),
+        }
+    }
+
+    fn unpark(&mut self, key: &WorkflowKey) {
+        let Some(parked) = self.parked.get_mut(key) else {
+            return;
+        };
+        if let Some(item) = parked.pop_front() {
+            self.ready.restore(item);
+        }
+        if parked.is_empty() {
+            self.parked.remove(key);
+        }
+    }
+
+    // Timers ---------------------------------------------------------------------------
+
+    fn arm(&mut self, at: i64, timer: Timer) {
+        self.timer_seq += 1;
+        self.timers.insert((at, self.timer_seq), timer);
+    }
+
+    fn fire_timers(&mut self, step: &mut Step, now: i64) {
+        while let Some(entry) = self.timers.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            match entry.remove() {
+                Timer::Retry { run, task } => {
+                    let Some(id) = self
+                        .runs
+                        .get_key_value(run.as_str())
+                        .map(|(id, _)| id.clone())
+                    else {
+                        continue;
+                    };
+                    if let Some(active) = self.runs.get_mut(&id) {
+                        if let Ok(actions) = active.machine.apply(RunInput::RetryDue { task }, now)
+                        {
+                            self.absorb(&id, actions, step, now);
+                        }
+                    }
+                }
+                Timer::Schedule { tenant, name } => self.materialize(&(tenant, name), step, now),
+            }
+        }
+    }
+
+    // Dispatch ------------------------------------------------------------------------
+
+    async fn dispatch_ready(&mut self, step: &mut Step, now: i64) {
+        let slots = self.dispatcher.slots();
+        while self.in_flight.len() < slots {
+            let Some(item) = self.ready.pop() else { break };
+            let Some(run) = self.runs.get(&item.run) else {
+                continue;
+            };
+            if !run.machine.dispatching() || run.machine.task(item.task).state != TaskState::Queued
+            {
+                continue;
+            }
+            let key = run.workflow_key();
+            if let Some(cap) = run.machine.workflow().spec.concurrency {
+                if self.running_by_workflow.get(&key).copied().unwrap_or(0) >= cap as usize {
+                    self.parked.entry(key).or_default().push_back(item);
+                    continue;
+                }
+            }
+            if !self.start_task(&item.run, item.task, step, now).await {
+                // Could not read its inputs; try again in a later step.
+                self.ready.restore(item);
+                break;
+            }
+        }
+    }
+
+    /// Starts the next attempt of a queued task. False if it could not be
+    /// prepared for a transient reason (the task stays queued).
+    async fn start_task(
+        &mut self,
+        run_id: &Arc<str>,
+        task: usize,
+        step: &mut Step,
+        now: i64,
+    ) -> bool {
+        let missing: Vec<i64> = {
+            let Some(run) = self.runs.get(run_id) else {
+                return true;
+            };
+            run.machine.workflow().tasks[task]
+                .deps
+                .iter()
+                .filter(|&&d| {
+                    run.machine.task(d).state == TaskState::Succeeded
+                        && !run.outputs.contains_key(&d)
+                })
+                .map(|&d| d as i64)
+                .collect()
+        };
+        if !missing.is_empty() {
+            match self.store.outputs(run_id, &missing).await {
+                Ok(rows) => {
+                    if let Some(run) = self.runs.get_mut(run_id) {
+                        for (idx, output) in rows {
+                            run.outputs.insert(idx as usize, Arc::from(output.as_str()));
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(run = %run_id, error = %e, "cannot read upstream outputs");
+                    return false;
+                }
+            }
+        }
+        let Some(run) = self.runs.get_mut(run_id) else {
+            return true;
+        };
+        let Ok((attempt, actions)) = run.machine.start_attempt(task) else {
+            return true;
+        };
+        let spec = build_spec(run, task, attempt, self.plugins.as_ref(), &self.config);
+        let workflow = run.workflow_key();
+        let key = AttemptKey {
+            run_id: run.row.id.clone(),
+            task: task as u32,
+            number: attempt,
+        };
+        let task_name = run.machine.workflow().tasks[task].name.clone();
+        let epoch = run.row.epoch;
+        self.absorb(run_id, actions, step, now);
+        let started = AttemptRow {
+            run_id: key.run_id.clone(),
+            task_idx: task as i64,
+            number: attempt as i64,
+            task: task_name.clone(),
+            state: "running".into(),
+            failure_kind: None,
+            message: None,
+            charged: false,
+            worker: self.config.node_id.clone(),
+            epoch,
+            started_at: now,
+            finished_at: None,
+        };
+        match spec {
+            Ok(spec) => {
+                step.batch.attempts.push(started);
+                *self
+                    .running_by_workflow
+                    .entry(workflow.clone())
+                    .or_default() += 1;
+                self.in_flight.insert(key, InFlight { workflow });
+                step.dispatches.push(spec);
+            }
+            Err((kind, message)) => {
+                let result = AttemptResult {
+                    key,
+                    epoch,
+                    task_name,
+                    worker: self.config.node_id.clone(),
+                    started_at: now,
+                    finished_at: now,
+                    outcome: Outcome::Failed { kind, message },
+                };
+                step.batch
+                    .attempts
+                    .push(finished_attempt(&result, &started));
+                self.apply_result(result, step, now, false);
+            }
+        }
+        true
+    }
+
+    // Schedules ----------------------------------------------------------------------
+
+    async fn load_schedules(&mut self, step: &mut Step, now: i64) -> Result<(), dagr_store::Error> {
+        for (workflow, version) in self.store.live_workflows().await? {
+            self.install_schedule(workflow, version, step, now);
+        }
+        Ok(())
+    }
+
+    async fn reload_schedule(&mut self, tenant: &str, name: &str, step: &mut Step, now: i64) {
+        let key = (tenant.to_owned(), name.to_owned());
+        let row = match self.store.get_workflow(tenant, name).await {
+            Ok(Some(row)) if !row.deleted => row,
+            Ok(_) => {
+                self.schedules.remove(&key);
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(workflow = name, error = %e, "cannot reload the schedule");
+                return;
+            }
+        };
+        match self
+            .store
+            .get_version(tenant, name, row.latest_version)
+            .await
+        {
+            Ok(Some(version)) => self.install_schedule(row, version, step, now),
+            Ok(None) => {
+                self.schedules.remove(&key);
+            }
+            Err(e) => tracing::warn!(workflow = name, error = %e, "cannot reload the schedule"),
+        }
+    }
+
+    fn install_schedule(
+        &mut self,
+        row: dagr_store::WorkflowRow,
+        version: dagr_store::VersionRow,
+        step: &mut Step,
+        now: i64,
+    ) {
+        let key = (row.tenant.clone(), row.name.clone());
+        let workflow = match WorkflowSpec::parse(&version.spec, Format::Json)
+            .map_err(|e| e.to_string())
+            .and_then(|spec| Workflow::validate(spec, &TrustedCatalog).map_err(|e| e.to_string()))
+        {
+            Ok(wf) => Arc::new(wf),
+            Err(message) => {
+                tracing::error!(workflow = %row.name, %message, "stored definition does not load");
+                return;
+            }
+        };
+        let Some(schedule) = workflow.schedule.clone() else {
+            self.schedules.remove(&key);
+            return;
+        };
+        let known = self.schedules.get(&key).and_then(|e| e.cursor);
+        let mut cursor = match (row.schedule_cursor, known) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        if cursor.is_none() {
+            // A new schedule starts now, or at its start when it catches up.
+            let initial = match schedule.start {
+                Some(start) if schedule.catch_up && start.timestamp_millis() < now => {
+                    start.timestamp_millis() - 1000
+                }
+                _ => now,
+            };
+            cursor = Some(initial);
+            step.batch
+                .schedule_cursors
+                .push((row.tenant.clone(), row.name.clone(), initial));
+        }
+        self.schedules.insert(
+            key.clone(),
+            ScheduleEntry {
+                version: version.version,
+                schedule,
+                workflow,
+                since: row.schedule_since.unwrap_or(row.created_at),
+                cursor,
+            },
+        );
+        self.materialize(&key, step, now);
+    }
+
+    /// Creates the runs that are due for a schedule and arms its next fire.
+    fn materialize(&mut self, key: &WorkflowKey, step: &mut Step, now: i64) {
+        let Some(entry) = self.schedules.get_mut(key) else {
+            return;
+        };
+        let to_time = |ms: i64| Utc.timestamp_millis_opt(ms).single().unwrap_or_default();
+        let now_time = to_time(now);
+        let cursor = entry.cursor.map(to_time);
+        let due = entry.schedule.due(cursor, to_time(entry.since), now_time);
+        let params =
+            serde_json::to_string(&entry.workflow.spec.params).unwrap_or_else(|_| "{}".into());
+        let task_names: Vec<String> = entry
+            .workflow
+            .tasks
+            .iter()
+            .map(|t| t.name.clone())
+            .collect();
+        for logical in &due {
+            let id = uuid::Uuid::now_v7().to_string();
+            step.batch.new_runs.push(NewRun {
+                run: RunRow {
+                    slot: dagr_protocol::slot_of(&id) as i64,
+                    id,
+                    tenant: key.0.clone(),
+                    workflow: key.1.clone(),
+                    version: Some(entry.version),
+                    kind: RunKind::Schedule,
+                    state: RunState::Queued.as_str().into(),
+                    logical_time: logical.timestamp_millis(),
+                    params: params.clone(),
+                    spec: None,
+                    backfill_id: None,
+                    owner: None,
+                    epoch: 0,
+                    created_at: now,
+                    started_at: None,
+                    finished_at: None,
+                    updated_at: now,
+                },
+                tasks: task_names.clone(),
+            });
+        }
+        if let Some(last) = due.last() {
+            entry.cursor = Some(last.timestamp_millis());
+            step.batch.schedule_cursors.push((
+                key.0.clone(),
+                key.1.clone(),
+                last.timestamp_millis(),
+            ));
+            step.batch.new_run_command = Some("admit".into());
+            // Admit them in the next step, after they are committed.
+            self.pending_wake = true;
+        }
+        let from = entry
+            .cursor
+            .map(to_time)
+            .map_or(now_time, |c| c.max(now_time));
+        let next = if due.len() >= dagr_core::schedule::MAX_RUNS_PER_STEP {
+            Some(now)
+        } else {
+            entry
+                .schedule
+                .next_after(from)
+                .map(|t| t.timestamp_millis())
+        };
+        if let Some(at) = next {
+            self.arm(
+                at,
+                Timer::Schedule {
+                    tenant: key.0.clone(),
+                    name: key.1.clone(),
+                },
+            );
+        }
+    }
+}
+
+fn attempt_row(result: &AttemptResult) -> AttemptRow {
+    let (state, failure_kind, message, charged) = match &result.outcome {
+        Outcome::Succeeded { .. } => ("succeeded", None, None, false),
+        Outcome::Failed { kind, message } => (
+            "failed",
+            Some(kind.as_str().to_owned()),
+            Some(message.clone()),
+            kind.charged(),
+        ),
+    };
+    AttemptRow {
+        run_id: result.key.run_id.clone(),
+        task_idx: result.key.task as i64,
+        number: result.key.number as i64,
+        task: result.task_name.clone(),
+        state: state.into(),
+        failure_kind,
+        message,
+        charged,
+        worker: result.worker.clone(),
+        epoch: result.epoch,
+        started_at: result.started_at,
+        finished_at: Some(result.finished_at),
+    }
+}
+
+/// Everything a worker needs for one attempt: the plugin resolved, params
+/// rendered, inputs gathered, limits set.
+fn build_spec(
+    run: &ActiveRun,
+    task: usize,
+    attempt: u32,
+    plugins: &dyn PluginDirectory,
+    config: &EngineConfig,
+) -> Result<AttemptSpec, (FailureKind, String)> {
+    let workflow = run.machine.workflow();
+    let t = &workflow.tasks[task];
+    let plugin = plugins
+        .resolve(&run.row.tenant, &t.plugin.name, t.plugin.version.as_deref())
+        .map_err(|message| (FailureKind::PluginUnavailable, message))?;
+    let mut inputs = Map::new();
+    for &dep in &t.deps {
+        if let Some(output) = run.outputs.get(&dep) {
+            let value = serde_json::from_str(output).unwrap_or(Value::Null);
+            inputs.insert(workflow.tasks[dep].name.clone(), value);
+        }
+    }
+    let logical_time: DateTime<Utc> = Utc
+        .timestamp_millis_opt(run.row.logical_time)
+        .single()
+        .unwrap_or_default();
+    let context = RenderContext {
+        params: &run.params,
+        inputs: &inputs,
+        logical_time,
+        timezone: run.timezone,
+        run_id: &run.row.id,
+        workflow: &run.row.workflow,
+        task: &t.name,
+        tenant: &run.row.tenant,
+    };
+    let params = t.params.render(&context).map_err(|p| {
+        (
+            FailureKind::BadParams,
+            format!("params{}: {}", p.location, p.message),
+        )
+    })?;
+    Ok(AttemptSpec {
+        key: AttemptKey {
+            run_id: run.row.id.clone(),
+            task: task as u32,
+            number: attempt,
+        },
+        epoch: run.row.epoch,
+        master: config.node_id.clone(),
+        tenant: run.row.tenant.clone(),
+        workflow: run.row.workflow.clone(),
+        task_name: t.name.clone(),
+        plugin: PluginSpec {
+            name: plugin.name,
+            version: plugin.version,
+            sha256: plugin.sha256,
+        },
+        params: params.to_string(),
+        inputs: Value::Object(inputs).to_string(),
+        logical_time: logical_time.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        idempotency_key: format!("{}/{}", run.row.id, t.name),
+        priority: t.priority,
+        deadline_ms: t.timeout.unwrap_or(config.default_timeout).as_millis() as u64,
+        memory_bytes: t
+            .memory
+            .unwrap_or(config.default_memory)
+            .min(config.max_memory),
+        max_output_bytes: config.max_output_bytes,
+        max_log_bytes: config.max_log_bytes,
+        allow_hosts: t.allow_hosts.clone(),
+    })
+}
+
+fn finished_attempt(result: &AttemptResult, started: &AttemptRow) -> AttemptRow {
+    let (state, failure_kind, message, charged) = match &result.outcome {
+        Outcome::Succeeded { .. } => ("succeeded", None, None, false),
+        Outcome::Failed { kind, message } => (
+            "failed",
+            Some(kind.as_str().to_owned()),
+            Some(message.clone()),
+            kind.charged(),
+        ),
+    };
+    AttemptRow {
+        run_id: started.run_id.clone(),
+        task_idx: started.task_idx,
+        number: started.number,
+        task: started.task.clone(),
+        state: state.into(),
+        failure_kind,
+        message,
+        charged,
+        worker: started.worker.clone(),
+        epoch: started.epoch,
+        started_at: started.started_at,
+        finished_at: Some(result.finished_at),
+    }
+}

@@ -1,0 +1,209 @@
+//! dagr's engine: it admits runs, drives their state machines, dispatches
+//! attempts to workers, applies their results, fires retries and cron
+//! schedules, and recovers after a crash.
+//!
+//! # Brief overview
+//!
+//! - [`Engine::start`] loads every active run from the [`Store`], marks
+//!   attempts that were running when the process died as lost (retried, not
+//!   charged), catches up missed schedules and starts the engine loop. It
+//!   returns an [`EngineHandle`].
+//! - The loop is a single task: each step drains its inputs (worker results,
+//!   wake-ups for new commands, timers), applies them to the runs'
+//!   [`RunMachine`](dagr_core::RunMachine)s, fills free worker slots from a
+//!   priority queue, and commits everything the step changed in **one**
+//!   [`WriteBatch`](dagr_store::WriteBatch). Only after the commit are
+//!   attempts dispatched, cancellations sent and waiters told: a crash
+//!   never leaves a dispatched attempt unrecorded. While a commit is in
+//!   flight, new results queue up and go into the next batch (group commit).
+//! - Readiness is event-driven: a completion touches only its dependents;
+//!   no loop scans all runs or all tasks.
+//! - Workers are reached through a [`Dispatcher`]; results come back through
+//!   [`EngineHandle::report`].
+
+mod engine;
+mod ready;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use dagr_protocol::control::{CommandOutcome, Control};
+use dagr_protocol::plugins::PluginDirectory;
+use dagr_protocol::wire::{AttemptKey, AttemptResult, AttemptSpec};
+use dagr_store::Store;
+use tokio::sync::{broadcast, mpsc};
+
+pub use crate::engine::Engine;
+
+/// Where attempts go. In `dagr serve` a worker in the same process; in a
+/// cluster, workers over HTTP.
+#[async_trait]
+pub trait Dispatcher: Send + Sync + 'static {
+    /// How many attempts the workers can run at once, in total.
+    fn slots(&self) -> usize;
+    /// Hands an attempt to a worker. An error means it was not accepted.
+    async fn dispatch(&self, spec: AttemptSpec) -> Result<(), String>;
+    /// Asks the worker running this attempt to stop it.
+    async fn cancel(&self, key: &AttemptKey);
+}
+
+/// Settings of the engine.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// This master's id, recorded with the attempts it dispatches.
+    pub node_id: String,
+    /// Attempt deadline when a task sets no timeout.
+    pub default_timeout: Duration,
+    /// Attempt memory when a task sets none.
+    pub default_memory: u64,
+    /// The most memory a task may ask for.
+    pub max_memory: u64,
+    pub max_output_bytes: u64,
+    pub max_log_bytes: u64,
+    /// Materialise cron schedules (off for masters that are not the leader).
+    pub schedules: bool,
+    /// How often the engine looks for commands even when not woken.
+    pub poll_interval: Duration,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            node_id: "local".into(),
+            default_timeout: Duration::from_secs(3600),
+            default_memory: 128 << 20,
+            max_memory: 1 << 30,
+            max_output_bytes: 1 << 20,
+            max_log_bytes: 1 << 20,
+            schedules: true,
+            poll_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Counters for metrics and tests.
+#[derive(Debug, Default)]
+pub struct EngineMetrics {
+    pub steps: AtomicU64,
+    pub dispatched: AtomicU64,
+    pub results: AtomicU64,
+    /// Results for attempts that were no longer current (killed, reset,
+    /// duplicate, or carrying an old epoch). Never applied.
+    pub stale_results: AtomicU64,
+    /// Writes the store refused because another owner fenced the run.
+    pub fenced_writes: AtomicU64,
+    pub runs_finished: AtomicU64,
+}
+
+impl EngineMetrics {
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+}
+
+pub(crate) enum Input {
+    Wake,
+    Result(AttemptResult),
+    WorkflowChanged { tenant: String, name: String },
+    Shutdown(tokio::sync::oneshot::Sender<()>),
+}
+
+/// A running engine. Cheap to clone.
+#[derive(Clone)]
+pub struct EngineHandle {
+    tx: mpsc::UnboundedSender<Input>,
+    commands: broadcast::Sender<(i64, CommandOutcome)>,
+    finished: broadcast::Sender<(String, String)>,
+    store: Arc<dyn Store>,
+    pub metrics: Arc<EngineMetrics>,
+    pub plugins: Arc<dyn PluginDirectory>,
+}
+
+impl EngineHandle {
+    /// A worker's report of a finished attempt.
+    pub fn report(&self, result: AttemptResult) {
+        let _ = self.tx.send(Input::Result(result));
+    }
+
+    /// Stops the engine loop (attempts in flight are left to the worker).
+    pub async fn shutdown(&self) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if self.tx.send(Input::Shutdown(tx)).is_ok() {
+            let _ = rx.await;
+        }
+    }
+
+    /// Subscribes to finished runs: (run id, final state).
+    pub fn finished_runs(&self) -> broadcast::Receiver<(String, String)> {
+        self.finished.subscribe()
+    }
+}
+
+#[async_trait]
+impl Control for EngineHandle {
+    fn wake(&self) {
+        let _ = self.tx.send(Input::Wake);
+    }
+
+    fn workflow_changed(&self, tenant: &str, name: &str) {
+        let _ = self.tx.send(Input::WorkflowChanged {
+            tenant: tenant.into(),
+            name: name.into(),
+        });
+    }
+
+    async fn wait_command(&self, id: i64, timeout: Duration) -> Option<CommandOutcome> {
+        let mut rx = self.commands.subscribe();
+        if let Ok(Some(row)) = self.store.get_command(id).await {
+            if let Some(result) = row.result {
+                return serde_json::from_str(&result).ok();
+            }
+        }
+        let wait = async {
+            loop {
+                match rx.recv().await {
+                    Ok((done, outcome)) if done == id => return Some(outcome),
+                    Ok(_) => {}
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        if let Ok(Some(row)) = self.store.get_command(id).await {
+                            if let Some(result) = row.result {
+                                return serde_json::from_str(&result).ok();
+                            }
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        };
+        tokio::time::timeout(timeout, wait).await.ok().flatten()
+    }
+
+    async fn wait_run(&self, run_id: &str, timeout: Duration) -> Option<String> {
+        let mut rx = self.finished.subscribe();
+        let terminal = |state: &str| matches!(state, "succeeded" | "failed" | "killed");
+        if let Ok(Some(run)) = self.store.get_run(run_id).await {
+            if terminal(&run.state) {
+                return Some(run.state);
+            }
+        }
+        let wait = async {
+            loop {
+                match rx.recv().await {
+                    Ok((id, state)) if id == run_id => return Some(state),
+                    Ok(_) => {}
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        if let Ok(Some(run)) = self.store.get_run(run_id).await {
+                            if terminal(&run.state) {
+                                return Some(run.state);
+                            }
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        };
+        tokio::time::timeout(timeout, wait).await.ok().flatten()
+    }
+}

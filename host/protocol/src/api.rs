@@ -1,0 +1,296 @@
+//! The public REST API's request and response bodies. Times are RFC 3339
+//! strings in UTC.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+
+/// Every error response: what went wrong, and where when it is about input.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ApiError {
+    /// A stable machine-readable code, e.g. `invalid_definition`, `not_found`.
+    pub code: String,
+    /// For people: what was wrong and what to do.
+    pub message: String,
+    /// Where in the input the problem is, e.g. `tasks[3].depends_on[0]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub location: Option<String>,
+    /// Every problem, when there are several.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub details: Vec<ErrorDetail>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ErrorDetail {
+    pub location: String,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Health {
+    pub status: String,
+    pub version: String,
+}
+
+/// The answer to applying a definition.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Applied {
+    pub name: String,
+    pub version: i64,
+    /// False when the definition equals the latest version (nothing changed).
+    pub created: bool,
+    /// The next scheduled run, if the workflow has a schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_run: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct WorkflowSummary {
+    pub name: String,
+    pub description: String,
+    pub latest_version: i64,
+    pub tasks: usize,
+    /// The cron expression, if scheduled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct WorkflowDetail {
+    pub name: String,
+    pub version: i64,
+    pub latest_version: i64,
+    pub hash: String,
+    /// The definition, canonical JSON.
+    #[schema(value_type = Object)]
+    pub definition: Value,
+    pub created_at: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct VersionSummary {
+    pub version: i64,
+    pub hash: String,
+    pub created_at: String,
+}
+
+/// Trigger a run by hand.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TriggerRequest {
+    /// Overrides of the workflow's params.
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub params: Map<String, Value>,
+    /// The run's logical time (RFC 3339); default now.
+    #[serde(default)]
+    pub logical_time: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RunSummary {
+    pub id: String,
+    pub workflow: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<i64>,
+    /// manual, schedule, backfill or job.
+    pub kind: String,
+    /// queued, running, paused, succeeded, failed or killed.
+    pub state: String,
+    pub logical_time: String,
+    pub created_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backfill_id: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RunList {
+    pub runs: Vec<RunSummary>,
+    /// Pass as `before` to get the next (older) page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct TaskView {
+    pub name: String,
+    pub plugin: String,
+    /// pending, queued, running, retry_wait, succeeded, failed,
+    /// upstream_failed, skipped or killed.
+    pub state: String,
+    pub attempts: i64,
+    pub failures: i64,
+    pub forced: bool,
+    pub depends_on: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RunDetail {
+    #[serde(flatten)]
+    pub run: RunSummary,
+    #[schema(value_type = Object)]
+    pub params: Value,
+    pub tasks: Vec<TaskView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct AttemptView {
+    pub number: i64,
+    /// running, succeeded or failed.
+    pub state: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Whether a failure counted against the retry budget.
+    pub charged: bool,
+    pub worker: String,
+    pub started_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct TaskDetail {
+    #[serde(flatten)]
+    pub task: TaskView,
+    /// The task's output, once it succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub output: Option<Value>,
+    pub attempts_detail: Vec<AttemptView>,
+}
+
+/// Options of a task rerun.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RerunTaskRequest {
+    /// Also rerun everything downstream of the task.
+    #[serde(default)]
+    pub downstream: bool,
+}
+
+/// The answer to a run or task action.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ActionResult {
+    /// The engine applied the action (false: it refused, see `message`).
+    pub ok: bool,
+    pub message: String,
+    pub run: RunSummary,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BackfillRequest {
+    pub workflow: String,
+    /// First logical time, inclusive (RFC 3339 or YYYY-MM-DD).
+    pub from: String,
+    /// Last logical time, inclusive (RFC 3339 or YYYY-MM-DD).
+    pub to: String,
+    /// Runs at once; 1 (the default) runs them one after another, in order.
+    #[serde(default = "one")]
+    pub parallel: u32,
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub params: Map<String, Value>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct BackfillView {
+    pub id: String,
+    pub workflow: String,
+    pub from: String,
+    pub to: String,
+    pub parallel: i64,
+    pub total: i64,
+    pub created_at: String,
+    /// Runs created (one per logical time).
+    pub runs: Vec<RunSummary>,
+    /// Logical times skipped because a run for them already existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
+}
+
+/// An ad-hoc job: one plugin, or a small inline DAG.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JobRequest {
+    /// One task: the plugin (`name` or `name@version`).
+    #[serde(default)]
+    pub plugin: Option<String>,
+    /// One task: its params.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub params: Option<Value>,
+    /// A DAG: tasks as in a workflow definition.
+    #[serde(default)]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub tasks: Option<Vec<Value>>,
+    /// A name for the job (shown as its workflow); default `job`.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Deadline of each attempt, e.g. `30s`.
+    #[serde(default)]
+    pub timeout: Option<String>,
+}
+
+/// A job's run; with `wait=true`, its outcome too.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct JobResult {
+    pub run_id: String,
+    pub state: String,
+    /// Outputs by task name (with `wait=true`, once finished).
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    #[schema(value_type = Object)]
+    pub outputs: Map<String, Value>,
+    /// The single task's output, for one-plugin jobs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub output: Option<Value>,
+    /// Why it failed, by task name.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    #[schema(value_type = Object)]
+    pub errors: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct LogLineView {
+    pub seq: i64,
+    pub attempt: i64,
+    pub at: String,
+    /// plugin, stdout, stderr or dagr.
+    pub source: String,
+    pub level: String,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct EventView {
+    pub seq: i64,
+    pub at: String,
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
+    #[schema(value_type = Object)]
+    pub data: Value,
+}

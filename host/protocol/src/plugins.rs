@@ -1,0 +1,70 @@
+//! The plugin directory: which plugins a tenant may use.
+
+use serde::{Deserialize, Serialize};
+
+/// What dagr knows about one plugin version.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct PluginDescriptor {
+    pub name: String,
+    pub version: String,
+    pub description: String,
+    /// JSON Schema of the params, if the plugin declares one.
+    #[schema(value_type = Option<Object>)]
+    pub params_schema: Option<serde_json::Value>,
+    /// sha256 of the component, hex.
+    pub sha256: String,
+    pub size: u64,
+    /// Built into dagr (global, read-only).
+    pub builtin: bool,
+}
+
+/// Looks plugins up. `version: None` means the latest.
+pub trait PluginDirectory: Send + Sync {
+    fn list(&self, tenant: &str) -> Vec<PluginDescriptor>;
+    fn resolve(
+        &self,
+        tenant: &str,
+        name: &str,
+        version: Option<&str>,
+    ) -> Result<PluginDescriptor, String>;
+}
+
+/// A [`PluginDirectory`] seen by one tenant, as the validator's catalog.
+pub struct TenantCatalog<'a> {
+    pub directory: &'a dyn PluginDirectory,
+    pub tenant: &'a str,
+}
+
+impl dagr_core::PluginCatalog for TenantCatalog<'_> {
+    fn resolve(
+        &self,
+        name: &str,
+        version: Option<&str>,
+    ) -> Result<dagr_core::ResolvedPlugin, String> {
+        let found = self.directory.resolve(self.tenant, name, version)?;
+        Ok(dagr_core::ResolvedPlugin {
+            name: found.name,
+            version: found.version,
+            params_schema: found.params_schema,
+        })
+    }
+}
+
+/// A catalog that accepts every plugin, for re-reading definitions that were
+/// validated when they were applied (a plugin removed since then must not
+/// make old runs unreadable; dispatch reports it instead).
+pub struct TrustedCatalog;
+
+impl dagr_core::PluginCatalog for TrustedCatalog {
+    fn resolve(
+        &self,
+        name: &str,
+        version: Option<&str>,
+    ) -> Result<dagr_core::ResolvedPlugin, String> {
+        Ok(dagr_core::ResolvedPlugin {
+            name: name.to_owned(),
+            version: version.unwrap_or("").to_owned(),
+            params_schema: None,
+        })
+    }
+}

@@ -1,0 +1,168 @@
+//! Master ↔ worker messages.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Identifies one attempt: run, task (by index in the workflow) and number.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct AttemptKey {
+    pub run_id: String,
+    pub task: u32,
+    pub number: u32,
+}
+
+impl fmt::Display for AttemptKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}/{}", self.run_id, self.task, self.number)
+    }
+}
+
+/// Which component to run.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PluginSpec {
+    pub name: String,
+    pub version: String,
+    pub sha256: String,
+}
+
+/// An attempt for a worker to run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttemptSpec {
+    pub key: AttemptKey,
+    /// The run's ownership epoch when this attempt was dispatched; the
+    /// result must carry it back.
+    pub epoch: i64,
+    /// The master that dispatched it (results go to the run's current owner).
+    pub master: String,
+    pub tenant: String,
+    pub workflow: String,
+    pub task_name: String,
+    pub plugin: PluginSpec,
+    /// Rendered params, JSON text.
+    pub params: String,
+    /// Upstream outputs by task name, a JSON object as text.
+    pub inputs: String,
+    /// RFC 3339, UTC.
+    pub logical_time: String,
+    pub idempotency_key: String,
+    pub priority: i32,
+    pub deadline_ms: u64,
+    pub memory_bytes: u64,
+    pub max_output_bytes: u64,
+    pub max_log_bytes: u64,
+    pub allow_hosts: Vec<String>,
+}
+
+/// Why an attempt failed. The runtime's kinds plus what the control plane
+/// adds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FailureKind {
+    Retryable,
+    Fatal,
+    Trap,
+    Timeout,
+    MemoryLimit,
+    StackOverflow,
+    FuelExhausted,
+    OutputTooLarge,
+    InvalidOutput,
+    Cancelled,
+    Internal,
+    /// The worker running it died or lost contact.
+    WorkerLost,
+    /// The plugin could not be found or loaded.
+    PluginUnavailable,
+    /// The task's params could not be rendered (a template failed).
+    BadParams,
+}
+
+impl FailureKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::Retryable => "retryable",
+            FailureKind::Fatal => "fatal",
+            FailureKind::Trap => "trap",
+            FailureKind::Timeout => "timeout",
+            FailureKind::MemoryLimit => "memory-limit",
+            FailureKind::StackOverflow => "stack-overflow",
+            FailureKind::FuelExhausted => "fuel-exhausted",
+            FailureKind::OutputTooLarge => "output-too-large",
+            FailureKind::InvalidOutput => "invalid-output",
+            FailureKind::Cancelled => "cancelled",
+            FailureKind::Internal => "internal",
+            FailureKind::WorkerLost => "worker-lost",
+            FailureKind::PluginUnavailable => "plugin-unavailable",
+            FailureKind::BadParams => "bad-params",
+        }
+    }
+
+    /// Whether another attempt may succeed. Failures that will recur
+    /// (a fatal error, bad output, bad params) are not retried.
+    pub fn retryable(self) -> bool {
+        !matches!(
+            self,
+            FailureKind::Fatal
+                | FailureKind::InvalidOutput
+                | FailureKind::OutputTooLarge
+                | FailureKind::Cancelled
+                | FailureKind::BadParams
+                | FailureKind::PluginUnavailable
+        )
+    }
+
+    /// Whether the failure counts against the task's retry budget. A lost
+    /// worker or an internal error is not the task's fault.
+    pub fn charged(self) -> bool {
+        !matches!(self, FailureKind::WorkerLost | FailureKind::Internal)
+    }
+
+    pub fn parse(text: &str) -> Option<FailureKind> {
+        use FailureKind::*;
+        [
+            Retryable,
+            Fatal,
+            Trap,
+            Timeout,
+            MemoryLimit,
+            StackOverflow,
+            FuelExhausted,
+            OutputTooLarge,
+            InvalidOutput,
+            Cancelled,
+            Internal,
+            WorkerLost,
+            PluginUnavailable,
+            BadParams,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == text)
+    }
+}
+
+impl fmt::Display for FailureKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Outcome {
+    Succeeded { output: String },
+    Failed { kind: FailureKind, message: String },
+}
+
+/// A worker's report of a finished attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptResult {
+    pub key: AttemptKey,
+    pub epoch: i64,
+    pub task_name: String,
+    pub worker: String,
+    pub started_at: i64,
+    pub finished_at: i64,
+    pub outcome: Outcome,
+}

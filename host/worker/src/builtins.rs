@@ -1,0 +1,106 @@
+//! The plugins every installation has: loaded once at startup, global and
+//! read-only.
+
+use std::collections::HashMap;
+
+use dagr_protocol::plugins::{PluginDescriptor, PluginDirectory};
+use dagr_runtime::{Plugin, Runtime};
+
+use crate::PluginSource;
+
+/// Built-in plugins: their components and what they describe.
+pub struct BuiltinPlugins {
+    plugins: Vec<(Plugin, &'static [u8])>,
+    descriptors: Vec<PluginDescriptor>,
+    by_sha: HashMap<String, usize>,
+}
+
+impl BuiltinPlugins {
+    /// Loads (compiling, or from the runtime's code cache) every component.
+    pub fn load(
+        runtime: &Runtime,
+        components: &[(&str, &'static [u8])],
+    ) -> Result<BuiltinPlugins, String> {
+        let mut plugins = Vec::new();
+        let mut descriptors = Vec::new();
+        let mut by_sha = HashMap::new();
+        for (name, bytes) in components {
+            let plugin = runtime
+                .load(bytes)
+                .map_err(|e| format!("built-in plugin {name} does not load: {e}"))?;
+            let info = plugin.info();
+            descriptors.push(PluginDescriptor {
+                name: info.name.clone(),
+                version: info.version.clone(),
+                description: info.description.clone(),
+                params_schema: info.params_schema.clone(),
+                sha256: plugin.sha256().to_owned(),
+                size: plugin.size() as u64,
+                builtin: true,
+            });
+            by_sha.insert(plugin.sha256().to_owned(), plugins.len());
+            plugins.push((plugin, *bytes));
+        }
+        Ok(BuiltinPlugins {
+            plugins,
+            descriptors,
+            by_sha,
+        })
+    }
+
+    /// The loaded plugins (to preload into a worker).
+    pub fn plugins(&self) -> impl Iterator<Item = &Plugin> {
+        self.plugins.iter().map(|(p, _)| p)
+    }
+}
+
+impl PluginSource for BuiltinPlugins {
+    fn component(&self, sha256: &str) -> Option<Vec<u8>> {
+        self.by_sha.get(sha256).map(|&i| self.plugins[i].1.to_vec())
+    }
+}
+
+impl PluginDirectory for BuiltinPlugins {
+    fn list(&self, _tenant: &str) -> Vec<PluginDescriptor> {
+        self.descriptors.clone()
+    }
+
+    fn resolve(
+        &self,
+        _tenant: &str,
+        name: &str,
+        version: Option<&str>,
+    ) -> Result<PluginDescriptor, String> {
+        let mut candidates: Vec<&PluginDescriptor> =
+            self.descriptors.iter().filter(|d| d.name == name).collect();
+        if candidates.is_empty() {
+            let known: Vec<&str> = self.descriptors.iter().map(|d| d.name.as_str()).collect();
+            return Err(format!(
+                "unknown plugin `{name}` (available: {})",
+                known.join(", ")
+            ));
+        }
+        if let Some(v) = version {
+            return candidates
+                .into_iter()
+                .find(|d| d.version == v)
+                .cloned()
+                .ok_or_else(|| format!("plugin `{name}` has no version {v}"));
+        }
+        candidates.sort_by(|a, b| semver_key(&a.version).cmp(&semver_key(&b.version)));
+        candidates
+            .last()
+            .map(|d| (*d).clone())
+            .ok_or_else(|| format!("unknown plugin `{name}`"))
+    }
+}
+
+/// Orders `1.10.0` after `1.9.0`; pre-releases sort before their release.
+pub fn semver_key(version: &str) -> (Vec<u64>, bool, String) {
+    let (core, pre) = match version.split_once('-') {
+        Some((c, p)) => (c, Some(p)),
+        None => (version.split('+').next().unwrap_or(version), None),
+    };
+    let numbers = core.split('.').map(|p| p.parse().unwrap_or(0)).collect();
+    (numbers, pre.is_none(), pre.unwrap_or("").to_owned())
+}

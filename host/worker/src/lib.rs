@@ -1,0 +1,406 @@
+//! dagr's worker: it runs attempts in the WebAssembly runtime, streams
+//! their logs to the store, and reports results.
+//!
+//! # Brief overview
+//!
+//! - [`Worker::start`] takes an [`AttemptSpec`], loads its plugin (from a
+//!   [`PluginSource`], compiled once and kept), runs it with the spec's
+//!   limits and allowlist, and hands the [`AttemptResult`] to a [`Reporter`].
+//! - [`Worker::cancel`] stops one attempt; [`Worker::cancel_all`] stops them
+//!   all (a worker that lost its lease must not keep running work).
+//! - [`LogWriter`] batches log lines of all attempts into the store while
+//!   they run, so that people can follow them; an attempt's lines are all
+//!   written before its result is reported.
+
+mod builtins;
+
+pub use crate::builtins::{BuiltinPlugins, semver_key};
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dagr_protocol::wire::{AttemptKey, AttemptResult, AttemptSpec, FailureKind, Outcome};
+use dagr_runtime::{
+    AttemptContext, AttemptObserver, Execution, Limits, LogLine, NetworkPolicy, Plugin, Runtime,
+    SecretSource,
+};
+use dagr_store::{LogRow, Store, now_ms};
+use tokio::sync::{OnceCell, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+/// Where component bytes come from, by sha256.
+pub trait PluginSource: Send + Sync {
+    fn component(&self, sha256: &str) -> Option<Vec<u8>>;
+}
+
+/// Receives finished attempts.
+pub trait Reporter: Send + Sync {
+    fn report(&self, result: AttemptResult);
+}
+
+/// Secrets for an attempt's tenant.
+pub trait SecretResolver: Send + Sync {
+    fn secrets_for(&self, tenant: &str) -> Option<Arc<dyn SecretSource>>;
+}
+
+/// A worker. Cheap to clone.
+#[derive(Clone)]
+pub struct Worker {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    id: String,
+    runtime: Runtime,
+    source: Arc<dyn PluginSource>,
+    secrets: Option<Arc<dyn SecretResolver>>,
+    plugins: Mutex<HashMap<String, Arc<OnceCell<Result<Plugin, String>>>>>,
+    running: Mutex<HashMap<AttemptKey, CancellationToken>>,
+    logs: LogWriter,
+}
+
+impl Worker {
+    pub fn new(
+        id: impl Into<String>,
+        runtime: Runtime,
+        source: Arc<dyn PluginSource>,
+        secrets: Option<Arc<dyn SecretResolver>>,
+        logs: LogWriter,
+    ) -> Self {
+        Worker {
+            inner: Arc::new(Inner {
+                id: id.into(),
+                runtime,
+                source,
+                secrets,
+                plugins: Mutex::new(HashMap::new()),
+                running: Mutex::new(HashMap::new()),
+                logs,
+            }),
+        }
+    }
+
+    pub fn id(&self) -> &str {
+        &self.inner.id
+    }
+
+    /// Attempts this worker runs at once at most.
+    pub fn slots(&self) -> usize {
+        self.inner.runtime.config().max_concurrent_attempts as usize
+    }
+
+    /// Attempts running now.
+    pub fn running(&self) -> usize {
+        self.lock_running().len()
+    }
+
+    /// Keys of the attempts running now.
+    pub fn running_keys(&self) -> Vec<AttemptKey> {
+        self.lock_running().keys().cloned().collect()
+    }
+
+    /// Makes a loaded plugin available without going through the source.
+    pub fn preload(&self, plugin: Plugin) {
+        let cell = Arc::new(OnceCell::new_with(Some(Ok(plugin.clone()))));
+        self.lock_plugins().insert(plugin.sha256().to_owned(), cell);
+    }
+
+    fn lock_plugins(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<String, Arc<OnceCell<Result<Plugin, String>>>>> {
+        self.inner.plugins.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_running(&self) -> std::sync::MutexGuard<'_, HashMap<AttemptKey, CancellationToken>> {
+        self.inner.running.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Loads (once) and returns the plugin with this hash.
+    async fn plugin(&self, sha256: &str) -> Result<Plugin, String> {
+        let cell = self
+            .lock_plugins()
+            .entry(sha256.to_owned())
+            .or_default()
+            .clone();
+        cell.get_or_init(|| async {
+            let Some(bytes) = self.inner.source.component(sha256) else {
+                return Err(format!(
+                    "no component with sha256 {sha256} is available to this worker"
+                ));
+            };
+            let runtime = self.inner.runtime.clone();
+            match tokio::task::spawn_blocking(move || runtime.load(&bytes)).await {
+                Ok(Ok(plugin)) => Ok(plugin),
+                Ok(Err(e)) => Err(format!("the component does not load: {e}")),
+                Err(e) => Err(format!("loading the component failed: {e}")),
+            }
+        })
+        .await
+        .clone()
+    }
+
+    /// Runs an attempt in the background and reports its result.
+    pub fn start(&self, spec: AttemptSpec, reporter: Arc<dyn Reporter>) {
+        let cancel = CancellationToken::new();
+        self.lock_running().insert(spec.key.clone(), cancel.clone());
+        let worker = self.clone();
+        tokio::spawn(async move {
+            let key = spec.key.clone();
+            let result = worker.execute(spec, cancel).await;
+            worker.lock_running().remove(&key);
+            reporter.report(result);
+        });
+    }
+
+    /// Stops one attempt; false if it is not running here.
+    pub fn cancel(&self, key: &AttemptKey) -> bool {
+        match self.lock_running().get(key) {
+            Some(token) => {
+                token.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Stops every attempt.
+    pub fn cancel_all(&self) {
+        for token in self.lock_running().values() {
+            token.cancel();
+        }
+    }
+
+    async fn execute(&self, spec: AttemptSpec, cancel: CancellationToken) -> AttemptResult {
+        let started_at = now_ms();
+        let finish = |outcome: Outcome| AttemptResult {
+            key: spec.key.clone(),
+            epoch: spec.epoch,
+            task_name: spec.task_name.clone(),
+            worker: self.inner.id.clone(),
+            started_at,
+            finished_at: now_ms(),
+            outcome,
+        };
+        let plugin = match self.plugin(&spec.plugin.sha256).await {
+            Ok(plugin) => plugin,
+            Err(message) => {
+                return finish(Outcome::Failed {
+                    kind: FailureKind::PluginUnavailable,
+                    message: format!(
+                        "plugin {}@{}: {message}",
+                        spec.plugin.name, spec.plugin.version
+                    ),
+                });
+            }
+        };
+        let network = match NetworkPolicy::allow(&spec.allow_hosts) {
+            Ok(policy) => policy,
+            Err(message) => {
+                return finish(Outcome::Failed {
+                    kind: FailureKind::BadParams,
+                    message,
+                });
+            }
+        };
+        let observer = Arc::new(AttemptLog::new(&spec.key, self.inner.logs.clone()));
+        let exec = Execution {
+            context: AttemptContext {
+                tenant: spec.tenant.clone(),
+                workflow: spec.workflow.clone(),
+                run_id: spec.key.run_id.clone(),
+                task: spec.task_name.clone(),
+                attempt: spec.key.number,
+                logical_time: spec.logical_time.clone(),
+                idempotency_key: spec.idempotency_key.clone(),
+            },
+            params: spec.params.clone(),
+            inputs: spec.inputs.clone(),
+            limits: Limits {
+                deadline: Duration::from_millis(spec.deadline_ms),
+                memory_bytes: spec.memory_bytes,
+                fuel: None,
+                max_output_bytes: spec.max_output_bytes as usize,
+                max_log_bytes: spec.max_log_bytes as usize,
+            },
+            network,
+            secrets: self
+                .inner
+                .secrets
+                .as_ref()
+                .and_then(|s| s.secrets_for(&spec.tenant)),
+            scratch_dir: None,
+            cancel,
+            observer: Some(observer.clone()),
+        };
+        let report = self.inner.runtime.execute(&plugin, exec).await;
+        observer.flush().await;
+        finish(match report.result {
+            Ok(output) => Outcome::Succeeded { output },
+            Err(failure) => Outcome::Failed {
+                kind: map_kind(failure.kind),
+                message: failure.message,
+            },
+        })
+    }
+}
+
+fn map_kind(kind: dagr_runtime::FailureKind) -> FailureKind {
+    use dagr_runtime::FailureKind as R;
+    match kind {
+        R::Retryable => FailureKind::Retryable,
+        R::Fatal => FailureKind::Fatal,
+        R::Trap => FailureKind::Trap,
+        R::Timeout => FailureKind::Timeout,
+        R::MemoryLimit => FailureKind::MemoryLimit,
+        R::StackOverflow => FailureKind::StackOverflow,
+        R::FuelExhausted => FailureKind::FuelExhausted,
+        R::OutputTooLarge => FailureKind::OutputTooLarge,
+        R::InvalidOutput => FailureKind::InvalidOutput,
+        R::Cancelled => FailureKind::Cancelled,
+        R::Internal => FailureKind::Internal,
+    }
+}
+
+/// Streams one attempt's log lines to the [`LogWriter`].
+struct AttemptLog {
+    run_id: String,
+    task: i64,
+    attempt: i64,
+    seq: AtomicI64,
+    writer: LogWriter,
+}
+
+impl AttemptLog {
+    fn new(key: &AttemptKey, writer: LogWriter) -> Self {
+        AttemptLog {
+            run_id: key.run_id.clone(),
+            task: key.task as i64,
+            attempt: key.number as i64,
+            seq: AtomicI64::new(0),
+            writer,
+        }
+    }
+
+    /// Waits until every line so far is in the store.
+    async fn flush(&self) {
+        if self.seq.load(Ordering::Relaxed) > 0 {
+            self.writer.flush().await;
+        }
+    }
+}
+
+impl AttemptObserver for AttemptLog {
+    fn log(&self, line: &LogLine) {
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
+        let source = serde_plain(&line.source);
+        self.writer.send(LogRow {
+            run_id: self.run_id.clone(),
+            task_idx: self.task,
+            attempt: self.attempt,
+            seq,
+            at: line.at_ms,
+            source,
+            level: line.level.as_str().into(),
+            message: line.message.clone(),
+        });
+    }
+}
+
+fn serde_plain(source: &dagr_runtime::LogSource) -> String {
+    match source {
+        dagr_runtime::LogSource::Plugin => "plugin",
+        dagr_runtime::LogSource::Stdout => "stdout",
+        dagr_runtime::LogSource::Stderr => "stderr",
+        dagr_runtime::LogSource::Dagr => "dagr",
+    }
+    .into()
+}
+
+enum LogMessage {
+    Line(LogRow),
+    Flush(oneshot::Sender<()>),
+}
+
+/// Batches log lines into the store. Cheap to clone.
+#[derive(Clone)]
+pub struct LogWriter {
+    tx: mpsc::UnboundedSender<LogMessage>,
+}
+
+impl LogWriter {
+    /// Starts the writer task.
+    pub fn start(store: Arc<dyn Store>) -> LogWriter {
+        let (tx, mut rx) = mpsc::unbounded_channel::<LogMessage>();
+        tokio::spawn(async move {
+            let mut buffer: Vec<LogRow> = Vec::new();
+            let mut waiters: Vec<oneshot::Sender<()>> = Vec::new();
+            loop {
+                // Wait for something, then take what else is there (up to a
+                // short linger so lines of a busy attempt go out together).
+                let first = if buffer.is_empty() {
+                    match rx.recv().await {
+                        Some(m) => Some(m),
+                        None => break,
+                    }
+                } else {
+                    tokio::time::timeout(Duration::from_millis(100), rx.recv())
+                        .await
+                        .ok()
+                        .flatten()
+                };
+                let mut flush_now = first.is_none();
+                let mut closed = false;
+                let mut take =
+                    |m: LogMessage, buffer: &mut Vec<LogRow>, waiters: &mut Vec<_>| match m {
+                        LogMessage::Line(row) => buffer.push(row),
+                        LogMessage::Flush(done) => {
+                            waiters.push(done);
+                            flush_now = true;
+                        }
+                    };
+                if let Some(m) = first {
+                    take(m, &mut buffer, &mut waiters);
+                }
+                loop {
+                    match rx.try_recv() {
+                        Ok(m) => take(m, &mut buffer, &mut waiters),
+                        Err(mpsc::error::TryRecvError::Empty) => break,
+                        Err(mpsc::error::TryRecvError::Disconnected) => {
+                            closed = true;
+                            break;
+                        }
+                    }
+                }
+                if flush_now || closed || buffer.len() >= 1000 {
+                    let lines = std::mem::take(&mut buffer);
+                    let mut delay = Duration::from_millis(50);
+                    while let Err(e) = store.append_logs(lines.clone()).await {
+                        tracing::warn!(error = %e, "cannot write logs; retrying");
+                        tokio::time::sleep(delay).await;
+                        delay = (delay * 2).min(Duration::from_secs(5));
+                    }
+                    for done in waiters.drain(..) {
+                        let _ = done.send(());
+                    }
+                }
+                if closed {
+                    break;
+                }
+            }
+        });
+        LogWriter { tx }
+    }
+
+    fn send(&self, row: LogRow) {
+        let _ = self.tx.send(LogMessage::Line(row));
+    }
+
+    async fn flush(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.send(LogMessage::Flush(tx)).is_ok() {
+            let _ = rx.await;
+        }
+    }
+}
