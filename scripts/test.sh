@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Runs dagr's whole test suite on this machine, setting up what it needs:
+# the wasm32-wasip2 target, a throw-away PostgreSQL and a throw-away etcd on
+# free loopback ports. Everything it starts is stopped when it exits.
+#
+#   scripts/test.sh                 # the whole suite
+#   scripts/test.sh -p dagr-core    # extra arguments go to `cargo test`
+#
+# Set DAGR_KEEP_TEST_DIRS=1 to keep the services' directories.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '\033[1m[test]\033[0m %s\n' "$*" >&2; }
+
+need_root_install() {
+  # Installs Debian packages when we can (CI runs as root); otherwise says what is missing.
+  local pkgs=("$@")
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    log "installing ${pkgs[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkgs[@]}" >/dev/null
+  else
+    log "missing: ${pkgs[*]} (install them, e.g. apt-get install ${pkgs[*]})"
+    exit 1
+  fi
+}
+
+rustup target add wasm32-wasip2 >/dev/null 2>&1 || true
+command -v protoc >/dev/null || need_root_install protobuf-compiler
+command -v etcd >/dev/null || need_root_install etcd-server
+PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)
+if [ -z "$PGBIN" ]; then
+  need_root_install postgresql
+  PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
+fi
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+WORK=$(mktemp -d /tmp/dagr-test.XXXXXX)
+chmod 755 "$WORK"
+PGPORT=$(free_port)
+cleanup() {
+  set +e
+  if [ -n "${ETCD_PID:-}" ]; then kill "$ETCD_PID" 2>/dev/null; wait "$ETCD_PID" 2>/dev/null; fi
+  as_pg "$PGBIN/pg_ctl" -D "$WORK/pg" -m immediate stop >/dev/null 2>&1
+  if [ "${DAGR_KEEP_TEST_DIRS:-}" = 1 ]; then log "kept $WORK"; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+
+# PostgreSQL refuses to run as root: run it as the postgres user then.
+if [ "$(id -u)" = 0 ]; then
+  as_pg() { runuser -u postgres -- "$@"; }
+  mkdir -p "$WORK/pg"; chown postgres "$WORK/pg"
+else
+  as_pg() { "$@"; }
+fi
+log "starting PostgreSQL on 127.0.0.1:$PGPORT"
+as_pg "$PGBIN/initdb" -D "$WORK/pg" -A trust -U postgres >/dev/null
+as_pg "$PGBIN/pg_ctl" -D "$WORK/pg" -o "-p $PGPORT -k $WORK/pg -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off" -l "$WORK/pg/log" -w start >/dev/null
+export DAGR_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$PGPORT/postgres"
+export DAGR_TEST_PG_BIN="$PGBIN"
+
+ETCD_CLIENT=$(free_port); ETCD_PEER=$(free_port)
+log "starting etcd on 127.0.0.1:$ETCD_CLIENT"
+etcd --data-dir "$WORK/etcd" --listen-client-urls "http://127.0.0.1:$ETCD_CLIENT" \
+  --advertise-client-urls "http://127.0.0.1:$ETCD_CLIENT" --listen-peer-urls "http://127.0.0.1:$ETCD_PEER" \
+  --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER" --initial-cluster "default=http://127.0.0.1:$ETCD_PEER" \
+  >"$WORK/etcd.log" 2>&1 &
+ETCD_PID=$!
+export DAGR_TEST_ETCD="http://127.0.0.1:$ETCD_CLIENT"
+
+log "cargo test --workspace $*"
+cargo test --workspace "$@"
