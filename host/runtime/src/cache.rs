@@ -44,10 +44,7 @@ pub enum CodeSource {
 
 impl CodeCache {
     pub(crate) fn open(dir: &Path, engine: &Engine) -> Result<Self> {
-        let io = |e: std::io::Error| Error::Cache {
-            path: dir.to_path_buf(),
-            message: e.to_string(),
-        };
+        let io = |e: std::io::Error| Error::Cache { path: dir.to_path_buf(), message: e.to_string() };
         fs::create_dir_all(dir).map_err(io)?;
         let key_path = dir.join(KEY_FILE);
         let key = match fs::read(&key_path) {
@@ -65,16 +62,11 @@ impl CodeCache {
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut hasher);
         let fingerprint = format!("{:016x}", hasher.finish());
-        Ok(CodeCache {
-            dir: dir.to_path_buf(),
-            key,
-            fingerprint,
-        })
+        Ok(CodeCache { dir: dir.to_path_buf(), key, fingerprint })
     }
 
     fn artifact_path(&self, sha256: &str) -> PathBuf {
-        self.dir
-            .join(format!("{sha256}-{}.cwasm", self.fingerprint))
+        self.dir.join(format!("{sha256}-{}.cwasm", self.fingerprint))
     }
 
     fn mac(&self, artifact: &[u8]) -> HmacSha256 {
@@ -158,8 +150,7 @@ fn write_atomically(path: &Path, contents: &[u8], private: bool) -> std::io::Res
     let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
     if private {
         use std::os::unix::fs::PermissionsExt;
-        tmp.as_file()
-            .set_permissions(fs::Permissions::from_mode(0o600))?;
+        tmp.as_file().set_permissions(fs::Permissions::from_mode(0o600))?;
     }
     tmp.write_all(contents)?;
     tmp.as_file().sync_all()?;

@@ -53,9 +53,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use wasmtime::component::{HasSelf, Linker, ResourceTable};
-use wasmtime::{
-    Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap, UpdateDeadline,
-};
+use wasmtime::{Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap, UpdateDeadline};
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 use wasmtime_wasi_http::WasiHttpCtx;
 
@@ -125,9 +123,7 @@ impl Default for RuntimeConfig {
     fn default() -> Self {
         RuntimeConfig {
             max_concurrent_attempts: 1024,
-            guest_threads: std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(2),
+            guest_threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
             epoch_tick: Duration::from_millis(1),
             max_memory_bytes: 1 << 30,
             fuel: false,
@@ -300,10 +296,7 @@ pub struct Failure {
 
 impl Failure {
     fn new(kind: FailureKind, message: impl Into<String>) -> Self {
-        Failure {
-            kind,
-            message: message.into(),
-        }
+        Failure { kind, message: message.into() }
     }
 }
 
@@ -374,10 +367,7 @@ impl Plugin {
 
 impl fmt::Debug for Plugin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Plugin")
-            .field("info", &self.inner.info)
-            .field("sha256", &self.inner.sha256)
-            .finish()
+        f.debug_struct("Plugin").field("info", &self.inner.info).field("sha256", &self.inner.sha256).finish()
     }
 }
 
@@ -436,9 +426,7 @@ fn describe_limits() -> Limits {
 impl Runtime {
     pub fn new(config: RuntimeConfig) -> Result<Self> {
         if config.max_concurrent_attempts == 0 {
-            return Err(Error::Config(
-                "max_concurrent_attempts must be at least 1".into(),
-            ));
+            return Err(Error::Config("max_concurrent_attempts must be at least 1".into()));
         }
         if config.epoch_tick.is_zero() {
             return Err(Error::Config("epoch_tick must be positive".into()));
@@ -510,31 +498,18 @@ impl Runtime {
     pub fn load(&self, bytes: &[u8]) -> Result<Plugin> {
         check_header(bytes)?;
         let sha256 = sha256_hex(bytes);
-        let (component, code_source) =
-            cache::compile(&self.inner.engine, self.inner.cache.as_ref(), bytes)
-                .map_err(|e| Error::InvalidComponent(error_chain(&e)))?;
-        let pre = self
-            .inner
-            .linker
-            .instantiate_pre(&component)
-            .map_err(|e| Error::WrongWorld(explain_link_error(&e)))?;
+        let (component, code_source) = cache::compile(&self.inner.engine, self.inner.cache.as_ref(), bytes)
+            .map_err(|e| Error::InvalidComponent(error_chain(&e)))?;
+        let pre =
+            self.inner.linker.instantiate_pre(&component).map_err(|e| Error::WrongWorld(explain_link_error(&e)))?;
         let pre = PluginPre::new(pre).map_err(|e| Error::WrongWorld(explain_export_error(&e)))?;
         let info = self.describe(&pre)?;
-        Ok(Plugin {
-            inner: Arc::new(PluginInner {
-                info,
-                sha256,
-                size: bytes.len(),
-                code_source,
-                pre,
-            }),
-        })
+        Ok(Plugin { inner: Arc::new(PluginInner { info, sha256, size: bytes.len(), code_source, pre }) })
     }
 
     /// Loads a plugin from a file.
     pub fn load_file(&self, path: &Path) -> Result<Plugin> {
-        let bytes = std::fs::read(path)
-            .map_err(|e| Error::NotWasm(format!("cannot read {}: {e}", path.display())))?;
+        let bytes = std::fs::read(path).map_err(|e| Error::NotWasm(format!("cannot read {}: {e}", path.display())))?;
         self.load(&bytes)
     }
 
@@ -542,15 +517,7 @@ impl Runtime {
         let limits = describe_limits();
         let log = AttemptLog::new(limits.max_log_bytes, None);
         let cancel = CancellationToken::new();
-        let mut store = self.new_store(
-            &limits,
-            &log,
-            &cancel,
-            NetworkPolicy::deny_all(),
-            None,
-            None,
-            None,
-        )?;
+        let mut store = self.new_store(&limits, &log, &cancel, NetworkPolicy::deny_all(), None, None, None)?;
         let deadline = Instant::now() + limits.deadline;
         self.arm_epoch(&mut store, deadline, cancel);
         let pre = pre.clone();
@@ -561,20 +528,14 @@ impl Runtime {
             instance.dagr_plugin_task().call_describe(&mut store).await
         };
         let outcome = std::thread::scope(|scope| {
-            scope
-                .spawn(|| {
-                    guests.block_on(async { tokio::time::timeout(limits.deadline, call).await })
-                })
-                .join()
+            scope.spawn(|| guests.block_on(async { tokio::time::timeout(limits.deadline, call).await })).join()
         });
         let info = match outcome {
             Ok(Ok(Ok(info))) => info,
             Ok(Ok(Err(e))) => return Err(Error::Describe(error_chain(&e))),
             Ok(Err(_)) => return Err(Error::Describe("it did not return within 5 s".into())),
             Err(_) => {
-                return Err(Error::Describe(
-                    "internal error while calling describe".into(),
-                ));
+                return Err(Error::Describe("internal error while calling describe".into()));
             }
         };
         validate_info(info)
@@ -605,25 +566,15 @@ impl Runtime {
         if let Some(dir) = scratch {
             for guest_path in ["/scratch", "."] {
                 wasi.preopened_dir(dir, guest_path, FsPerms::ReadWrite)
-                    .map_err(|e| {
-                        Error::Config(format!(
-                            "cannot open the scratch directory {}: {e}",
-                            dir.display()
-                        ))
-                    })?;
+                    .map_err(|e| Error::Config(format!("cannot open the scratch directory {}: {e}", dir.display())))?;
             }
         }
         let state = StoreState {
             wasi: wasi.build(),
             http: WasiHttpCtx::new(),
             table: ResourceTable::new(),
-            hooks: HttpPolicyHooks {
-                policy: Arc::new(network),
-                log: log.clone(),
-            },
-            limiter: AttemptLimiter::new(
-                limits.memory_bytes.min(self.inner.config.max_memory_bytes),
-            ),
+            hooks: HttpPolicyHooks { policy: Arc::new(network), log: log.clone() },
+            limiter: AttemptLimiter::new(limits.memory_bytes.min(self.inner.config.max_memory_bytes)),
             host: HostState {
                 log: log.clone(),
                 cancel: cancel.clone(),
@@ -644,19 +595,12 @@ impl Runtime {
 
     /// Makes the guest stop at the deadline, or [`CANCEL_GRACE`] after it
     /// was cancelled, and yield to other guests on every tick in between.
-    fn arm_epoch(
-        &self,
-        store: &mut Store<StoreState>,
-        deadline: Instant,
-        cancel: CancellationToken,
-    ) {
+    fn arm_epoch(&self, store: &mut Store<StoreState>, deadline: Instant, cancel: CancellationToken) {
         store.set_epoch_deadline(1);
         let mut cancel_seen: Option<Instant> = None;
         store.epoch_deadline_callback(move |_| {
             let now = Instant::now();
-            if cancel.is_cancelled()
-                && now.duration_since(*cancel_seen.get_or_insert(now)) >= CANCEL_GRACE
-            {
+            if cancel.is_cancelled() && now.duration_since(*cancel_seen.get_or_insert(now)) >= CANCEL_GRACE {
                 Err(Interrupted::Cancelled.into())
             } else if now >= deadline {
                 Err(Interrupted::Deadline.into())
@@ -690,10 +634,9 @@ impl Runtime {
         let guard = AbortOnDrop(task.abort_handle());
         let report = match task.await {
             Ok(report) => report,
-            Err(e) => failed_before_start(Failure::new(
-                FailureKind::Internal,
-                format!("the attempt's host task failed: {e}"),
-            )),
+            Err(e) => {
+                failed_before_start(Failure::new(FailureKind::Internal, format!("the attempt's host task failed: {e}")))
+            }
         };
         drop(guard);
         report
@@ -701,49 +644,19 @@ impl Runtime {
 
     async fn run_attempt(&self, plugin: &Plugin, exec: Execution) -> AttemptReport {
         let started = Instant::now();
-        let Execution {
-            context,
-            params,
-            inputs,
-            limits,
-            network,
-            secrets,
-            scratch_dir,
-            cancel,
-            observer,
-        } = exec;
+        let Execution { context, params, inputs, limits, network, secrets, scratch_dir, cancel, observer } = exec;
         let log = AttemptLog::new(limits.max_log_bytes, observer.clone());
 
         let scratch = match Scratch::prepare(scratch_dir, &self.inner.config.scratch_root) {
             Ok(scratch) => scratch,
             Err(message) => {
-                return finish(
-                    &log,
-                    Err(Failure::new(FailureKind::Internal, message)),
-                    started,
-                    None,
-                    None,
-                );
+                return finish(&log, Err(Failure::new(FailureKind::Internal, message)), started, None, None);
             }
         };
-        let mut store = match self.new_store(
-            &limits,
-            &log,
-            &cancel,
-            network,
-            Some(scratch.path()),
-            secrets,
-            observer,
-        ) {
+        let mut store = match self.new_store(&limits, &log, &cancel, network, Some(scratch.path()), secrets, observer) {
             Ok(store) => store,
             Err(e) => {
-                return finish(
-                    &log,
-                    Err(Failure::new(FailureKind::Internal, e.to_string())),
-                    started,
-                    None,
-                    None,
-                );
+                return finish(&log, Err(Failure::new(FailureKind::Internal, e.to_string())), started, None, None);
             }
         };
         let progress = store.data().host.progress.clone();
@@ -768,10 +681,7 @@ impl Runtime {
         let (outcome, cancelled) = {
             let mut call = std::pin::pin!(async {
                 let instance = plugin.inner.pre.instantiate_async(&mut store).await?;
-                instance
-                    .dagr_plugin_task()
-                    .call_run(&mut store, &wit_context, &params, &inputs)
-                    .await
+                instance.dagr_plugin_task().call_run(&mut store, &wit_context, &params, &inputs).await
             });
             tokio::select! {
                 outcome = &mut call => (outcome, false),
@@ -790,9 +700,7 @@ impl Runtime {
             Ok(Err(bindings::TaskError::Retryable(m))) => {
                 Err(Failure::new(FailureKind::Retryable, log.redact_text(&m)))
             }
-            Ok(Err(bindings::TaskError::Fatal(m))) => {
-                Err(Failure::new(FailureKind::Fatal, log.redact_text(&m)))
-            }
+            Ok(Err(bindings::TaskError::Fatal(m))) => Err(Failure::new(FailureKind::Fatal, log.redact_text(&m))),
             Err(e) => Err(classify_error(&e, &limits, &log)),
         };
         if cancelled {
@@ -829,24 +737,17 @@ impl Scratch {
     fn prepare(given: Option<PathBuf>, root: &Path) -> std::result::Result<Scratch, String> {
         match given {
             Some(dir) => {
-                std::fs::create_dir_all(&dir).map_err(|e| {
-                    format!("cannot create the scratch directory {}: {e}", dir.display())
-                })?;
+                std::fs::create_dir_all(&dir)
+                    .map_err(|e| format!("cannot create the scratch directory {}: {e}", dir.display()))?;
                 Ok(Scratch::Given(dir))
             }
             None => {
-                std::fs::create_dir_all(root).map_err(|e| {
-                    format!("cannot create the scratch root {}: {e}", root.display())
-                })?;
+                std::fs::create_dir_all(root)
+                    .map_err(|e| format!("cannot create the scratch root {}: {e}", root.display()))?;
                 let dir = tempfile::Builder::new()
                     .prefix("attempt-")
                     .tempdir_in(root)
-                    .map_err(|e| {
-                        format!(
-                            "cannot create a scratch directory in {}: {e}",
-                            root.display()
-                        )
-                    })?;
+                    .map_err(|e| format!("cannot create a scratch directory in {}: {e}", root.display()))?;
                 Ok(Scratch::Ephemeral(dir))
             }
         }
@@ -883,21 +784,10 @@ fn finish(
             FailureKind::Retryable | FailureKind::Cancelled => LogLevel::Warn,
             _ => LogLevel::Error,
         };
-        log.push(
-            LogSource::Dagr,
-            level,
-            &format!("attempt failed ({}): {}", failure.kind, failure.message),
-        );
+        log.push(LogSource::Dagr, level, &format!("attempt failed ({}): {}", failure.kind, failure.message));
     }
     let (lines, log_truncated) = log.finish();
-    AttemptReport {
-        result,
-        log: lines,
-        log_truncated,
-        progress,
-        elapsed: started.elapsed(),
-        fuel_consumed,
-    }
+    AttemptReport { result, log: lines, log_truncated, progress, elapsed: started.elapsed(), fuel_consumed }
 }
 
 /// What a cancelled attempt reports, given how its call ended: always
@@ -908,51 +798,28 @@ fn cancelled_failure(result: std::result::Result<String, Failure>) -> Failure {
             FailureKind::Cancelled,
             "the attempt was cancelled; the task finished anyway, and its output was discarded",
         ),
-        Err(failure) if matches!(failure.kind, FailureKind::Cancelled | FailureKind::Timeout) => {
-            Failure::new(
-                FailureKind::Cancelled,
-                format!(
-                    "the attempt was cancelled and stopped (it did not return by itself within {CANCEL_GRACE:?})"
-                ),
-            )
-        }
-        Err(failure) if matches!(failure.kind, FailureKind::Retryable | FailureKind::Fatal) => {
-            Failure::new(
-                FailureKind::Cancelled,
-                format!(
-                    "the attempt was cancelled; the task stopped by itself: {}",
-                    failure.message
-                ),
-            )
-        }
-        Err(failure) => Failure::new(
+        Err(failure) if matches!(failure.kind, FailureKind::Cancelled | FailureKind::Timeout) => Failure::new(
             FailureKind::Cancelled,
-            format!("the attempt was cancelled; then {failure}"),
+            format!("the attempt was cancelled and stopped (it did not return by itself within {CANCEL_GRACE:?})"),
         ),
+        Err(failure) if matches!(failure.kind, FailureKind::Retryable | FailureKind::Fatal) => Failure::new(
+            FailureKind::Cancelled,
+            format!("the attempt was cancelled; the task stopped by itself: {}", failure.message),
+        ),
+        Err(failure) => Failure::new(FailureKind::Cancelled, format!("the attempt was cancelled; then {failure}")),
     }
 }
 
-fn check_output(
-    log: &AttemptLog,
-    output: String,
-    limits: &Limits,
-) -> std::result::Result<String, Failure> {
+fn check_output(log: &AttemptLog, output: String, limits: &Limits) -> std::result::Result<String, Failure> {
     if output.len() > limits.max_output_bytes {
         return Err(Failure::new(
             FailureKind::OutputTooLarge,
-            format!(
-                "output of {} bytes exceeds the limit of {} bytes",
-                output.len(),
-                limits.max_output_bytes
-            ),
+            format!("output of {} bytes exceeds the limit of {} bytes", output.len(), limits.max_output_bytes),
         ));
     }
     let output = log.redact_text(&output);
     if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&output) {
-        return Err(Failure::new(
-            FailureKind::InvalidOutput,
-            format!("the task's output is not JSON: {e}"),
-        ));
+        return Err(Failure::new(FailureKind::InvalidOutput, format!("the task's output is not JSON: {e}")));
     }
     Ok(output)
 }
@@ -963,14 +830,9 @@ fn classify_error(error: &wasmtime::Error, limits: &Limits, log: &AttemptLog) ->
             return match interrupted {
                 Interrupted::Deadline => Failure::new(
                     FailureKind::Timeout,
-                    format!(
-                        "the attempt did not finish within its deadline of {:?}",
-                        limits.deadline
-                    ),
+                    format!("the attempt did not finish within its deadline of {:?}", limits.deadline),
                 ),
-                Interrupted::Cancelled => {
-                    Failure::new(FailureKind::Cancelled, "the attempt was cancelled")
-                }
+                Interrupted::Cancelled => Failure::new(FailureKind::Cancelled, "the attempt was cancelled"),
             };
         }
         if let Some(exceeded) = cause.downcast_ref::<MemoryLimitExceeded>() {
@@ -980,13 +842,8 @@ fn classify_error(error: &wasmtime::Error, limits: &Limits, log: &AttemptLog) ->
             // The wasm backtrace helps plugin authors; it goes to the log only.
             log.push(LogSource::Dagr, LogLevel::Debug, &format!("{error:?}"));
             return match trap {
-                Trap::StackOverflow => Failure::new(
-                    FailureKind::StackOverflow,
-                    "the guest's call stack overflowed",
-                ),
-                Trap::OutOfFuel => {
-                    Failure::new(FailureKind::FuelExhausted, "the attempt ran out of fuel")
-                }
+                Trap::StackOverflow => Failure::new(FailureKind::StackOverflow, "the guest's call stack overflowed"),
+                Trap::OutOfFuel => Failure::new(FailureKind::FuelExhausted, "the attempt ran out of fuel"),
                 Trap::UnreachableCodeReached => Failure::new(
                     FailureKind::Trap,
                     "the guest trapped: unreachable code reached (a Rust plugin panicked; see the log for its message)",
@@ -1001,35 +858,24 @@ fn classify_error(error: &wasmtime::Error, limits: &Limits, log: &AttemptLog) ->
     }
     let message = error_chain(error);
     if message.contains("pool") && message.contains("concurrent") {
-        return Failure::new(
-            FailureKind::Internal,
-            format!("no instance slot available: {message}"),
-        );
+        return Failure::new(FailureKind::Internal, format!("no instance slot available: {message}"));
     }
     Failure::new(FailureKind::Trap, format!("the guest failed: {message}"))
 }
 
 fn error_chain(error: &wasmtime::Error) -> String {
-    error
-        .chain()
-        .map(|c| c.to_string())
-        .collect::<Vec<_>>()
-        .join(": ")
+    error.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": ")
 }
 
 fn check_header(bytes: &[u8]) -> Result<()> {
     const MAGIC: &[u8] = b"\0asm";
     if bytes.len() < 8 || &bytes[..4] != MAGIC {
-        return Err(Error::NotWasm(
-            "it does not start with the WebAssembly magic bytes `\\0asm`".into(),
-        ));
+        return Err(Error::NotWasm("it does not start with the WebAssembly magic bytes `\\0asm`".into()));
     }
     match &bytes[4..8] {
         [1, 0, 0, 0] => Err(Error::CoreModule),
         [0x0d, 0, 1, 0] => Ok(()),
-        other => Err(Error::InvalidComponent(format!(
-            "unsupported WebAssembly version/layer {other:02x?}"
-        ))),
+        other => Err(Error::InvalidComponent(format!("unsupported WebAssembly version/layer {other:02x?}"))),
     }
 }
 
@@ -1064,10 +910,7 @@ fn validate_info(info: bindings::PluginInfo) -> Result<PluginInfo> {
     let name_ok = !info.name.is_empty()
         && info.name.len() <= 64
         && info.name.starts_with(|c: char| c.is_ascii_lowercase())
-        && info
-            .name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+        && info.name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
     if !name_ok {
         return Err(Error::BadInfo(format!(
             "name `{}` must be 1 to 64 lowercase letters, digits or `-`, starting with a letter",
@@ -1076,36 +919,20 @@ fn validate_info(info: bindings::PluginInfo) -> Result<PluginInfo> {
     }
     let core = info.version.split(['-', '+']).next().unwrap_or("");
     let parts: Vec<&str> = core.split('.').collect();
-    if parts.len() != 3
-        || parts
-            .iter()
-            .any(|p| p.is_empty() || !p.chars().all(|c| c.is_ascii_digit()))
-    {
-        return Err(Error::BadInfo(format!(
-            "version `{}` is not a semantic version like 1.2.3",
-            info.version
-        )));
+    if parts.len() != 3 || parts.iter().any(|p| p.is_empty() || !p.chars().all(|c| c.is_ascii_digit())) {
+        return Err(Error::BadInfo(format!("version `{}` is not a semantic version like 1.2.3", info.version)));
     }
     let params_schema = match info.params_schema {
         None => None,
         Some(text) => match serde_json::from_str::<serde_json::Value>(&text) {
-            Ok(schema @ (serde_json::Value::Object(_) | serde_json::Value::Bool(_))) => {
-                Some(schema)
-            }
+            Ok(schema @ (serde_json::Value::Object(_) | serde_json::Value::Bool(_))) => Some(schema),
             Ok(_) => {
-                return Err(Error::BadInfo(
-                    "params schema must be a JSON object or boolean".into(),
-                ));
+                return Err(Error::BadInfo("params schema must be a JSON object or boolean".into()));
             }
             Err(e) => return Err(Error::BadInfo(format!("params schema is not JSON: {e}"))),
         },
     };
-    Ok(PluginInfo {
-        name: info.name,
-        version: info.version,
-        description: info.description,
-        params_schema,
-    })
+    Ok(PluginInfo { name: info.name, version: info.version, description: info.description, params_schema })
 }
 
 fn build_engine(config: &RuntimeConfig) -> Result<Engine> {
@@ -1132,12 +959,7 @@ fn build_engine(config: &RuntimeConfig) -> Result<Engine> {
         .wasm_component_model(true)
         .max_wasm_stack(1 << 20)
         .async_stack_size(2 << 20);
-    Engine::new(&wasm).map_err(|e| {
-        Error::Config(format!(
-            "cannot create the wasmtime engine: {}",
-            error_chain(&e)
-        ))
-    })
+    Engine::new(&wasm).map_err(|e| Error::Config(format!("cannot create the wasmtime engine: {}", error_chain(&e))))
 }
 
 /// Lowers the calling thread's scheduling priority (Linux: per-thread nice).
@@ -1161,14 +983,8 @@ mod tests {
 
     #[test]
     fn header_checks_name_the_problem() {
-        assert!(matches!(
-            check_header(b"hello world"),
-            Err(Error::NotWasm(_))
-        ));
-        assert!(matches!(
-            check_header(b"\0asm\x01\0\0\0"),
-            Err(Error::CoreModule)
-        ));
+        assert!(matches!(check_header(b"hello world"), Err(Error::NotWasm(_))));
+        assert!(matches!(check_header(b"\0asm\x01\0\0\0"), Err(Error::CoreModule)));
         assert!(check_header(b"\0asm\x0d\0\x01\0").is_ok());
     }
 

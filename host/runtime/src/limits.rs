@@ -65,41 +65,24 @@ const MAX_TABLE_ELEMENTS: usize = 1 << 20;
 
 impl AttemptLimiter {
     pub(crate) fn new(memory_limit: u64) -> Self {
-        AttemptLimiter {
-            memory_limit,
-            memory_used: 0,
-        }
+        AttemptLimiter { memory_limit, memory_used: 0 }
     }
 }
 
 impl wasmtime::ResourceLimiter for AttemptLimiter {
-    fn memory_growing(
-        &mut self,
-        current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
+    fn memory_growing(&mut self, current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
         let grow_by = (desired - current.min(desired)) as u64;
         let total = self.memory_used + grow_by;
         if total > self.memory_limit {
             // An error (rather than `Ok(false)`) traps at once, so the reason
             // is unambiguous instead of an allocator abort later on.
-            return Err(MemoryLimitExceeded {
-                limit: self.memory_limit,
-                desired: total,
-            }
-            .into());
+            return Err(MemoryLimitExceeded { limit: self.memory_limit, desired: total }.into());
         }
         self.memory_used = total;
         Ok(true)
     }
 
-    fn table_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
+    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
         Ok(desired <= MAX_TABLE_ELEMENTS)
     }
 }

@@ -64,16 +64,8 @@ pub struct LogLine {
 
 impl LogLine {
     pub fn new(source: LogSource, level: LogLevel, message: impl Into<String>) -> Self {
-        let at_ms = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0);
-        LogLine {
-            at_ms,
-            source,
-            level,
-            message: message.into(),
-        }
+        let at_ms = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+        LogLine { at_ms, source, level, message: message.into() }
     }
 }
 
@@ -154,10 +146,7 @@ impl AttemptLog {
                 let marker = LogLine::new(
                     LogSource::Dagr,
                     LogLevel::Warn,
-                    format!(
-                        "log limit of {} bytes reached; further output is dropped",
-                        state.cap
-                    ),
+                    format!("log limit of {} bytes reached; further output is dropped", state.cap),
                 );
                 self.emit(&mut state, marker);
             }
@@ -233,11 +222,7 @@ impl wasmtime_wasi::cli::IsTerminal for CapturedOutput {
 
 impl wasmtime_wasi::cli::StdoutStream for CapturedOutput {
     fn async_stream(&self) -> Box<dyn AsyncWrite + Send + Sync> {
-        Box::new(LineWriter {
-            log: self.log.clone(),
-            source: self.source,
-            pending: Vec::new(),
-        })
+        Box::new(LineWriter { log: self.log.clone(), source: self.source, pending: Vec::new() })
     }
 }
 
@@ -249,30 +234,20 @@ struct LineWriter {
 
 impl LineWriter {
     fn flush_lines(&mut self, all: bool) {
-        let level = if self.source == LogSource::Stderr {
-            LogLevel::Warn
-        } else {
-            LogLevel::Info
-        };
+        let level = if self.source == LogSource::Stderr { LogLevel::Warn } else { LogLevel::Info };
         while let Some(pos) = self.pending.iter().position(|&b| b == b'\n') {
             let line: Vec<u8> = self.pending.drain(..=pos).collect();
-            self.log
-                .push(self.source, level, &String::from_utf8_lossy(&line));
+            self.log.push(self.source, level, &String::from_utf8_lossy(&line));
         }
         if (all && !self.pending.is_empty()) || self.pending.len() > MAX_LINE {
             let line = std::mem::take(&mut self.pending);
-            self.log
-                .push(self.source, level, &String::from_utf8_lossy(&line));
+            self.log.push(self.source, level, &String::from_utf8_lossy(&line));
         }
     }
 }
 
 impl AsyncWrite for LineWriter {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
+    fn poll_write(mut self: Pin<&mut Self>, _cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
         self.pending.extend_from_slice(buf);
         self.flush_lines(false);
         Poll::Ready(Ok(buf.len()))
@@ -316,11 +291,7 @@ mod tests {
         let log = AttemptLog::new(1000, None);
         log.redact("hunter2");
         log.redact("hunter2-extended");
-        log.push(
-            LogSource::Stdout,
-            LogLevel::Info,
-            "pw=hunter2-extended and hunter2",
-        );
+        log.push(LogSource::Stdout, LogLevel::Info, "pw=hunter2-extended and hunter2");
         let (lines, _) = log.finish();
         assert_eq!(lines[0].message, "pw=[REDACTED] and [REDACTED]");
     }

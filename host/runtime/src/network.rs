@@ -44,18 +44,11 @@ impl FromStr for HostPattern {
             return Err("an allowed host cannot be empty".into());
         }
         if s.contains("://") || s.contains('/') {
-            return Err(format!(
-                "allowed host `{s}` must be a host name, optionally with :port, not a URL"
-            ));
+            return Err(format!("allowed host `{s}` must be a host name, optionally with :port, not a URL"));
         }
-        let (host, port) =
-            split_host_port(s).ok_or_else(|| format!("allowed host `{s}` has a bad port"))?;
+        let (host, port) = split_host_port(s).ok_or_else(|| format!("allowed host `{s}` has a bad port"))?;
         let host = host.to_ascii_lowercase();
-        let host = if let Ok(ip) = host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .parse::<IpAddr>()
-        {
+        let host = if let Ok(ip) = host.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>() {
             HostMatch::Ip(ip)
         } else if let Some(suffix) = host.strip_prefix("*.") {
             check_name(suffix, s)?;
@@ -94,15 +87,9 @@ fn check_name(name: &str, whole: &str) -> Result<(), String> {
         && name.split('.').all(|label| {
             !label.is_empty()
                 && label.len() <= 63
-                && label
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+                && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
         });
-    if ok {
-        Ok(())
-    } else {
-        Err(format!("allowed host `{whole}` is not a valid host name"))
-    }
+    if ok { Ok(()) } else { Err(format!("allowed host `{whole}` is not a valid host name")) }
 }
 
 impl TryFrom<String> for HostPattern {
@@ -140,19 +127,14 @@ impl HostPattern {
         }
         match &self.host {
             HostMatch::Exact(h) => h == host,
-            HostMatch::Suffix(suffix) => {
-                host.len() > suffix.len() + 1 && host.ends_with(&format!(".{suffix}"))
-            }
+            HostMatch::Suffix(suffix) => host.len() > suffix.len() + 1 && host.ends_with(&format!(".{suffix}")),
             HostMatch::Ip(ip) => parse_ip_host(host).is_some_and(|h| h == *ip),
         }
     }
 }
 
 fn parse_ip_host(host: &str) -> Option<IpAddr> {
-    host.trim_start_matches('[')
-        .trim_end_matches(']')
-        .parse()
-        .ok()
+    host.trim_start_matches('[').trim_end_matches(']').parse().ok()
 }
 
 /// The hosts an attempt may reach. Empty (the default) means no network.
@@ -171,10 +153,7 @@ impl NetworkPolicy {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let allow = hosts
-            .into_iter()
-            .map(|h| h.as_ref().parse())
-            .collect::<Result<_, _>>()?;
+        let allow = hosts.into_iter().map(|h| h.as_ref().parse()).collect::<Result<_, _>>()?;
         Ok(NetworkPolicy { allow })
     }
 
@@ -184,13 +163,9 @@ impl NetworkPolicy {
         if self.allow.iter().any(|p| p.matches(&host, port)) {
             Ok(())
         } else if self.allow.is_empty() {
-            Err(Denied(format!(
-                "{host}:{port}: this task has no network access (its allowlist is empty)"
-            )))
+            Err(Denied(format!("{host}:{port}: this task has no network access (its allowlist is empty)")))
         } else {
-            Err(Denied(format!(
-                "{host}:{port} is not on this task's allowlist"
-            )))
+            Err(Denied(format!("{host}:{port} is not on this task's allowlist")))
         }
     }
 
@@ -199,10 +174,7 @@ impl NetworkPolicy {
         if is_public(addr) {
             return Ok(());
         }
-        let named = self
-            .allow
-            .iter()
-            .any(|p| matches!(&p.host, HostMatch::Ip(ip) if *ip == addr));
+        let named = self.allow.iter().any(|p| matches!(&p.host, HostMatch::Ip(ip) if *ip == addr));
         if named {
             Ok(())
         } else {
@@ -296,13 +268,7 @@ mod tests {
 
     #[test]
     fn patterns_parse_and_print() {
-        for s in [
-            "example.org",
-            "*.example.org:443",
-            "127.0.0.1:8080",
-            "[::1]",
-            "[::1]:80",
-        ] {
+        for s in ["example.org", "*.example.org:443", "127.0.0.1:8080", "[::1]", "[::1]:80"] {
             let p: HostPattern = s.parse().unwrap();
             assert_eq!(p.to_string(), s);
         }
@@ -313,8 +279,7 @@ mod tests {
 
     #[test]
     fn matching() {
-        let policy =
-            NetworkPolicy::allow(["example.org", "*.corp.example:8443", "127.0.0.1"]).unwrap();
+        let policy = NetworkPolicy::allow(["example.org", "*.corp.example:8443", "127.0.0.1"]).unwrap();
         assert!(policy.check_name("example.org", 80).is_ok());
         assert!(policy.check_name("EXAMPLE.org", 443).is_ok());
         assert!(policy.check_name("api.example.org", 80).is_err());
@@ -322,51 +287,19 @@ mod tests {
         assert!(policy.check_name("a.corp.example", 443).is_err());
         assert!(policy.check_name("corp.example", 8443).is_err());
         assert!(policy.check_name("127.0.0.1", 9).is_ok());
-        assert!(
-            NetworkPolicy::deny_all()
-                .check_name("example.org", 80)
-                .unwrap_err()
-                .0
-                .contains("no network access")
-        );
+        assert!(NetworkPolicy::deny_all().check_name("example.org", 80).unwrap_err().0.contains("no network access"));
     }
 
     #[test]
     fn private_addresses_need_explicit_entries() {
         let policy = NetworkPolicy::allow(["localhost", "10.1.2.3"]).unwrap();
-        let loopback = policy
-            .check_address("localhost", "127.0.0.1".parse().unwrap())
-            .unwrap_err();
+        let loopback = policy.check_address("localhost", "127.0.0.1".parse().unwrap()).unwrap_err();
         assert!(loopback.0.contains("loopback"), "{loopback:?}");
-        assert!(
-            policy
-                .check_address("x", "10.1.2.3".parse().unwrap())
-                .is_ok()
-        );
-        assert!(
-            policy
-                .check_address("x", "10.1.2.4".parse().unwrap())
-                .is_err()
-        );
-        assert!(
-            policy
-                .check_address("x", "169.254.169.254".parse().unwrap())
-                .is_err()
-        );
-        assert!(
-            policy
-                .check_address("x", "::ffff:127.0.0.1".parse().unwrap())
-                .is_err()
-        );
-        assert!(
-            policy
-                .check_address("x", "fe80::1".parse().unwrap())
-                .is_err()
-        );
-        assert!(
-            policy
-                .check_address("x", "93.184.216.34".parse().unwrap())
-                .is_ok()
-        );
+        assert!(policy.check_address("x", "10.1.2.3".parse().unwrap()).is_ok());
+        assert!(policy.check_address("x", "10.1.2.4".parse().unwrap()).is_err());
+        assert!(policy.check_address("x", "169.254.169.254".parse().unwrap()).is_err());
+        assert!(policy.check_address("x", "::ffff:127.0.0.1".parse().unwrap()).is_err());
+        assert!(policy.check_address("x", "fe80::1".parse().unwrap()).is_err());
+        assert!(policy.check_address("x", "93.184.216.34".parse().unwrap()).is_ok());
     }
 }

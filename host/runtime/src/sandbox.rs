@@ -37,20 +37,13 @@ pub(crate) struct HostState {
 
 impl WasiView for StoreState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView {
-            ctx: &mut self.wasi,
-            table: &mut self.table,
-        }
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
     }
 }
 
 impl WasiHttpView for StoreState {
     fn http(&mut self) -> WasiHttpCtxView<'_> {
-        WasiHttpCtxView {
-            ctx: &mut self.http,
-            table: &mut self.table,
-            hooks: &mut self.hooks,
-        }
+        WasiHttpCtxView { ctx: &mut self.http, table: &mut self.table, hooks: &mut self.hooks }
     }
 }
 
@@ -125,11 +118,7 @@ impl WasiHttpHooks for HttpPolicyHooks {
             };
             let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
             let deny = |reason: String, error: HttpError| {
-                log.push(
-                    LogSource::Dagr,
-                    LogLevel::Warn,
-                    &format!("outgoing HTTP request to {uri} denied: {reason}"),
-                );
+                log.push(LogSource::Dagr, LogLevel::Warn, &format!("outgoing HTTP request to {uri} denied: {reason}"));
                 error
             };
             if let Err(denied) = policy.check_name(host, port) {
