@@ -138,7 +138,7 @@ impl AttemptLog {
             message.push_str(&format!(" …[{dropped} bytes cut]"));
         }
         let size = message.len() + 1;
-        if source != LogSource::Dagr && state.bytes + size > state.cap {
+        if source != LogSource::Dagr && (state.truncated_marker || state.bytes + size > state.cap) {
             state.dropped_bytes += size;
             state.dropped_lines += 1;
             if !state.truncated_marker {
