@@ -9,8 +9,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod server;
 mod support;
 
 mod cli;
+mod e2e;
 mod plugins;
 mod runtime;

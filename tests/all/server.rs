@@ -1,0 +1,232 @@
+//! A real `dagr serve` process for end-to-end tests.
+//!
+//! [`DagrServer::start`] picks a free loopback port, starts the `dagr`
+//! binary of this build on it with a fresh data directory, and returns once
+//! `GET /healthz` answers. The process is killed when the value is dropped.
+//! Its stdout and stderr go to `server.log` in the data directory; when a
+//! test fails, the end of that log is printed, and with
+//! `DAGR_KEEP_TEST_DIRS=1` the whole directory is kept for a post-mortem.
+//!
+//! ```ignore
+//! let server = DagrServer::start();
+//! let out = server.cli(&["apply", "-f", path]);       // `dagr --server URL apply …`
+//! let body = reqwest::get(server.url("/v1/runs")).await?;
+//! ```
+
+#![allow(dead_code)]
+
+use std::io::{Read as _, Write as _};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::{dagr_binary, shared_cache_dir};
+
+/// How long a server may take to answer its first health check (a debug
+/// build on a busy two-core machine, loading every built-in plugin).
+const READY_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A running `dagr serve`.
+pub struct DagrServer {
+    /// Where the server listens.
+    pub addr: SocketAddr,
+    dir: Option<tempfile::TempDir>,
+    envs: Vec<(String, String)>,
+    child: Option<Child>,
+}
+
+impl DagrServer {
+    /// Starts a server with the default configuration (plus the test
+    /// suite's shared compiled-code cache).
+    pub fn start() -> DagrServer {
+        DagrServer::start_with(&[])
+    }
+
+    /// Starts a server with extra environment variables, which is how any
+    /// part of the config can be set: `("DAGR_WORKER__SLOTS", "4")`.
+    pub fn start_with(envs: &[(&str, &str)]) -> DagrServer {
+        let dir = tempfile::Builder::new()
+            .prefix("dagr-server-")
+            .tempdir()
+            .unwrap_or_else(|e| panic!("cannot create a data dir: {e}"));
+        let mut server = DagrServer {
+            addr: free_port(),
+            dir: Some(dir),
+            envs: envs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            child: None,
+        };
+        server.spawn_and_wait();
+        server
+    }
+
+    /// `http://127.0.0.1:PORT`, the value for `--server`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// `http://127.0.0.1:PORT<path>`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// The data directory (the database, the server's log).
+    pub fn data_dir(&self) -> &Path {
+        self.dir.as_ref().map(|d| d.path()).unwrap_or_else(|| Path::new("."))
+    }
+
+    /// The server's stdout and stderr so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.data_dir().join("server.log")).unwrap_or_default()
+    }
+
+    /// The process id of the server, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Runs the `dagr` CLI against this server (`DAGR_SERVER` is set) and
+    /// waits for it.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        self.cli_command(args).output().unwrap_or_else(|e| panic!("cannot run {}: {e}", dagr_binary().display()))
+    }
+
+    /// The command [`cli`](Self::cli) runs, for tests that need stdin or a
+    /// child they control.
+    pub fn cli_command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(dagr_binary());
+        command.args(args).env("DAGR_SERVER", self.base_url()).env_remove("DAGR_LOG");
+        command
+    }
+
+    /// Kills the server at once (SIGKILL), as a crash would.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Asks the server to stop (SIGTERM) and waits for it to exit.
+    pub fn terminate(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let sent = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false);
+            if !sent {
+                let _ = child.kill();
+            }
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops the server if it runs (SIGKILL) and starts it again on the same
+    /// data directory and port.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn_and_wait();
+    }
+
+    fn spawn_and_wait(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.data_dir().join("server.log"))
+            .unwrap_or_else(|e| panic!("cannot create the server log: {e}"));
+        let log_err = log.try_clone().unwrap_or_else(|e| panic!("cannot share the server log: {e}"));
+        let mut command = Command::new(dagr_binary());
+        command
+            .arg("serve")
+            .arg("--listen")
+            .arg(self.addr.to_string())
+            .arg("--data-dir")
+            .arg(self.data_dir())
+            .env("DAGR_WORKER__CACHE_DIR", shared_cache_dir())
+            .env("DAGR_LOG", "info,sqlx=warn,wasmtime=warn,cranelift=warn")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err);
+        for (key, value) in &self.envs {
+            command.env(key, value);
+        }
+        let child = command.spawn().unwrap_or_else(|e| panic!("cannot start {}: {e}", dagr_binary().display()));
+        self.child = Some(child);
+        self.wait_until_healthy();
+    }
+
+    fn wait_until_healthy(&mut self) {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                self.child = None;
+                panic!(
+                    "dagr serve on {} exited with {status} before it was healthy; its log:\n{}",
+                    self.addr,
+                    self.log()
+                );
+            }
+            if healthz(self.addr) {
+                return;
+            }
+            if Instant::now() > deadline {
+                panic!("dagr serve on {} was not healthy after {READY_TIMEOUT:?}; its log:\n{}", self.addr, self.log());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for DagrServer {
+    fn drop(&mut self) {
+        self.kill();
+        if !std::thread::panicking() {
+            return;
+        }
+        let log = self.log();
+        let tail: Vec<&str> = log.lines().rev().take(40).collect();
+        eprintln!("--- the last lines of dagr serve's log ({}):", self.addr);
+        for line in tail.iter().rev() {
+            eprintln!("{line}");
+        }
+        if std::env::var("DAGR_KEEP_TEST_DIRS").is_ok_and(|v| v == "1")
+            && let Some(dir) = self.dir.take()
+        {
+            eprintln!("--- kept the server's data dir: {}", dir.keep().display());
+        }
+    }
+}
+
+/// A loopback address whose port was free a moment ago. The server binds it
+/// again right after; another process taking it in between would make the
+/// start fail loudly, not wrongly.
+fn free_port() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("cannot bind a loopback port: {e}"));
+    listener.local_addr().unwrap_or_else(|e| panic!("no local address: {e}"))
+}
+
+/// Whether `GET /healthz` answers 200, with a plain blocking socket so the
+/// helper works in sync and async tests alike.
+fn healthz(addr: SocketAddr) -> bool {
+    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(500)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let request = format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.1 200")
+}
+
+/// The path of a file written into `dir`, for `dagr apply -f`.
+pub fn write_file(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+    path
+}
