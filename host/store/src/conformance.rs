@@ -26,11 +26,7 @@ fn run(id: &str, tenant: &str, workflow: &str, kind: RunKind, logical_time: i64)
 }
 
 fn check(cond: bool, what: &str) -> Result<()> {
-    if cond {
-        Ok(())
-    } else {
-        Err(Error::Invalid(format!("conformance: {what}")))
-    }
+    if cond { Ok(()) } else { Err(Error::Invalid(format!("conformance: {what}"))) }
 }
 
 /// Runs every check against a fresh, empty store. `prefix` keeps ids unique
@@ -46,71 +42,20 @@ pub async fn run_all(store: &dyn Store, prefix: &str) -> Result<()> {
 
 async fn workflows(store: &dyn Store, p: &str) -> Result<()> {
     let tenant = format!("{p}t");
-    let a = store
-        .apply_workflow(&tenant, "wf", "h1", "{\"v\":1}", 10)
-        .await?;
-    check(
-        a == Applied {
-            version: 1,
-            created: true,
-        },
-        "first apply creates version 1",
-    )?;
-    let same = store
-        .apply_workflow(&tenant, "wf", "h1", "{\"v\":1}", 11)
-        .await?;
-    check(
-        same == Applied {
-            version: 1,
-            created: false,
-        },
-        "identical apply is a no-op",
-    )?;
-    let b = store
-        .apply_workflow(&tenant, "wf", "h2", "{\"v\":2}", 12)
-        .await?;
-    check(
-        b == Applied {
-            version: 2,
-            created: true,
-        },
-        "changed apply creates version 2",
-    )?;
-    check(
-        store.list_versions(&tenant, "wf").await?.len() == 2,
-        "two versions listed",
-    )?;
-    check(
-        store
-            .get_version(&tenant, "wf", 1)
-            .await?
-            .is_some_and(|v| v.spec == "{\"v\":1}"),
-        "version 1 kept",
-    )?;
-    check(
-        store.list_workflows(&tenant).await?.len() == 1,
-        "one workflow listed",
-    )?;
-    check(
-        store.list_workflows("other-tenant").await?.is_empty(),
-        "tenants are separate",
-    )?;
+    let a = store.apply_workflow(&tenant, "wf", "h1", "{\"v\":1}", 10).await?;
+    check(a == Applied { version: 1, created: true }, "first apply creates version 1")?;
+    let same = store.apply_workflow(&tenant, "wf", "h1", "{\"v\":1}", 11).await?;
+    check(same == Applied { version: 1, created: false }, "identical apply is a no-op")?;
+    let b = store.apply_workflow(&tenant, "wf", "h2", "{\"v\":2}", 12).await?;
+    check(b == Applied { version: 2, created: true }, "changed apply creates version 2")?;
+    check(store.list_versions(&tenant, "wf").await?.len() == 2, "two versions listed")?;
+    check(store.get_version(&tenant, "wf", 1).await?.is_some_and(|v| v.spec == "{\"v\":1}"), "version 1 kept")?;
+    check(store.list_workflows(&tenant).await?.len() == 1, "one workflow listed")?;
+    check(store.list_workflows("other-tenant").await?.is_empty(), "tenants are separate")?;
     check(store.delete_workflow(&tenant, "wf", 13).await?, "delete")?;
-    check(
-        store.list_workflows(&tenant).await?.is_empty(),
-        "deleted workflows are not listed",
-    )?;
-    let again = store
-        .apply_workflow(&tenant, "wf", "h2", "{\"v\":2}", 14)
-        .await?;
-    check(
-        again
-            == Applied {
-                version: 3,
-                created: true,
-            },
-        "applying a deleted workflow makes a new version",
-    )?;
+    check(store.list_workflows(&tenant).await?.is_empty(), "deleted workflows are not listed")?;
+    let again = store.apply_workflow(&tenant, "wf", "h2", "{\"v\":2}", 14).await?;
+    check(again == Applied { version: 3, created: true }, "applying a deleted workflow makes a new version")?;
     Ok(())
 }
 
@@ -119,28 +64,13 @@ async fn runs_and_batches(store: &dyn Store, p: &str) -> Result<()> {
     let id = format!("{p}run-1");
     let created = store
         .create_runs(
-            vec![NewRun {
-                run: run(&id, &tenant, "wf", RunKind::Manual, 1000),
-                tasks: vec!["a".into(), "b".into()],
-            }],
+            vec![NewRun { run: run(&id, &tenant, "wf", RunKind::Manual, 1000), tasks: vec!["a".into(), "b".into()] }],
             Some("admit"),
         )
         .await?;
-    check(
-        matches!(
-            created.as_slice(),
-            [Created::Created {
-                command: Some(_),
-                ..
-            }]
-        ),
-        "run created with a command",
-    )?;
+    check(matches!(created.as_slice(), [Created::Created { command: Some(_), .. }]), "run created with a command")?;
     let tasks = store.run_tasks(&id).await?;
-    check(
-        tasks.len() == 2 && tasks[1].name == "b" && tasks[0].state == "pending",
-        "tasks created pending",
-    )?;
+    check(tasks.len() == 2 && tasks[1].name == "b" && tasks[0].state == "pending", "tasks created pending")?;
 
     let task = |state: &str, attempts: i64| TaskWrite {
         run_id: id.clone(),
@@ -198,37 +128,14 @@ async fn runs_and_batches(store: &dyn Store, p: &str) -> Result<()> {
     batch.commands_done.push((command, "{\"ok\":true}".into()));
     store.commit(batch).await?;
     check(
-        store
-            .get_run(&id)
-            .await?
-            .is_some_and(|r| r.state == "running" && r.started_at == Some(1001)),
+        store.get_run(&id).await?.is_some_and(|r| r.state == "running" && r.started_at == Some(1001)),
         "run updated",
     )?;
+    check(store.run_tasks(&id).await?[0].state == "running", "last task write wins")?;
+    check(store.running_attempts().await?.iter().any(|a| a.run_id == id), "attempt running")?;
+    check(!store.pending_commands(0, 100).await?.iter().any(|c| c.id == command), "command done")?;
     check(
-        store.run_tasks(&id).await?[0].state == "running",
-        "last task write wins",
-    )?;
-    check(
-        store
-            .running_attempts()
-            .await?
-            .iter()
-            .any(|a| a.run_id == id),
-        "attempt running",
-    )?;
-    check(
-        !store
-            .pending_commands(0, 100)
-            .await?
-            .iter()
-            .any(|c| c.id == command),
-        "command done",
-    )?;
-    check(
-        store
-            .get_command(command)
-            .await?
-            .is_some_and(|c| c.result.as_deref() == Some("{\"ok\":true}")),
+        store.get_command(command).await?.is_some_and(|c| c.result.as_deref() == Some("{\"ok\":true}")),
         "command result kept",
     )?;
 
@@ -240,58 +147,30 @@ async fn runs_and_batches(store: &dyn Store, p: &str) -> Result<()> {
         .commit(WriteBatch {
             tasks: vec![finished],
             attempts: vec![done],
-            outputs: vec![OutputWrite::Set {
-                run_id: id.clone(),
-                idx: 0,
-                output: "{\"n\":1}".into(),
-            }],
+            outputs: vec![OutputWrite::Set { run_id: id.clone(), idx: 0, output: "{\"n\":1}".into() }],
             ..Default::default()
         })
         .await?;
-    check(
-        store.outputs(&id, &[0, 1]).await? == vec![(0, "{\"n\":1}".to_owned())],
-        "output stored",
-    )?;
+    check(store.outputs(&id, &[0, 1]).await? == vec![(0, "{\"n\":1}".to_owned())], "output stored")?;
     let attempts = store.attempts(&id, Some(0)).await?;
     check(
-        attempts.len() == 1
-            && attempts[0].state == "succeeded"
-            && attempts[0].finished_at == Some(1002),
+        attempts.len() == 1 && attempts[0].state == "succeeded" && attempts[0].finished_at == Some(1002),
         "attempt finished",
     )?;
     store
-        .commit(WriteBatch {
-            outputs: vec![OutputWrite::Clear {
-                run_id: id.clone(),
-                idx: 0,
-            }],
-            ..Default::default()
-        })
+        .commit(WriteBatch { outputs: vec![OutputWrite::Clear { run_id: id.clone(), idx: 0 }], ..Default::default() })
         .await?;
     check(store.outputs(&id, &[0]).await?.is_empty(), "output cleared")?;
 
     let listed = store
-        .list_runs(&RunFilter {
-            tenant: tenant.clone(),
-            workflow: Some("wf".into()),
-            limit: 10,
-            ..Default::default()
-        })
+        .list_runs(&RunFilter { tenant: tenant.clone(), workflow: Some("wf".into()), limit: 10, ..Default::default() })
         .await?;
     check(listed.iter().any(|r| r.id == id), "run listed")?;
     let none = store
-        .list_runs(&RunFilter {
-            tenant: tenant.clone(),
-            state: Some("failed".into()),
-            limit: 10,
-            ..Default::default()
-        })
+        .list_runs(&RunFilter { tenant: tenant.clone(), state: Some("failed".into()), limit: 10, ..Default::default() })
         .await?;
     check(none.is_empty(), "state filter")?;
-    check(
-        store.active_runs().await?.iter().any(|r| r.id == id),
-        "active run",
-    )?;
+    check(store.active_runs().await?.iter().any(|r| r.id == id), "active run")?;
     Ok(())
 }
 
@@ -300,32 +179,17 @@ async fn cycles_are_unique(store: &dyn Store, p: &str) -> Result<()> {
     let first = store
         .create_runs(
             vec![NewRun {
-                run: run(
-                    &format!("{p}s1"),
-                    &tenant,
-                    "daily",
-                    RunKind::Schedule,
-                    86_400_000,
-                ),
+                run: run(&format!("{p}s1"), &tenant, "daily", RunKind::Schedule, 86_400_000),
                 tasks: vec!["a".into()],
             }],
             None,
         )
         .await?;
-    check(
-        matches!(first.as_slice(), [Created::Created { .. }]),
-        "schedule run created",
-    )?;
+    check(matches!(first.as_slice(), [Created::Created { .. }]), "schedule run created")?;
     let dup = store
         .create_runs(
             vec![NewRun {
-                run: run(
-                    &format!("{p}s2"),
-                    &tenant,
-                    "daily",
-                    RunKind::Backfill,
-                    86_400_000,
-                ),
+                run: run(&format!("{p}s2"), &tenant, "daily", RunKind::Backfill, 86_400_000),
                 tasks: vec!["a".into()],
             }],
             None,
@@ -338,26 +202,14 @@ async fn cycles_are_unique(store: &dyn Store, p: &str) -> Result<()> {
     let manual = store
         .create_runs(
             vec![NewRun {
-                run: run(
-                    &format!("{p}m1"),
-                    &tenant,
-                    "daily",
-                    RunKind::Manual,
-                    86_400_000,
-                ),
+                run: run(&format!("{p}m1"), &tenant, "daily", RunKind::Manual, 86_400_000),
                 tasks: vec!["a".into()],
             }],
             None,
         )
         .await?;
-    check(
-        matches!(manual.as_slice(), [Created::Created { .. }]),
-        "manual runs may share a logical time",
-    )?;
-    check(
-        store.run_tasks(&format!("{p}s2")).await?.is_empty(),
-        "no orphan tasks",
-    )?;
+    check(matches!(manual.as_slice(), [Created::Created { .. }]), "manual runs may share a logical time")?;
+    check(store.run_tasks(&format!("{p}s2")).await?.is_empty(), "no orphan tasks")?;
     Ok(())
 }
 
@@ -365,13 +217,7 @@ async fn fencing(store: &dyn Store, p: &str) -> Result<()> {
     let tenant = format!("{p}t");
     let id = format!("{p}fenced");
     store
-        .create_runs(
-            vec![NewRun {
-                run: run(&id, &tenant, "wf", RunKind::Manual, 5),
-                tasks: vec!["a".into()],
-            }],
-            None,
-        )
+        .create_runs(vec![NewRun { run: run(&id, &tenant, "wf", RunKind::Manual, 5), tasks: vec!["a".into()] }], None)
         .await?;
     let write = |epoch: i64, state: &str| WriteBatch {
         runs: vec![RunWrite {
@@ -385,29 +231,11 @@ async fn fencing(store: &dyn Store, p: &str) -> Result<()> {
         ..Default::default()
     };
     let stale = store.commit(write(41, "running")).await?;
-    check(
-        stale.fenced == vec![id.clone()],
-        "a write with the wrong epoch is fenced",
-    )?;
-    check(
-        store
-            .get_run(&id)
-            .await?
-            .is_some_and(|r| r.state == "queued"),
-        "fenced write not applied",
-    )?;
+    check(stale.fenced == vec![id.clone()], "a write with the wrong epoch is fenced")?;
+    check(store.get_run(&id).await?.is_some_and(|r| r.state == "queued"), "fenced write not applied")?;
     let fresh = store.commit(write(0, "running")).await?;
-    check(
-        fresh.fenced.is_empty(),
-        "a write with the right epoch applies",
-    )?;
-    check(
-        store
-            .get_run(&id)
-            .await?
-            .is_some_and(|r| r.state == "running"),
-        "fresh write applied",
-    )?;
+    check(fresh.fenced.is_empty(), "a write with the right epoch applies")?;
+    check(store.get_run(&id).await?.is_some_and(|r| r.state == "running"), "fresh write applied")?;
     Ok(())
 }
 
@@ -425,11 +253,7 @@ async fn commands_logs_events(store: &dyn Store, p: &str) -> Result<()> {
         })
         .await?;
     check(
-        store
-            .pending_commands(id - 1, 10)
-            .await?
-            .first()
-            .is_some_and(|c| c.id == id && c.kind == "kill"),
+        store.pending_commands(id - 1, 10).await?.first().is_some_and(|c| c.id == id && c.kind == "kill"),
         "command pending",
     )?;
     let line = |seq| LogRow {
@@ -445,10 +269,7 @@ async fn commands_logs_events(store: &dyn Store, p: &str) -> Result<()> {
     store.append_logs(vec![line(1), line(2), line(3)]).await?;
     store.append_logs(vec![line(3)]).await?;
     let logs = store.logs(&run_id, 0, 1, 1, 10).await?;
-    check(
-        logs.len() == 2 && logs[0].message == "line 2",
-        "logs after a sequence number, no duplicates",
-    )?;
+    check(logs.len() == 2 && logs[0].message == "line 2", "logs after a sequence number, no duplicates")?;
     store
         .commit(WriteBatch {
             events: (0..3)
@@ -465,10 +286,7 @@ async fn commands_logs_events(store: &dyn Store, p: &str) -> Result<()> {
         })
         .await?;
     let events = store.events(&tenant, Some(&run_id), 0, 10).await?;
-    check(
-        events.len() == 3 && events[0].seq < events[2].seq,
-        "events in order",
-    )?;
+    check(events.len() == 3 && events[0].seq < events[2].seq, "events in order")?;
     let b = BackfillRow {
         id: format!("{p}bf"),
         tenant: tenant.clone(),
@@ -480,9 +298,6 @@ async fn commands_logs_events(store: &dyn Store, p: &str) -> Result<()> {
         created_at: 1,
     };
     store.insert_backfill(b.clone()).await?;
-    check(
-        store.get_backfill(&b.id).await?.as_ref() == Some(&b),
-        "backfill stored",
-    )?;
+    check(store.get_backfill(&b.id).await?.as_ref() == Some(&b), "backfill stored")?;
     Ok(())
 }

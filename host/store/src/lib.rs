@@ -64,14 +64,7 @@ impl RunKind {
     }
 
     pub fn parse(text: &str) -> Option<RunKind> {
-        [
-            RunKind::Manual,
-            RunKind::Schedule,
-            RunKind::Backfill,
-            RunKind::Job,
-        ]
-        .into_iter()
-        .find(|k| k.as_str() == text)
+        [RunKind::Manual, RunKind::Schedule, RunKind::Backfill, RunKind::Job].into_iter().find(|k| k.as_str() == text)
     }
 }
 
@@ -302,15 +295,8 @@ pub struct RunWrite {
 /// A change to a task's stored output.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OutputWrite {
-    Set {
-        run_id: String,
-        idx: i64,
-        output: String,
-    },
-    Clear {
-        run_id: String,
-        idx: i64,
-    },
+    Set { run_id: String, idx: i64, output: String },
+    Clear { run_id: String, idx: i64 },
 }
 
 /// Everything one engine step changes, committed atomically.
@@ -335,6 +321,10 @@ pub struct WriteBatch {
     /// Runs whose writes must be fenced: (run id, the epoch the writer
     /// holds). Writes for a run whose stored epoch differs are dropped.
     pub fences: Vec<(String, i64)>,
+    /// The singleton duty (and fencing token) that `new_runs` and
+    /// `schedule_cursors` are written under. If a higher token holds the
+    /// duty, those writes are dropped.
+    pub singleton: Option<(String, i64)>,
 }
 
 impl WriteBatch {
@@ -355,6 +345,8 @@ impl WriteBatch {
 pub struct Committed {
     /// Runs whose writes were dropped because another owner holds them.
     pub fenced: Vec<String>,
+    /// The singleton writes were dropped: a newer leader holds the duty.
+    pub singleton_fenced: bool,
 }
 
 /// dagr's storage. Implemented by [`SqlStore`] on SQLite and PostgreSQL.
@@ -364,21 +356,9 @@ pub trait Store: Send + Sync + 'static {
 
     /// Stores a definition as the next version, unless it is identical to
     /// the latest one (same hash), in which case nothing changes.
-    async fn apply_workflow(
-        &self,
-        tenant: &str,
-        name: &str,
-        hash: &str,
-        spec: &str,
-        now: i64,
-    ) -> Result<Applied>;
+    async fn apply_workflow(&self, tenant: &str, name: &str, hash: &str, spec: &str, now: i64) -> Result<Applied>;
     async fn get_workflow(&self, tenant: &str, name: &str) -> Result<Option<WorkflowRow>>;
-    async fn get_version(
-        &self,
-        tenant: &str,
-        name: &str,
-        version: i64,
-    ) -> Result<Option<VersionRow>>;
+    async fn get_version(&self, tenant: &str, name: &str, version: i64) -> Result<Option<VersionRow>>;
     async fn list_workflows(&self, tenant: &str) -> Result<Vec<WorkflowRow>>;
     async fn list_versions(&self, tenant: &str, name: &str) -> Result<Vec<VersionRow>>;
     /// Marks a workflow deleted (its runs and versions stay). False if absent.
@@ -391,11 +371,7 @@ pub trait Store: Send + Sync + 'static {
     /// Creates runs with their tasks, and for each an optional command
     /// (e.g. `admit`) in the same transaction. Schedule and backfill runs
     /// for a logical time that already has one are not created twice.
-    async fn create_runs(
-        &self,
-        runs: Vec<NewRun>,
-        command_kind: Option<&str>,
-    ) -> Result<Vec<Created>>;
+    async fn create_runs(&self, runs: Vec<NewRun>, command_kind: Option<&str>) -> Result<Vec<Created>>;
     async fn get_run(&self, id: &str) -> Result<Option<RunRow>>;
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRow>>;
     /// Runs that are queued, running or paused (for recovery).
@@ -405,6 +381,21 @@ pub trait Store: Send + Sync + 'static {
     async fn attempts(&self, run_id: &str, task_idx: Option<i64>) -> Result<Vec<AttemptRow>>;
     /// Attempts still marked running (for recovery after a crash).
     async fn running_attempts(&self) -> Result<Vec<AttemptRow>>;
+
+    // Ownership (cluster mode) ------------------------------------------
+
+    /// Active runs (queued, running, paused) whose slot is in `slots`.
+    async fn active_runs_in_slots(&self, slots: &[i64]) -> Result<Vec<RunRow>>;
+    /// Takes a run over: sets its owner and bumps its epoch, atomically.
+    /// Returns the new epoch. Every later write by an older epoch is fenced.
+    async fn claim_run(&self, run_id: &str, owner: &str, now: i64) -> Result<Option<i64>>;
+    /// Records `holder` as the holder of a singleton duty with `token`,
+    /// unless a higher token already holds it. True if this token holds it.
+    async fn acquire_singleton(&self, name: &str, holder: &str, token: i64, now: i64) -> Result<bool>;
+    /// The running attempts of these runs.
+    async fn running_attempts_of(&self, run_ids: &[String]) -> Result<Vec<AttemptRow>>;
+    /// The current epoch of a run (workers check it before starting an attempt).
+    async fn run_epoch(&self, run_id: &str) -> Result<Option<i64>>;
 
     // The engine's writes -------------------------------------------------
 
@@ -420,21 +411,8 @@ pub trait Store: Send + Sync + 'static {
     // Logs and events ----------------------------------------------------
 
     async fn append_logs(&self, lines: Vec<LogRow>) -> Result<()>;
-    async fn logs(
-        &self,
-        run_id: &str,
-        task_idx: i64,
-        attempt: i64,
-        after_seq: i64,
-        limit: i64,
-    ) -> Result<Vec<LogRow>>;
-    async fn events(
-        &self,
-        tenant: &str,
-        run_id: Option<&str>,
-        after_seq: i64,
-        limit: i64,
-    ) -> Result<Vec<EventRow>>;
+    async fn logs(&self, run_id: &str, task_idx: i64, attempt: i64, after_seq: i64, limit: i64) -> Result<Vec<LogRow>>;
+    async fn events(&self, tenant: &str, run_id: Option<&str>, after_seq: i64, limit: i64) -> Result<Vec<EventRow>>;
 
     // Backfills -----------------------------------------------------------
 

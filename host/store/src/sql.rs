@@ -34,9 +34,7 @@ impl FromStr for Synchronous {
         match s.to_ascii_lowercase().as_str() {
             "normal" => Ok(Synchronous::Normal),
             "full" => Ok(Synchronous::Full),
-            other => Err(format!(
-                "unknown synchronous mode `{other}` (normal or full)"
-            )),
+            other => Err(format!("unknown synchronous mode `{other}` (normal or full)")),
         }
     }
 }
@@ -66,12 +64,8 @@ impl SqlStore {
     pub async fn open_sqlite(path: &Path, sync: Synchronous) -> Result<SqlStore> {
         DRIVERS.call_once(sqlx::any::install_default_drivers);
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| {
-                Error::Invalid(format!(
-                    "cannot create the data directory {}: {e}",
-                    dir.display()
-                ))
-            })?;
+            std::fs::create_dir_all(dir)
+                .map_err(|e| Error::Invalid(format!("cannot create the data directory {}: {e}", dir.display())))?;
         }
         let url = format!("sqlite://{}?mode=rwc", path.display());
         let pragmas = format!(
@@ -100,11 +94,7 @@ impl SqlStore {
         let write = connect(1).await?;
         sqlx::migrate!("./migrations/sqlite").run(&write).await?;
         let read = connect(4).await?;
-        Ok(SqlStore {
-            write,
-            read,
-            backend: Backend::Sqlite,
-        })
+        Ok(SqlStore { write, read, backend: Backend::Sqlite })
     }
 
     /// Connects to PostgreSQL and migrates the database.
@@ -116,11 +106,7 @@ impl SqlStore {
             .connect(url)
             .await?;
         sqlx::migrate!("./migrations/postgres").run(&pool).await?;
-        Ok(SqlStore {
-            write: pool.clone(),
-            read: pool,
-            backend: Backend::Postgres,
-        })
+        Ok(SqlStore { write: pool.clone(), read: pool, backend: Backend::Postgres })
     }
 
     /// Opens a store from a URL: `sqlite://PATH` or `postgres://…`.
@@ -131,9 +117,7 @@ impl SqlStore {
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             Self::open_postgres(url, 16).await
         } else {
-            Err(Error::Invalid(format!(
-                "unsupported database URL `{url}` (sqlite://PATH or postgres://…)"
-            )))
+            Err(Error::Invalid(format!("unsupported database URL `{url}` (sqlite://PATH or postgres://…)")))
         }
     }
 
@@ -157,10 +141,7 @@ enum Arg {
     OptText(Option<String>),
 }
 
-fn bind_all<'q>(
-    mut query: Query<'q, Any, AnyArguments<'q>>,
-    args: Vec<Arg>,
-) -> Query<'q, Any, AnyArguments<'q>> {
+fn bind_all<'q>(mut query: Query<'q, Any, AnyArguments<'q>>, args: Vec<Arg>) -> Query<'q, Any, AnyArguments<'q>> {
     for arg in args {
         query = match arg {
             Arg::I64(v) => query.bind(v),
@@ -208,19 +189,14 @@ async fn insert_rows(
         let chunk: Vec<Vec<Arg>> = rows.by_ref().take(per_chunk).collect();
         let sql = format!("{head} VALUES {} {tail}", values(chunk.len(), cols));
         let args: Vec<Arg> = chunk.into_iter().flatten().collect();
-        bind_all(sqlx::query(&sql), args)
-            .execute(&mut *conn)
-            .await?;
+        bind_all(sqlx::query(&sql), args).execute(&mut *conn).await?;
     }
     Ok(())
 }
 
 /// `$start,$start+1,…` for an IN list.
 fn in_list(start: usize, n: usize) -> String {
-    (start..start + n)
-        .map(|i| format!("${i}"))
-        .collect::<Vec<_>>()
-        .join(",")
+    (start..start + n).map(|i| format!("${i}")).collect::<Vec<_>>().join(",")
 }
 
 fn run_from(row: &AnyRow) -> Result<RunRow> {
@@ -305,7 +281,8 @@ fn attempt_from(row: &AnyRow) -> Result<AttemptRow> {
     })
 }
 
-const ATTEMPT_COLUMNS: &str = "run_id, task_idx, number, task, state, failure_kind, message, charged, worker, epoch, started_at, finished_at";
+const ATTEMPT_COLUMNS: &str =
+    "run_id, task_idx, number, task, state, failure_kind, message, charged, worker, epoch, started_at, finished_at";
 
 fn workflow_from(row: &AnyRow) -> Result<WorkflowRow> {
     Ok(WorkflowRow {
@@ -361,14 +338,8 @@ fn backfill_from(row: &AnyRow) -> Result<BackfillRow> {
 impl SqlStore {
     /// Inserts one run and its tasks; `None` if a run for that cycle exists.
     async fn insert_run(conn: &mut sqlx::AnyConnection, new: &NewRun) -> Result<bool> {
-        let sql = format!(
-            "INSERT INTO runs ({RUN_COLUMNS}) VALUES {} ON CONFLICT DO NOTHING",
-            values(1, 17)
-        );
-        let inserted = bind_all(sqlx::query(&sql), run_args(&new.run))
-            .execute(&mut *conn)
-            .await?
-            .rows_affected();
+        let sql = format!("INSERT INTO runs ({RUN_COLUMNS}) VALUES {} ON CONFLICT DO NOTHING", values(1, 17));
+        let inserted = bind_all(sqlx::query(&sql), run_args(&new.run)).execute(&mut *conn).await?.rows_affected();
         if inserted == 0 {
             return Ok(false);
         }
@@ -385,14 +356,7 @@ impl SqlStore {
                 ]
             })
             .collect();
-        insert_rows(
-            &mut *conn,
-            "INSERT INTO tasks (run_id, idx, name, state)",
-            "",
-            4,
-            rows,
-        )
-        .await?;
+        insert_rows(&mut *conn, "INSERT INTO tasks (run_id, idx, name, state)", "", 4, rows).await?;
         Ok(true)
     }
 
@@ -408,30 +372,16 @@ impl SqlStore {
         .await?;
         match row {
             Some(row) => Ok(row.try_get("id")?),
-            None => Err(Error::Invalid(format!(
-                "run {} conflicts with an existing run",
-                run.id
-            ))),
+            None => Err(Error::Invalid(format!("run {} conflicts with an existing run", run.id))),
         }
     }
 }
 
 #[async_trait]
 impl Store for SqlStore {
-    async fn apply_workflow(
-        &self,
-        tenant: &str,
-        name: &str,
-        hash: &str,
-        spec: &str,
-        now: i64,
-    ) -> Result<Applied> {
+    async fn apply_workflow(&self, tenant: &str, name: &str, hash: &str, spec: &str, now: i64) -> Result<Applied> {
         let mut tx = self.write.begin().await?;
-        let lock = if self.backend == Backend::Postgres {
-            " FOR UPDATE"
-        } else {
-            ""
-        };
+        let lock = if self.backend == Backend::Postgres { " FOR UPDATE" } else { "" };
         let current = sqlx::query(&format!(
             "SELECT latest_version, deleted FROM workflows WHERE tenant = $1 AND name = $2{lock}"
         ))
@@ -452,30 +402,24 @@ impl Store for SqlStore {
                 .await?
                 .rows_affected();
                 if inserted == 0 {
-                    return Err(Error::Invalid(format!(
-                        "workflow `{name}` was applied concurrently; try again"
-                    )));
+                    return Err(Error::Invalid(format!("workflow `{name}` was applied concurrently; try again")));
                 }
                 1
             }
             Some(row) => {
                 let latest: i64 = row.try_get("latest_version")?;
                 let deleted = row.try_get::<i64, _>("deleted")? != 0;
-                let latest_hash: Option<String> = sqlx::query(
-                    "SELECT hash FROM workflow_versions WHERE tenant = $1 AND name = $2 AND version = $3",
-                )
-                .bind(tenant)
-                .bind(name)
-                .bind(latest)
-                .fetch_optional(&mut *tx)
-                .await?
-                .map(|r| r.try_get("hash"))
-                .transpose()?;
+                let latest_hash: Option<String> =
+                    sqlx::query("SELECT hash FROM workflow_versions WHERE tenant = $1 AND name = $2 AND version = $3")
+                        .bind(tenant)
+                        .bind(name)
+                        .bind(latest)
+                        .fetch_optional(&mut *tx)
+                        .await?
+                        .map(|r| r.try_get("hash"))
+                        .transpose()?;
                 if !deleted && latest_hash.as_deref() == Some(hash) {
-                    return Ok(Applied {
-                        version: latest,
-                        created: false,
-                    });
+                    return Ok(Applied { version: latest, created: false });
                 }
                 sqlx::query(
                     "UPDATE workflows SET latest_version = $3, deleted = 0, updated_at = $4 WHERE tenant = $1 AND name = $2",
@@ -501,10 +445,7 @@ impl Store for SqlStore {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(Applied {
-            version,
-            created: true,
-        })
+        Ok(Applied { version, created: true })
     }
 
     async fn get_workflow(&self, tenant: &str, name: &str) -> Result<Option<WorkflowRow>> {
@@ -516,51 +457,43 @@ impl Store for SqlStore {
         row.as_ref().map(workflow_from).transpose()
     }
 
-    async fn get_version(
-        &self,
-        tenant: &str,
-        name: &str,
-        version: i64,
-    ) -> Result<Option<VersionRow>> {
-        let row = sqlx::query(
-            "SELECT * FROM workflow_versions WHERE tenant = $1 AND name = $2 AND version = $3",
-        )
-        .bind(tenant)
-        .bind(name)
-        .bind(version)
-        .fetch_optional(&self.read)
-        .await?;
+    async fn get_version(&self, tenant: &str, name: &str, version: i64) -> Result<Option<VersionRow>> {
+        let row = sqlx::query("SELECT * FROM workflow_versions WHERE tenant = $1 AND name = $2 AND version = $3")
+            .bind(tenant)
+            .bind(name)
+            .bind(version)
+            .fetch_optional(&self.read)
+            .await?;
         row.as_ref().map(version_from).transpose()
     }
 
     async fn list_workflows(&self, tenant: &str) -> Result<Vec<WorkflowRow>> {
-        let rows =
-            sqlx::query("SELECT * FROM workflows WHERE tenant = $1 AND deleted = 0 ORDER BY name")
-                .bind(tenant)
-                .fetch_all(&self.read)
-                .await?;
+        let rows = sqlx::query("SELECT * FROM workflows WHERE tenant = $1 AND deleted = 0 ORDER BY name")
+            .bind(tenant)
+            .fetch_all(&self.read)
+            .await?;
         rows.iter().map(workflow_from).collect()
     }
 
     async fn list_versions(&self, tenant: &str, name: &str) -> Result<Vec<VersionRow>> {
-        let rows = sqlx::query(
-            "SELECT * FROM workflow_versions WHERE tenant = $1 AND name = $2 ORDER BY version",
-        )
-        .bind(tenant)
-        .bind(name)
-        .fetch_all(&self.read)
-        .await?;
+        let rows = sqlx::query("SELECT * FROM workflow_versions WHERE tenant = $1 AND name = $2 ORDER BY version")
+            .bind(tenant)
+            .bind(name)
+            .fetch_all(&self.read)
+            .await?;
         rows.iter().map(version_from).collect()
     }
 
     async fn delete_workflow(&self, tenant: &str, name: &str, now: i64) -> Result<bool> {
-        let n = sqlx::query("UPDATE workflows SET deleted = 1, updated_at = $3 WHERE tenant = $1 AND name = $2 AND deleted = 0")
-            .bind(tenant)
-            .bind(name)
-            .bind(now)
-            .execute(&self.write)
-            .await?
-            .rows_affected();
+        let n = sqlx::query(
+            "UPDATE workflows SET deleted = 1, updated_at = $3 WHERE tenant = $1 AND name = $2 AND deleted = 0",
+        )
+        .bind(tenant)
+        .bind(name)
+        .bind(now)
+        .execute(&self.write)
+        .await?
+        .rows_affected();
         Ok(n > 0)
     }
 
@@ -589,18 +522,12 @@ impl Store for SqlStore {
             .collect()
     }
 
-    async fn create_runs(
-        &self,
-        runs: Vec<NewRun>,
-        command_kind: Option<&str>,
-    ) -> Result<Vec<Created>> {
+    async fn create_runs(&self, runs: Vec<NewRun>, command_kind: Option<&str>) -> Result<Vec<Created>> {
         let mut tx = self.write.begin().await?;
         let mut out = Vec::with_capacity(runs.len());
         for new in &runs {
             if !Self::insert_run(&mut *tx, new).await? {
-                out.push(Created::Exists {
-                    id: Self::existing_cycle_run(&mut *tx, &new.run).await?,
-                });
+                out.push(Created::Exists { id: Self::existing_cycle_run(&mut *tx, &new.run).await? });
                 continue;
             }
             let command = match command_kind {
@@ -620,10 +547,7 @@ impl Store for SqlStore {
                     Some(row.try_get("id")?)
                 }
             };
-            out.push(Created::Created {
-                id: new.run.id.clone(),
-                command,
-            });
+            out.push(Created::Created { id: new.run.id.clone(), command });
         }
         tx.commit().await?;
         Ok(out)
@@ -661,14 +585,8 @@ impl Store for SqlStore {
             push(" OR (created_at = $?", Arg::I64(*created), &mut sql);
             push(" AND id < $?))", Arg::Text(id.clone()), &mut sql);
         }
-        push(
-            " ORDER BY created_at DESC, id DESC LIMIT $?",
-            Arg::I64(filter.limit.clamp(1, 1000)),
-            &mut sql,
-        );
-        let rows = bind_all(sqlx::query(&sql), args)
-            .fetch_all(&self.read)
-            .await?;
+        push(" ORDER BY created_at DESC, id DESC LIMIT $?", Arg::I64(filter.limit.clamp(1, 1000)), &mut sql);
+        let rows = bind_all(sqlx::query(&sql), args).fetch_all(&self.read).await?;
         rows.iter().map(run_from).collect()
     }
 
@@ -698,10 +616,7 @@ impl Store for SqlStore {
             );
             let mut args = vec![Arg::Text(run_id.to_owned())];
             args.extend(chunk.iter().map(|&i| Arg::I64(i)));
-            for row in bind_all(sqlx::query(&sql), args)
-                .fetch_all(&self.read)
-                .await?
-            {
+            for row in bind_all(sqlx::query(&sql), args).fetch_all(&self.read).await? {
                 out.push((row.try_get("idx")?, row.try_get("output")?));
             }
         }
@@ -732,12 +647,79 @@ impl Store for SqlStore {
     }
 
     async fn running_attempts(&self) -> Result<Vec<AttemptRow>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE state = 'running'"
-        ))
-        .fetch_all(&self.read)
-        .await?;
+        let rows = sqlx::query(&format!("SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE state = 'running'"))
+            .fetch_all(&self.read)
+            .await?;
         rows.iter().map(attempt_from).collect()
+    }
+
+    async fn active_runs_in_slots(&self, slots: &[i64]) -> Result<Vec<RunRow>> {
+        let mut out = Vec::new();
+        for chunk in slots.chunks(MAX_PARAMS) {
+            let sql = format!(
+                "SELECT {RUN_COLUMNS} FROM runs WHERE state IN ('queued', 'running', 'paused') AND slot IN ({}) \
+                 ORDER BY created_at, id",
+                in_list(1, chunk.len())
+            );
+            let args = chunk.iter().map(|&s| Arg::I64(s)).collect();
+            for row in bind_all(sqlx::query(&sql), args).fetch_all(&self.read).await? {
+                out.push(run_from(&row)?);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn claim_run(&self, run_id: &str, owner: &str, now: i64) -> Result<Option<i64>> {
+        let row =
+            sqlx::query("UPDATE runs SET owner = $2, epoch = epoch + 1, updated_at = $3 WHERE id = $1 RETURNING epoch")
+                .bind(run_id)
+                .bind(owner)
+                .bind(now)
+                .fetch_optional(&self.write)
+                .await?;
+        row.map(|r| r.try_get("epoch")).transpose().map_err(Error::from)
+    }
+
+    async fn acquire_singleton(&self, name: &str, holder: &str, token: i64, now: i64) -> Result<bool> {
+        let mut tx = self.write.begin().await?;
+        sqlx::query(
+            "INSERT INTO singletons (name, holder, token, updated_at) VALUES ($1, $2, $3, $4) ON CONFLICT (name) DO UPDATE \
+             SET holder = excluded.holder, token = excluded.token, updated_at = excluded.updated_at \
+             WHERE singletons.token <= excluded.token",
+        )
+        .bind(name)
+        .bind(holder)
+        .bind(token)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        let current: i64 = sqlx::query("SELECT token FROM singletons WHERE name = $1")
+            .bind(name)
+            .fetch_one(&mut *tx)
+            .await?
+            .try_get("token")?;
+        tx.commit().await?;
+        Ok(current == token)
+    }
+
+    async fn running_attempts_of(&self, run_ids: &[String]) -> Result<Vec<AttemptRow>> {
+        let mut out = Vec::new();
+        for chunk in run_ids.chunks(MAX_PARAMS) {
+            let sql = format!(
+                "SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE state = 'running' AND run_id IN ({})",
+                in_list(1, chunk.len())
+            );
+            let args = chunk.iter().map(|id| Arg::Text(id.clone())).collect();
+            for row in bind_all(sqlx::query(&sql), args).fetch_all(&self.read).await? {
+                out.push(attempt_from(&row)?);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn run_epoch(&self, run_id: &str) -> Result<Option<i64>> {
+        let row = sqlx::query("SELECT epoch FROM runs WHERE id = $1").bind(run_id).fetch_optional(&self.read).await?;
+        row.map(|r| r.try_get("epoch")).transpose().map_err(Error::from)
     }
 
     async fn commit(&self, mut batch: WriteBatch) -> Result<Committed> {
@@ -750,22 +732,12 @@ impl Store for SqlStore {
         if !batch.fences.is_empty() {
             let held: HashMap<String, i64> = batch.fences.iter().cloned().collect();
             let ids: Vec<String> = held.keys().cloned().collect();
-            let lock = if self.backend == Backend::Postgres {
-                " FOR UPDATE"
-            } else {
-                ""
-            };
+            let lock = if self.backend == Backend::Postgres { " FOR UPDATE" } else { "" };
             let mut stale = HashSet::new();
             for chunk in ids.chunks(MAX_PARAMS) {
-                let sql = format!(
-                    "SELECT id, epoch FROM runs WHERE id IN ({}){lock}",
-                    in_list(1, chunk.len())
-                );
+                let sql = format!("SELECT id, epoch FROM runs WHERE id IN ({}){lock}", in_list(1, chunk.len()));
                 let args = chunk.iter().map(|id| Arg::Text(id.clone())).collect();
-                for row in bind_all(sqlx::query(&sql), args)
-                    .fetch_all(&mut *tx)
-                    .await?
-                {
+                for row in bind_all(sqlx::query(&sql), args).fetch_all(&mut *tx).await? {
                     let id: String = row.try_get("id")?;
                     let epoch: i64 = row.try_get("epoch")?;
                     if held.get(&id) != Some(&epoch) {
@@ -777,16 +749,27 @@ impl Store for SqlStore {
                 batch.runs.retain(|r| !stale.contains(&r.id));
                 batch.tasks.retain(|t| !stale.contains(&t.run_id));
                 batch.outputs.retain(|o| match o {
-                    OutputWrite::Set { run_id, .. } | OutputWrite::Clear { run_id, .. } => {
-                        !stale.contains(run_id)
-                    }
+                    OutputWrite::Set { run_id, .. } | OutputWrite::Clear { run_id, .. } => !stale.contains(run_id),
                 });
                 batch.attempts.retain(|a| !stale.contains(&a.run_id));
-                batch
-                    .events
-                    .retain(|e| e.run_id.as_ref().is_none_or(|r| !stale.contains(r)));
+                batch.events.retain(|e| e.run_id.as_ref().is_none_or(|r| !stale.contains(r)));
                 committed.fenced = stale.into_iter().collect();
                 committed.fenced.sort();
+            }
+        }
+
+        if let Some((name, token)) = &batch.singleton {
+            let lock = if self.backend == Backend::Postgres { " FOR UPDATE" } else { "" };
+            let current: Option<i64> = sqlx::query(&format!("SELECT token FROM singletons WHERE name = $1{lock}"))
+                .bind(name)
+                .fetch_optional(&mut *tx)
+                .await?
+                .map(|r| r.try_get("token"))
+                .transpose()?;
+            if current.is_some_and(|c| c > *token) {
+                batch.new_runs.clear();
+                batch.schedule_cursors.clear();
+                committed.singleton_fenced = true;
             }
         }
 
@@ -865,11 +848,7 @@ impl Store for SqlStore {
             let mut sets: HashMap<(String, i64), String> = HashMap::new();
             for o in batch.outputs {
                 match o {
-                    OutputWrite::Set {
-                        run_id,
-                        idx,
-                        output,
-                    } => {
+                    OutputWrite::Set { run_id, idx, output } => {
                         sets.insert((run_id, idx), output);
                     }
                     OutputWrite::Clear { run_id, idx } => {
@@ -884,9 +863,7 @@ impl Store for SqlStore {
             }
             let rows = sets
                 .into_iter()
-                .map(|((run_id, idx), output)| {
-                    vec![Arg::Text(run_id), Arg::I64(idx), Arg::Text(output)]
-                })
+                .map(|((run_id, idx), output)| vec![Arg::Text(run_id), Arg::I64(idx), Arg::Text(output)])
                 .collect();
             insert_rows(
                 &mut *tx,
@@ -952,21 +929,10 @@ impl Store for SqlStore {
                     ]
                 })
                 .collect();
-            insert_rows(
-                &mut *tx,
-                "INSERT INTO events (tenant, at, kind, run_id, task, data)",
-                "",
-                6,
-                rows,
-            )
-            .await?;
+            insert_rows(&mut *tx, "INSERT INTO events (tenant, at, kind, run_id, task, data)", "", 6, rows).await?;
         }
 
-        let now = batch
-            .runs
-            .first()
-            .map(|r| r.updated_at)
-            .unwrap_or_else(now_ms);
+        let now = batch.runs.first().map(|r| r.updated_at).unwrap_or_else(now_ms);
         for (id, result) in &batch.commands_done {
             sqlx::query("UPDATE commands SET done_at = $2, result = $3 WHERE id = $1")
                 .bind(id)
@@ -977,14 +943,12 @@ impl Store for SqlStore {
         }
 
         for (tenant, workflow, cursor) in &batch.schedule_cursors {
-            sqlx::query(
-                "UPDATE workflows SET schedule_cursor = $3 WHERE tenant = $1 AND name = $2",
-            )
-            .bind(tenant)
-            .bind(workflow)
-            .bind(cursor)
-            .execute(&mut *tx)
-            .await?;
+            sqlx::query("UPDATE workflows SET schedule_cursor = $3 WHERE tenant = $1 AND name = $2")
+                .bind(tenant)
+                .bind(workflow)
+                .bind(cursor)
+                .execute(&mut *tx)
+                .await?;
         }
 
         tx.commit().await?;
@@ -1008,21 +972,16 @@ impl Store for SqlStore {
     }
 
     async fn pending_commands(&self, after_id: i64, limit: i64) -> Result<Vec<CommandRow>> {
-        let rows = sqlx::query(
-            "SELECT * FROM commands WHERE done_at IS NULL AND id > $1 ORDER BY id LIMIT $2",
-        )
-        .bind(after_id)
-        .bind(limit)
-        .fetch_all(&self.read)
-        .await?;
+        let rows = sqlx::query("SELECT * FROM commands WHERE done_at IS NULL AND id > $1 ORDER BY id LIMIT $2")
+            .bind(after_id)
+            .bind(limit)
+            .fetch_all(&self.read)
+            .await?;
         rows.iter().map(command_from).collect()
     }
 
     async fn get_command(&self, id: i64) -> Result<Option<CommandRow>> {
-        let row = sqlx::query("SELECT * FROM commands WHERE id = $1")
-            .bind(id)
-            .fetch_optional(&self.read)
-            .await?;
+        let row = sqlx::query("SELECT * FROM commands WHERE id = $1").bind(id).fetch_optional(&self.read).await?;
         row.as_ref().map(command_from).transpose()
     }
 
@@ -1058,14 +1017,7 @@ impl Store for SqlStore {
         Ok(())
     }
 
-    async fn logs(
-        &self,
-        run_id: &str,
-        task_idx: i64,
-        attempt: i64,
-        after_seq: i64,
-        limit: i64,
-    ) -> Result<Vec<LogRow>> {
+    async fn logs(&self, run_id: &str, task_idx: i64, attempt: i64, after_seq: i64, limit: i64) -> Result<Vec<LogRow>> {
         let rows = sqlx::query(
             "SELECT * FROM logs WHERE run_id = $1 AND task_idx = $2 AND attempt = $3 AND seq > $4 ORDER BY seq LIMIT $5",
         )
@@ -1092,13 +1044,7 @@ impl Store for SqlStore {
             .collect()
     }
 
-    async fn events(
-        &self,
-        tenant: &str,
-        run_id: Option<&str>,
-        after_seq: i64,
-        limit: i64,
-    ) -> Result<Vec<EventRow>> {
+    async fn events(&self, tenant: &str, run_id: Option<&str>, after_seq: i64, limit: i64) -> Result<Vec<EventRow>> {
         let rows = match run_id {
             Some(run) => {
                 sqlx::query("SELECT * FROM events WHERE tenant = $1 AND run_id = $2 AND seq > $3 ORDER BY seq LIMIT $4")
@@ -1152,27 +1098,20 @@ impl Store for SqlStore {
     }
 
     async fn get_backfill(&self, id: &str) -> Result<Option<BackfillRow>> {
-        let row = sqlx::query("SELECT * FROM backfills WHERE id = $1")
-            .bind(id)
-            .fetch_optional(&self.read)
-            .await?;
+        let row = sqlx::query("SELECT * FROM backfills WHERE id = $1").bind(id).fetch_optional(&self.read).await?;
         row.as_ref().map(backfill_from).transpose()
     }
 
     async fn list_backfills(&self, tenant: &str) -> Result<Vec<BackfillRow>> {
-        let rows =
-            sqlx::query("SELECT * FROM backfills WHERE tenant = $1 ORDER BY created_at DESC")
-                .bind(tenant)
-                .fetch_all(&self.read)
-                .await?;
+        let rows = sqlx::query("SELECT * FROM backfills WHERE tenant = $1 ORDER BY created_at DESC")
+            .bind(tenant)
+            .fetch_all(&self.read)
+            .await?;
         rows.iter().map(backfill_from).collect()
     }
 }
 
 /// Milliseconds since the Unix epoch, now.
 pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }

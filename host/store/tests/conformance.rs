@@ -3,12 +3,8 @@
 #[tokio::test]
 async fn sqlite_conformance() {
     let dir = tempfile::tempdir().unwrap();
-    let store = dagr_store::SqlStore::open_sqlite(
-        &dir.path().join("dagr.db"),
-        dagr_store::Synchronous::Normal,
-    )
-    .await
-    .unwrap();
+    let store =
+        dagr_store::SqlStore::open_sqlite(&dir.path().join("dagr.db"), dagr_store::Synchronous::Normal).await.unwrap();
     dagr_store::conformance::run_all(&store, "").await.unwrap();
 }
 
@@ -16,16 +12,11 @@ async fn sqlite_conformance() {
 #[tokio::test]
 async fn postgres_conformance() {
     let Ok(url) = std::env::var("DAGR_TEST_POSTGRES_URL") else {
-        assert!(
-            std::env::var("CI").is_err(),
-            "CI must set DAGR_TEST_POSTGRES_URL"
-        );
+        assert!(std::env::var("CI").is_err(), "CI must set DAGR_TEST_POSTGRES_URL");
         eprintln!("DAGR_TEST_POSTGRES_URL is not set; skipping the PostgreSQL conformance run");
         return;
     };
     let store = dagr_store::SqlStore::open_postgres(&url, 4).await.unwrap();
     let prefix = format!("c{}-", std::process::id());
-    dagr_store::conformance::run_all(&store, &prefix)
-        .await
-        .unwrap();
+    dagr_store::conformance::run_all(&store, &prefix).await.unwrap();
 }
