@@ -23,6 +23,7 @@
 
 mod engine;
 mod ready;
+pub mod sharding;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
