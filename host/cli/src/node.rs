@@ -7,10 +7,10 @@ use std::sync::{Arc, Mutex};
 use anyhow::Context as _;
 use async_trait::async_trait;
 use dagr_config::Settings;
-use dagr_master::{Dispatcher, Engine, EngineConfig, EngineHandle};
+use dagr_master::{Adoption, Dispatcher, Engine, EngineConfig, EngineHandle};
 use dagr_protocol::wire::{AttemptKey, AttemptResult, AttemptSpec};
 use dagr_runtime::{Runtime, RuntimeConfig};
-use dagr_store::{SqlStore, Store, Synchronous};
+use dagr_store::{SqlStore, Synchronous};
 use dagr_worker::{BuiltinPlugins, LogWriter, Reporter, Worker};
 use tokio::sync::oneshot;
 
@@ -83,6 +83,10 @@ impl Node {
         let engine =
             Engine::start(engine_config, store.clone(), dispatcher, builtins.clone()).await?;
         reporter.connect(engine.clone());
+        // One node owns every slot and leads; taking the slots over is how
+        // it recovers the runs of a previous process.
+        engine.own_slots((0..dagr_protocol::SLOTS).collect());
+        engine.lead(Some(dagr_store::now_ms()));
 
         let api = dagr_api::router(dagr_api::ApiState {
             store: store.clone(),
@@ -142,13 +146,25 @@ impl Dispatcher for LocalDispatcher {
         self.worker.slots()
     }
 
-    async fn dispatch(&self, spec: AttemptSpec) -> Result<(), String> {
+    fn pick(&self, _group: Option<&str>) -> Option<String> {
+        // One worker; the engine keeps within its slots.
+        Some(self.worker.id().to_owned())
+    }
+
+    async fn dispatch(&self, spec: AttemptSpec, _worker: &str) -> Result<(), String> {
         self.worker.start(spec, self.reporter.clone());
         Ok(())
     }
 
-    async fn cancel(&self, key: &AttemptKey) {
+    fn released(&self, _worker: &str) {}
+
+    async fn cancel(&self, key: &AttemptKey, _worker: &str) {
         self.worker.cancel(key);
+    }
+
+    async fn adopt(&self, key: &AttemptKey, _worker: &str, _epoch: i64) -> Adoption {
+        // After a restart the in-process worker is new and knows nothing.
+        if self.worker.running_keys().contains(key) { Adoption::Running } else { Adoption::Unknown }
     }
 }
 

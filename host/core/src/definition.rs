@@ -70,6 +70,9 @@ pub struct TaskSpec {
     /// Linear-memory cap of each attempt, e.g. `256MiB`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<HumanBytes>,
+    /// Run only on workers of this group (their `group` label).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_group: Option<String>,
 }
 
 fn empty_object() -> Value {
@@ -190,9 +193,7 @@ impl<'de> Deserialize<'de> for HumanDuration {
         }
         match Raw::deserialize(d)? {
             Raw::Seconds(s) => Ok(HumanDuration(Duration::from_secs(s))),
-            Raw::Text(t) => units::parse_duration(&t)
-                .map(HumanDuration)
-                .map_err(serde::de::Error::custom),
+            Raw::Text(t) => units::parse_duration(&t).map(HumanDuration).map_err(serde::de::Error::custom),
         }
     }
 }
@@ -226,9 +227,7 @@ impl<'de> Deserialize<'de> for HumanBytes {
         }
         match Raw::deserialize(d)? {
             Raw::Bytes(b) => Ok(HumanBytes(b)),
-            Raw::Text(t) => units::parse_bytes(&t)
-                .map(HumanBytes)
-                .map_err(serde::de::Error::custom),
+            Raw::Text(t) => units::parse_bytes(&t).map(HumanBytes).map_err(serde::de::Error::custom),
         }
     }
 }
@@ -260,12 +259,7 @@ pub struct Invalid {
 
 impl Invalid {
     fn one(location: impl Into<String>, message: impl Into<String>) -> Self {
-        Invalid {
-            issues: vec![Issue {
-                location: location.into(),
-                message: message.into(),
-            }],
-        }
+        Invalid { issues: vec![Issue { location: location.into(), message: message.into() }] }
     }
 
     /// The first problem (the one to show when there is room for only one).
@@ -300,13 +294,11 @@ impl WorkflowSpec {
         match format {
             Format::Json => {
                 let mut de = serde_json::Deserializer::from_str(text);
-                serde_path_to_error::deserialize(&mut de)
-                    .map_err(|e| path_error(e.path().to_string(), e.inner()))
+                serde_path_to_error::deserialize(&mut de).map_err(|e| path_error(e.path().to_string(), e.inner()))
             }
             Format::Yaml => {
                 let de = serde_yaml::Deserializer::from_str(text);
-                serde_path_to_error::deserialize(de)
-                    .map_err(|e| path_error(e.path().to_string(), e.inner()))
+                serde_path_to_error::deserialize(de).map_err(|e| path_error(e.path().to_string(), e.inner()))
             }
         }
     }
@@ -337,8 +329,25 @@ impl WorkflowSpec {
 }
 
 fn path_error(path: String, error: &dyn fmt::Display) -> Invalid {
-    let location = if path == "." { String::new() } else { path };
-    Invalid::one(location, error.to_string())
+    // serde_path_to_error writes `?` for a segment it could not name (a
+    // syntax error inside a mapping): the location stops where it is known.
+    let mut location = path.as_str();
+    while let Some(known) = location.strip_suffix(".?") {
+        location = known;
+    }
+    let location = if matches!(location, "." | "?") { String::new() } else { location.to_owned() };
+    // serde_yaml starts its messages with its own idea of the path; the
+    // location already says where, so say it once.
+    let mut message = error.to_string();
+    if let Some((prefix, rest)) = message.split_once(": ")
+        && !prefix.is_empty()
+        && (location == prefix
+            || location.starts_with(&format!("{prefix}."))
+            || location.starts_with(&format!("{prefix}[")))
+    {
+        message = rest.to_owned();
+    }
+    Invalid::one(location, message)
 }
 
 /// A plugin as the validator needs it.
@@ -374,17 +383,11 @@ impl PluginRef {
             ));
         }
         if let Some(v) = version
-            && (v.is_empty()
-                || !v
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '+')))
+            && (v.is_empty() || !v.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '+')))
         {
             return Err(format!("`{text}`: bad version `{v}`"));
         }
-        Ok(PluginRef {
-            name: name.to_owned(),
-            version: version.map(str::to_owned),
-        })
+        Ok(PluginRef { name: name.to_owned(), version: version.map(str::to_owned) })
     }
 }
 
@@ -401,18 +404,14 @@ fn valid_plugin_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 64
         && name.starts_with(|c: char| c.is_ascii_lowercase())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
 }
 
 /// A valid name for workflows and tasks.
 pub fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 128
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
 /// How long to wait before retry number `failures` (1 = first retry).
@@ -425,11 +424,7 @@ pub struct Backoff {
 
 impl Default for Backoff {
     fn default() -> Self {
-        Backoff {
-            kind: BackoffKind::Exponential,
-            delay: Duration::from_secs(1),
-            max: Duration::from_secs(300),
-        }
+        Backoff { kind: BackoffKind::Exponential, delay: Duration::from_secs(1), max: Duration::from_secs(300) }
     }
 }
 
@@ -460,6 +455,7 @@ pub struct Task {
     pub trigger_rule: TriggerRule,
     pub allow_hosts: Vec<String>,
     pub memory: Option<u64>,
+    pub worker_group: Option<String>,
 }
 
 /// A validated workflow, ready to run. Built only by [`Workflow::validate`].
@@ -482,11 +478,7 @@ impl Workflow {
 
     /// Tasks with no dependencies.
     pub fn roots(&self) -> impl Iterator<Item = usize> + '_ {
-        self.tasks
-            .iter()
-            .enumerate()
-            .filter(|(_, t)| t.deps.is_empty())
-            .map(|(i, _)| i)
+        self.tasks.iter().enumerate().filter(|(_, t)| t.deps.is_empty()).map(|(i, _)| i)
     }
 
     /// Checks a spec, resolving plugins through `catalog`. All problems are
@@ -496,13 +488,7 @@ impl Workflow {
         let mut push = |location: String, message: String| issues.push(Issue { location, message });
 
         if !valid_name(&spec.name) {
-            push(
-                "name".into(),
-                format!(
-                    "`{}` is not a valid name: use letters, digits, `-`, `_` or `.`",
-                    spec.name
-                ),
-            );
+            push("name".into(), format!("`{}` is not a valid name: use letters, digits, `-`, `_` or `.`", spec.name));
         }
         if spec.tasks.is_empty() {
             push("tasks".into(), "a workflow needs at least one task".into());
@@ -515,28 +501,19 @@ impl Workflow {
         }
         for name in spec.params.keys() {
             if !valid_name(name) {
-                push(
-                    format!("params.{name}"),
-                    "a param name may use letters, digits, `-`, `_` and `.`".into(),
-                );
+                push(format!("params.{name}"), "a param name may use letters, digits, `-`, `_` and `.`".into());
             }
         }
 
         let mut index = HashMap::new();
         for (i, task) in spec.tasks.iter().enumerate() {
             if !valid_name(&task.name) {
-                push(
-                    format!("tasks[{i}].name"),
-                    format!("`{}` is not a valid task name", task.name),
-                );
+                push(format!("tasks[{i}].name"), format!("`{}` is not a valid task name", task.name));
             }
             if let Some(first) = index.insert(task.name.clone(), i) {
                 push(
                     format!("tasks[{i}].name"),
-                    format!(
-                        "duplicate task name `{}` (first used by tasks[{first}])",
-                        task.name
-                    ),
+                    format!("duplicate task name `{}` (first used by tasks[{first}])", task.name),
                 );
                 index.insert(task.name.clone(), first);
             }
@@ -549,22 +526,15 @@ impl Workflow {
             let mut seen = HashSet::new();
             for (j, dep) in t.depends_on.iter().enumerate() {
                 match index.get(dep) {
-                    None => push(
-                        at(&format!("depends_on[{j}]")),
-                        format!("unknown task `{dep}`"),
-                    ),
-                    Some(&d) if d == i => push(
-                        at(&format!("depends_on[{j}]")),
-                        "a task cannot depend on itself".into(),
-                    ),
+                    None => push(at(&format!("depends_on[{j}]")), format!("unknown task `{dep}`")),
+                    Some(&d) if d == i => {
+                        push(at(&format!("depends_on[{j}]")), "a task cannot depend on itself".into())
+                    }
                     Some(&d) => {
                         if seen.insert(d) {
                             deps.push(d);
                         } else {
-                            push(
-                                at(&format!("depends_on[{j}]")),
-                                format!("`{dep}` is listed twice"),
-                            );
+                            push(at(&format!("depends_on[{j}]")), format!("`{dep}` is listed twice"));
                         }
                     }
                 }
@@ -576,35 +546,24 @@ impl Workflow {
                     None
                 }
             };
-            let resolved = plugin.as_ref().and_then(|p| {
-                match catalog.resolve(&p.name, p.version.as_deref()) {
-                    Ok(r) => Some(r),
-                    Err(e) => {
-                        push(at("plugin"), e);
-                        None
-                    }
+            let resolved = plugin.as_ref().and_then(|p| match catalog.resolve(&p.name, p.version.as_deref()) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    push(at("plugin"), e);
+                    None
                 }
             });
             let dep_names: HashSet<&str> = t.depends_on.iter().map(String::as_str).collect();
-            let scope = TemplateScope {
-                params: &spec.params,
-                upstream: &dep_names,
-            };
+            let scope = TemplateScope { params: &spec.params, upstream: &dep_names };
             let params = match Template::parse(&t.params) {
                 Ok(tpl) => {
                     for problem in tpl.check(&scope) {
-                        push(
-                            format!("tasks[{i}].params{}", problem.location),
-                            problem.message,
-                        );
+                        push(format!("tasks[{i}].params{}", problem.location), problem.message);
                     }
                     tpl
                 }
                 Err(problem) => {
-                    push(
-                        format!("tasks[{i}].params{}", problem.location),
-                        problem.message,
-                    );
+                    push(format!("tasks[{i}].params{}", problem.location), problem.message);
                     Template::literal(t.params.clone())
                 }
             };
@@ -623,20 +582,16 @@ impl Workflow {
                 Some(b) => {
                     let max = b.max.map(|m| m.0).unwrap_or(Duration::from_secs(3600));
                     if max < b.delay.0 {
-                        push(
-                            at("retry_backoff.max"),
-                            "must not be shorter than the delay".into(),
-                        );
+                        push(at("retry_backoff.max"), "must not be shorter than the delay".into());
                     }
-                    Backoff {
-                        kind: b.kind,
-                        delay: b.delay.0,
-                        max,
-                    }
+                    Backoff { kind: b.kind, delay: b.delay.0, max }
                 }
             };
             if t.timeout.is_some_and(|d| d.0.is_zero()) {
                 push(at("timeout"), "must be longer than zero".into());
+            }
+            if t.worker_group.as_deref().is_some_and(|g| !valid_name(g)) {
+                push(at("worker_group"), "a worker group is letters, digits, `-`, `_` or `.`".into());
             }
             if t.memory.is_some_and(|m| m.0 < (1 << 20)) {
                 push(at("memory"), "must be at least 1MiB".into());
@@ -644,14 +599,8 @@ impl Workflow {
             tasks.push(Task {
                 name: t.name.clone(),
                 plugin: match resolved {
-                    Some(r) => PluginRef {
-                        name: r.name,
-                        version: plugin.and_then(|p| p.version),
-                    },
-                    None => plugin.unwrap_or(PluginRef {
-                        name: t.plugin.clone(),
-                        version: None,
-                    }),
+                    Some(r) => PluginRef { name: r.name, version: plugin.and_then(|p| p.version) },
+                    None => plugin.unwrap_or(PluginRef { name: t.plugin.clone(), version: None }),
                 },
                 params,
                 deps,
@@ -663,15 +612,13 @@ impl Workflow {
                 trigger_rule: t.trigger_rule,
                 allow_hosts: t.allow_hosts.clone(),
                 memory: t.memory.map(|m| m.0),
+                worker_group: t.worker_group.clone(),
             });
         }
 
         if let Some(cycle) = find_cycle(&tasks) {
             let path: Vec<&str> = cycle.iter().map(|&i| tasks[i].name.as_str()).collect();
-            push(
-                format!("tasks[{}].depends_on", cycle[0]),
-                format!("dependency cycle: {}", path.join(" -> ")),
-            );
+            push(format!("tasks[{}].depends_on", cycle[0]), format!("dependency cycle: {}", path.join(" -> ")));
         }
 
         let schedule = match &spec.schedule {
@@ -693,12 +640,7 @@ impl Workflow {
                 tasks[d].dependents.push(i);
             }
         }
-        Ok(Workflow {
-            spec,
-            tasks,
-            schedule,
-            index,
-        })
+        Ok(Workflow { spec, tasks, schedule, index })
     }
 
     /// Merges trigger-time overrides into the workflow's params. Unknown
@@ -719,22 +661,13 @@ impl Workflow {
                         if self.spec.params.is_empty() {
                             "none".to_owned()
                         } else {
-                            self.spec
-                                .params
-                                .keys()
-                                .cloned()
-                                .collect::<Vec<_>>()
-                                .join(", ")
+                            self.spec.params.keys().cloned().collect::<Vec<_>>().join(", ")
                         }
                     ),
                 }),
             }
         }
-        if issues.is_empty() {
-            Ok(params)
-        } else {
-            Err(Invalid { issues })
-        }
+        if issues.is_empty() { Ok(params) } else { Err(Invalid { issues }) }
     }
 }
 
@@ -745,10 +678,7 @@ fn check_schema(schema: &Value, raw: &Value, template: &Template) -> Vec<(String
     let validator = match jsonschema::validator_for(schema) {
         Ok(v) => v,
         Err(e) => {
-            return vec![(
-                String::new(),
-                format!("the plugin's params schema is invalid: {e}"),
-            )];
+            return vec![(String::new(), format!("the plugin's params schema is invalid: {e}"))];
         }
     };
     let templated = template.templated_pointers();
@@ -756,15 +686,13 @@ fn check_schema(schema: &Value, raw: &Value, template: &Template) -> Vec<(String
         .iter_errors(raw)
         .filter_map(|error| {
             let pointer = error.instance_path().as_str().to_owned();
-            if templated.iter().any(|t| {
-                pointer.starts_with(t.as_str()) || t.starts_with(&pointer) && !pointer.is_empty()
-            }) {
+            if templated
+                .iter()
+                .any(|t| pointer.starts_with(t.as_str()) || t.starts_with(&pointer) && !pointer.is_empty())
+            {
                 return None;
             }
-            Some((
-                pointer_to_location(&pointer),
-                format!("does not match the plugin's schema: {error}"),
-            ))
+            Some((pointer_to_location(&pointer), format!("does not match the plugin's schema: {error}")))
         })
         .collect()
 }
@@ -792,9 +720,7 @@ fn check_host_pattern(host: &str) -> Option<String> {
         return Some("an allowed host cannot be empty".into());
     }
     if host.contains("://") || host.contains('/') {
-        return Some(format!(
-            "`{host}` must be a host name, optionally with :port, not a URL"
-        ));
+        return Some(format!("`{host}` must be a host name, optionally with :port, not a URL"));
     }
     let (name, port) = if host.starts_with('[') {
         match host.find(']') {
@@ -819,16 +745,10 @@ fn check_host_pattern(host: &str) -> Option<String> {
     }
     let name = name.strip_prefix("*.").unwrap_or(name);
     let ok = !name.is_empty()
-        && name.split('.').all(|l| {
-            !l.is_empty()
-                && l.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-        });
-    if ok {
-        None
-    } else {
-        Some(format!("`{host}` is not a valid host name"))
-    }
+        && name
+            .split('.')
+            .all(|l| !l.is_empty() && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'));
+    if ok { None } else { Some(format!("`{host}` is not a valid host name")) }
 }
 
 /// Finds a dependency cycle, as a path that starts and ends at the same task.
@@ -884,11 +804,9 @@ mod tests {
     impl PluginCatalog for Catalog {
         fn resolve(&self, name: &str, version: Option<&str>) -> Result<ResolvedPlugin, String> {
             match (name, version) {
-                ("echo", None | Some("0.1.0")) => Ok(ResolvedPlugin {
-                    name: "echo".into(),
-                    version: "0.1.0".into(),
-                    params_schema: None,
-                }),
+                ("echo", None | Some("0.1.0")) => {
+                    Ok(ResolvedPlugin { name: "echo".into(), version: "0.1.0".into(), params_schema: None })
+                }
                 ("sleep", _) => Ok(ResolvedPlugin {
                     name: "sleep".into(),
                     version: "0.1.0".into(),
@@ -908,10 +826,7 @@ mod tests {
     }
 
     fn first(yaml: &str) -> String {
-        validate(yaml)
-            .err()
-            .map(|e| e.first().to_string())
-            .unwrap_or_default()
+        validate(yaml).err().map(|e| e.first().to_string()).unwrap_or_default()
     }
 
     #[test]
@@ -928,14 +843,8 @@ mod tests {
 
     #[test]
     fn errors_name_their_location() {
-        assert!(
-            first("name: x\ntasks:\n- {name: a, plugin: echo, dependz: []}\n")
-                .contains("unknown field `dependz`")
-        );
-        assert!(
-            first("name: x\ntasks:\n- {name: a, plugin: echo, dependz: []}\n")
-                .starts_with("tasks[0]")
-        );
+        assert!(first("name: x\ntasks:\n- {name: a, plugin: echo, dependz: []}\n").contains("unknown field `dependz`"));
+        assert!(first("name: x\ntasks:\n- {name: a, plugin: echo, dependz: []}\n").starts_with("tasks[0]"));
         assert_eq!(
             first("name: x\ntasks:\n- {name: a, plugin: echo}\n- {name: a, plugin: echo}\n"),
             "tasks[1].name: duplicate task name `a` (first used by tasks[0])"
@@ -944,18 +853,26 @@ mod tests {
             first("name: x\ntasks:\n- {name: a, plugin: echo, depends_on: [lod]}\n"),
             "tasks[0].depends_on[0]: unknown task `lod`"
         );
-        assert_eq!(
-            first("name: x\ntasks:\n- {name: a, plugin: nope}\n"),
-            "tasks[0].plugin: unknown plugin `nope`"
-        );
+        assert_eq!(first("name: x\ntasks:\n- {name: a, plugin: nope}\n"), "tasks[0].plugin: unknown plugin `nope`");
         assert!(
             first("name: x\ntasks:\n- {name: a, plugin: sleep, params: {ms: soon}}\n")
                 .starts_with("tasks[0].params.ms:")
         );
-        assert!(
-            first("name: x\ntasks:\n- {name: a, plugin: echo, timeout: 5 parsecs}\n")
-                .contains("tasks[0].timeout")
-        );
+        assert!(first("name: x\ntasks:\n- {name: a, plugin: echo, timeout: 5 parsecs}\n").contains("tasks[0].timeout"));
+    }
+
+    #[test]
+    fn parse_errors_name_their_location_once() {
+        let issue = |yaml: &str| validate(yaml).unwrap_err().first().clone();
+        let unknown = issue("name: x\ntasks:\n- {name: a, plugin: echo, dependz: []}\n");
+        assert_eq!(unknown.location, "tasks[0].dependz");
+        assert!(unknown.message.starts_with("unknown field `dependz`"), "{}", unknown.message);
+        let wrong = issue("name: x\ntasks:\n- {name: a, plugin: echo, retries: -1}\n");
+        assert_eq!(wrong.location, "tasks[0].retries");
+        assert!(wrong.message.starts_with("invalid type: integer `-1`"), "{}", wrong.message);
+        let syntax = issue("name: x\ntasks:\n- {name: a, plugin: echo\n");
+        assert_eq!(syntax.location, "tasks[0]");
+        assert!(syntax.message.contains("line 4 column 1"), "{}", syntax.message);
     }
 
     #[test]
@@ -973,34 +890,21 @@ mod tests {
 
     #[test]
     fn templated_params_skip_the_schema_check() {
-        let wf = validate(
-            "name: x\nparams: {ms: 5}\ntasks:\n- {name: a, plugin: sleep, params: {ms: '{{ params.ms }}'}}\n",
-        );
+        let wf =
+            validate("name: x\nparams: {ms: 5}\ntasks:\n- {name: a, plugin: sleep, params: {ms: '{{ params.ms }}'}}\n");
         assert!(wf.is_ok(), "{wf:?}");
     }
 
     #[test]
     fn canonical_form_ignores_layout() {
-        let a = WorkflowSpec::parse(
-            "name: x\ntasks:\n- {name: a, plugin: echo, retries: 0}\n",
-            Format::Yaml,
-        )
-        .unwrap();
-        let b = WorkflowSpec::parse(
-            r#"{"tasks":[{"plugin":"echo","name":"a"}],"name":"x"}"#,
-            Format::Json,
-        )
-        .unwrap();
+        let a = WorkflowSpec::parse("name: x\ntasks:\n- {name: a, plugin: echo, retries: 0}\n", Format::Yaml).unwrap();
+        let b = WorkflowSpec::parse(r#"{"tasks":[{"plugin":"echo","name":"a"}],"name":"x"}"#, Format::Json).unwrap();
         assert_eq!(a.content_hash(), b.content_hash());
     }
 
     #[test]
     fn backoff() {
-        let b = Backoff {
-            kind: BackoffKind::Exponential,
-            delay: Duration::from_secs(2),
-            max: Duration::from_secs(10),
-        };
+        let b = Backoff { kind: BackoffKind::Exponential, delay: Duration::from_secs(2), max: Duration::from_secs(10) };
         assert_eq!(b.delay_for(1), Duration::from_secs(2));
         assert_eq!(b.delay_for(2), Duration::from_secs(4));
         assert_eq!(b.delay_for(5), Duration::from_secs(10));
@@ -1008,16 +912,9 @@ mod tests {
 
     #[test]
     fn overrides_must_be_declared() {
-        let wf =
-            validate("name: x\nparams: {region: eu}\ntasks:\n- {name: a, plugin: echo}\n").unwrap();
+        let wf = validate("name: x\nparams: {region: eu}\ntasks:\n- {name: a, plugin: echo}\n").unwrap();
         let mut o = serde_json::Map::new();
         o.insert("regoin".into(), "us".into());
-        assert!(
-            wf.resolve_params(&o)
-                .unwrap_err()
-                .first()
-                .message
-                .contains("unknown param `regoin`")
-        );
+        assert!(wf.resolve_params(&o).unwrap_err().first().message.contains("unknown param `regoin`"));
     }
 }

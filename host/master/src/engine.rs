@@ -1,6 +1,6 @@
 //! The engine loop and the state it owns.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -9,26 +9,23 @@ use chrono::{DateTime, TimeZone, Utc};
 use chrono_tz::Tz;
 use dagr_core::definition::Format;
 use dagr_core::run::{
-    Action, FailureClass, Input as RunInput, Rejected, RunMachine, RunState, TaskProgress,
-    TaskState,
+    Action, FailureClass, Input as RunInput, Rejected, RunMachine, RunState, TaskProgress, TaskState,
 };
 use dagr_core::schedule::Schedule;
 use dagr_core::template::RenderContext;
 use dagr_core::{Workflow, WorkflowSpec};
 use dagr_protocol::control::CommandOutcome;
 use dagr_protocol::plugins::{PluginDirectory, TrustedCatalog};
-use dagr_protocol::wire::{
-    AttemptKey, AttemptResult, AttemptSpec, FailureKind, Outcome, PluginSpec,
-};
+use dagr_protocol::wire::{AttemptKey, AttemptResult, AttemptSpec, FailureKind, Outcome, PluginSpec};
 use dagr_store::{
-    AttemptRow, CommandRow, NewEvent, NewRun, OutputWrite, RunKind, RunRow, RunWrite, Store,
-    TaskWrite, WriteBatch, now_ms,
+    AttemptRow, CommandRow, NewEvent, NewRun, OutputWrite, RunKind, RunRow, RunWrite, Store, TaskWrite, WriteBatch,
+    now_ms,
 };
 use serde_json::{Map, Value, json};
 use tokio::sync::{broadcast, mpsc};
 
 use crate::ready::{ReadyQueue, ReadyTask};
-use crate::{Dispatcher, EngineConfig, EngineHandle, EngineMetrics, Input};
+use crate::{Ack, Adoption, Dispatcher, EngineConfig, EngineHandle, EngineMetrics, Input};
 
 /// Outputs up to this size stay in memory for dependents; larger ones are
 /// read back from the store when needed.
@@ -50,7 +47,6 @@ struct TaskExtra {
 
 /// A run the engine drives.
 struct ActiveRun {
-    id: Arc<str>,
     row: RunRow,
     machine: RunMachine,
     params: BTreeMap<String, Value>,
@@ -70,6 +66,7 @@ impl ActiveRun {
 /// An attempt handed to a worker and not yet reported back.
 struct InFlight {
     workflow: WorkflowKey,
+    worker: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -90,8 +87,12 @@ struct ScheduleEntry {
 #[derive(Default)]
 struct Step {
     batch: WriteBatch,
-    dispatches: Vec<AttemptSpec>,
-    cancels: Vec<AttemptKey>,
+    /// Attempts to hand to workers: (spec, worker).
+    dispatches: Vec<(AttemptSpec, String)>,
+    /// Attempts to stop: (key, worker).
+    cancels: Vec<(AttemptKey, String)>,
+    /// Workers' results waiting for their answer: (run, verdict, reply).
+    acks: Vec<(String, Ack, tokio::sync::oneshot::Sender<Ack>)>,
     finished: Vec<(String, String)>,
     replies: Vec<(i64, CommandOutcome)>,
     /// Runs that reached a final state in this step (dropped from memory after it).
@@ -130,6 +131,13 @@ pub struct Engine {
     deferred: Vec<AttemptResult>,
     /// Run another step at once (more commands are waiting).
     pending_wake: bool,
+    /// Slots this master owns (and drives the runs of).
+    owned: HashSet<u32>,
+    /// The ownership asked for last; retried if taking over failed.
+    wanted_slots: HashSet<u32>,
+    pending_ownership: bool,
+    /// The fencing token while this master leads.
+    leader: Option<i64>,
 }
 
 fn outcome_json(outcome: &CommandOutcome) -> String {
@@ -137,7 +145,9 @@ fn outcome_json(outcome: &CommandOutcome) -> String {
 }
 
 impl Engine {
-    /// Recovers state from the store and starts the engine loop.
+    /// Starts the engine loop. The engine drives nothing until it is told
+    /// which slots it owns ([`EngineHandle::own_slots`]); taking over a slot
+    /// is also how it recovers after a restart.
     pub async fn start(
         config: EngineConfig,
         store: Arc<dyn Store>,
@@ -156,7 +166,7 @@ impl Engine {
             metrics: metrics.clone(),
             plugins: plugins.clone(),
         };
-        let mut engine = Engine {
+        let engine = Engine {
             config,
             store,
             dispatcher,
@@ -180,82 +190,131 @@ impl Engine {
             command_cursor: 0,
             deferred: Vec::new(),
             pending_wake: false,
+            owned: HashSet::new(),
+            wanted_slots: HashSet::new(),
+            pending_ownership: false,
+            leader: None,
         };
-        let mut step = Step::default();
-        engine.recover(&mut step).await?;
-        engine.finish_step(step).await;
         tokio::spawn(engine.run());
         Ok(handle)
     }
 
-    /// Reloads every active run. Attempts that were running when the
-    /// process stopped are lost: they are failed as `worker-lost` (not
-    /// charged) and their tasks go again.
-    async fn recover(&mut self, step: &mut Step) -> Result<(), dagr_store::Error> {
-        let now = now_ms();
-        let active = self.store.active_runs().await?;
-        let running = self.store.running_attempts().await?;
-        let mut loaded = 0usize;
-        for row in active {
+    /// Takes over the runs of newly owned slots: claims each one (bumping
+    /// its epoch, so that a previous owner can no longer write), loads it,
+    /// and asks the workers about its running attempts instead of blindly
+    /// restarting them.
+    async fn gain_slots(&mut self, gained: &HashSet<u32>, step: &mut Step, now: i64) {
+        let mut slots: Vec<i64> = gained.iter().map(|&s| s as i64).collect();
+        slots.sort_unstable();
+        let rows = match self.store.active_runs_in_slots(&slots).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read the runs of gained slots; retrying");
+                self.owned.retain(|s| !gained.contains(s));
+                self.pending_ownership = true;
+                return;
+            }
+        };
+        let mut loaded = Vec::new();
+        for row in rows {
+            if self.runs.contains_key(row.id.as_str()) {
+                continue;
+            }
             let id = row.id.clone();
-            match self.load_run_row(row, step, now).await {
-                Ok(()) => loaded += 1,
-                Err(message) => tracing::error!(run = %id, %message, "cannot recover run"),
+            match self.claim_and_load(row, step, now).await {
+                Ok(()) => loaded.push(id),
+                Err(message) => tracing::error!(run = %id, %message, "cannot take over run"),
             }
         }
+        let running = match self.store.running_attempts_of(&loaded).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read running attempts");
+                Vec::new()
+            }
+        };
         for attempt in running {
             let key = AttemptKey {
                 run_id: attempt.run_id.clone(),
                 task: attempt.task_idx as u32,
                 number: attempt.number as u32,
             };
-            let result = AttemptResult {
-                key,
-                epoch: attempt.epoch,
-                task_name: attempt.task.clone(),
-                worker: attempt.worker.clone(),
-                started_at: attempt.started_at,
-                finished_at: now,
-                outcome: Outcome::Failed {
-                    kind: FailureKind::WorkerLost,
-                    message: "the attempt was running when dagr stopped; it runs again".into(),
-                },
+            let Some(run) = self.runs.get(attempt.run_id.as_str()) else { continue };
+            let epoch = run.row.epoch;
+            let workflow = run.workflow_key();
+            let adoption = if attempt.worker.is_empty() {
+                Adoption::Unknown
+            } else {
+                self.dispatcher.adopt(&key, &attempt.worker, epoch).await
             };
-            // Not in flight any more: record the attempt's end directly.
-            step.batch
-                .attempts
-                .push(finished_attempt(&result, &attempt));
-            self.apply_result(result, step, now, false);
+            match adoption {
+                Adoption::Running => {
+                    self.metrics.attempts_adopted.fetch_add(1, Ordering::Relaxed);
+                    *self.running_by_workflow.entry(workflow.clone()).or_default() += 1;
+                    self.in_flight.insert(key, InFlight { workflow, worker: attempt.worker.clone() });
+                    let mut adopted = attempt.clone();
+                    adopted.epoch = epoch;
+                    step.batch.attempts.push(adopted);
+                }
+                Adoption::Finished(mut result) => {
+                    self.metrics.attempts_adopted.fetch_add(1, Ordering::Relaxed);
+                    result.epoch = epoch;
+                    *self.running_by_workflow.entry(workflow.clone()).or_default() += 1;
+                    self.in_flight.insert(key, InFlight { workflow, worker: attempt.worker.clone() });
+                    self.apply_result(result, step, now, true);
+                }
+                Adoption::Unknown => {
+                    self.metrics.attempts_lost.fetch_add(1, Ordering::Relaxed);
+                    let result = lost_result(
+                        &attempt,
+                        epoch,
+                        now,
+                        "its worker does not know it (the worker restarted, or it was never delivered)",
+                    );
+                    step.batch.attempts.push(finished_attempt(&result, &attempt));
+                    self.apply_result(result, step, now, false);
+                }
+            }
         }
         // Queued runs wait for admission in creation order.
-        let mut queued: Vec<(i64, Arc<str>)> = self
-            .runs
-            .values()
-            .filter(|r| r.machine.state() == RunState::Queued)
-            .map(|r| (r.row.created_at, r.id.clone()))
+        let mut queued: Vec<(i64, Arc<str>)> = loaded
+            .iter()
+            .filter_map(|id| self.runs.get_key_value(id.as_str()))
+            .filter(|(_, r)| r.machine.state() == RunState::Queued)
+            .map(|(id, r)| (r.row.created_at, id.clone()))
             .collect();
         queued.sort();
         for (_, id) in queued {
             self.admit_or_wait(&id, step, now);
         }
-        if self.config.schedules {
-            self.load_schedules(step, now).await?;
+        // Commands of these slots may be pending from before.
+        self.command_cursor = 0;
+        self.pending_wake = true;
+        tracing::info!(slots = gained.len(), runs = loaded.len(), "took over slots");
+    }
+
+    /// Forgets the runs of slots this master no longer owns. Nothing is
+    /// written: the new owner takes them over.
+    fn lose_slots(&mut self, lost: &HashSet<u32>) {
+        let ids: Vec<Arc<str>> =
+            self.runs.iter().filter(|(_, r)| lost.contains(&(r.row.slot as u32))).map(|(id, _)| id.clone()).collect();
+        for id in &ids {
+            self.drop_run(id);
         }
-        self.consume_commands(step, now).await;
-        self.dispatch_ready(step, now).await;
-        tracing::info!(runs = loaded, "engine recovered");
-        Ok(())
+        if !ids.is_empty() {
+            tracing::info!(slots = lost.len(), runs = ids.len(), "handed over slots");
+        }
     }
 
     async fn run(mut self) {
         let mut poll = tokio::time::interval(self.config.poll_interval);
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut wanted: Option<HashSet<u32>> = None;
         loop {
             let mut inputs: Vec<Input> = Vec::new();
-            if self.deferred.is_empty() && !self.pending_wake {
+            if self.deferred.is_empty() && !self.pending_wake && !self.pending_ownership {
                 let timer_at = self.timers.keys().next().map(|&(at, _)| at);
-                let sleep_for =
-                    timer_at.map(|at| Duration::from_millis((at - now_ms()).max(0) as u64));
+                let sleep_for = timer_at.map(|at| Duration::from_millis((at - now_ms()).max(0) as u64));
                 tokio::select! {
                     input = self.rx.recv() => match input {
                         Some(input) => inputs.push(input),
@@ -270,7 +329,7 @@ impl Engine {
                     } => {}
                 }
             }
-            inputs.extend(self.deferred.drain(..).map(Input::Result));
+            inputs.extend(self.deferred.drain(..).map(|r| Input::Result(r, None)));
             if std::mem::take(&mut self.pending_wake) {
                 inputs.push(Input::Wake);
             }
@@ -284,20 +343,45 @@ impl Engine {
             let mut step = Step::default();
             let mut wake = false;
             let mut shutdown = None;
+            let mut leadership_changed = None;
             for input in inputs {
                 match input {
                     Input::Wake => wake = true,
-                    Input::Result(result) => {
+                    Input::Result(result, ack) => {
                         self.metrics.results.fetch_add(1, Ordering::Relaxed);
-                        self.apply_result(result, &mut step, now, true);
+                        let verdict = self.apply_result(result.clone(), &mut step, now, true);
+                        if let Some(ack) = ack {
+                            step.acks.push((result.key.run_id.clone(), verdict, ack));
+                        }
                     }
                     Input::WorkflowChanged { tenant, name } => {
-                        if self.config.schedules {
+                        if self.leader.is_some() {
                             self.reload_schedule(&tenant, &name, &mut step, now).await;
                         }
                     }
+                    Input::Ownership(slots) => wanted = Some(slots),
+                    Input::Leadership(token) => leadership_changed = Some(token),
+                    Input::WorkersGone(workers) => self.workers_gone(&workers, &mut step, now),
                     Input::Shutdown(reply) => shutdown = Some(reply),
                 }
+            }
+            if std::mem::take(&mut self.pending_ownership) && wanted.is_none() {
+                wanted = Some(self.wanted_slots.clone());
+            }
+            if let Some(slots) = wanted.take() {
+                self.wanted_slots = slots.clone();
+                let lost: HashSet<u32> = self.owned.difference(&slots).copied().collect();
+                let gained: HashSet<u32> = slots.difference(&self.owned).copied().collect();
+                self.owned = slots;
+                if !lost.is_empty() {
+                    self.lose_slots(&lost);
+                }
+                if !gained.is_empty() {
+                    self.gain_slots(&gained, &mut step, now).await;
+                }
+            }
+            if let Some(token) = leadership_changed {
+                self.set_leadership(token, &mut step, now).await;
             }
             self.fire_timers(&mut step, now);
             if wake {
@@ -313,22 +397,96 @@ impl Engine {
         }
     }
 
+    /// Starts or stops the singleton duties (cron materialisation).
+    async fn set_leadership(&mut self, token: Option<i64>, step: &mut Step, now: i64) {
+        if token == self.leader {
+            return;
+        }
+        self.schedules.clear();
+        self.leader = None;
+        let Some(token) = token else {
+            tracing::info!("no longer the leader: schedules stop here");
+            return;
+        };
+        match self.store.acquire_singleton(SCHEDULER, &self.config.node_id, token, now).await {
+            Ok(true) => {
+                self.leader = Some(token);
+                if let Err(e) = self.load_schedules(step, now).await {
+                    tracing::error!(error = %e, "cannot load schedules");
+                }
+                tracing::info!(token, schedules = self.schedules.len(), "leading: schedules run here");
+            }
+            Ok(false) => tracing::warn!(token, "a newer leader holds the scheduler; standing by"),
+            Err(e) => tracing::error!(error = %e, "cannot record leadership; will retry on the next change"),
+        }
+    }
+
+    /// Attempts on workers that left are lost; their tasks go again.
+    fn workers_gone(&mut self, workers: &[String], step: &mut Step, now: i64) {
+        let lost: Vec<(AttemptKey, String)> = self
+            .in_flight
+            .iter()
+            .filter(|(_, f)| workers.contains(&f.worker))
+            .map(|(k, f)| (k.clone(), f.worker.clone()))
+            .collect();
+        for (key, worker) in lost {
+            let Some(run) = self.runs.get(key.run_id.as_str()) else {
+                self.in_flight.remove(&key);
+                continue;
+            };
+            self.metrics.attempts_lost.fetch_add(1, Ordering::Relaxed);
+            let task_name = run.machine.workflow().tasks[key.task as usize].name.clone();
+            let started_at = run.extra[key.task as usize].started_at.unwrap_or(now);
+            let result = AttemptResult {
+                epoch: run.row.epoch,
+                key,
+                task_name,
+                worker: worker.clone(),
+                started_at,
+                finished_at: now,
+                outcome: Outcome::Failed {
+                    kind: FailureKind::WorkerLost,
+                    message: format!("worker {worker} left the cluster while running it"),
+                },
+            };
+            self.apply_result(result, step, now, true);
+        }
+    }
+
     /// Commits the step, then performs what must follow a commit.
     async fn finish_step(&mut self, mut step: Step) {
-        let batch = std::mem::take(&mut step.batch);
+        let mut batch = std::mem::take(&mut step.batch);
+        let mut fenced: HashSet<String> = HashSet::new();
         if !batch.is_empty() {
+            // Every write for a run is fenced by the epoch this master holds.
+            let mut touched: HashSet<&str> = HashSet::new();
+            touched.extend(batch.runs.iter().map(|r| r.id.as_str()));
+            touched.extend(batch.tasks.iter().map(|t| t.run_id.as_str()));
+            touched.extend(batch.attempts.iter().map(|a| a.run_id.as_str()));
+            touched.extend(batch.events.iter().filter_map(|e| e.run_id.as_deref()));
+            let fences: Vec<(String, i64)> =
+                touched.into_iter().filter_map(|id| self.runs.get(id).map(|r| (id.to_owned(), r.row.epoch))).collect();
+            batch.fences = fences;
+            if !batch.new_runs.is_empty() || !batch.schedule_cursors.is_empty() {
+                batch.singleton = self.leader.map(|t| (SCHEDULER.to_owned(), t));
+            }
             let mut delay = Duration::from_millis(50);
             loop {
                 match self.store.commit(batch.clone()).await {
                     Ok(committed) => {
                         if !committed.fenced.is_empty() {
-                            self.metrics
-                                .fenced_writes
-                                .fetch_add(committed.fenced.len() as u64, Ordering::Relaxed);
-                            for run in committed.fenced {
+                            self.metrics.fenced_writes.fetch_add(committed.fenced.len() as u64, Ordering::Relaxed);
+                            for run in &committed.fenced {
                                 tracing::warn!(run = %run, "another master owns this run now; dropping it");
-                                self.drop_run(&run);
+                                self.drop_run(run);
                             }
+                            fenced.extend(committed.fenced);
+                        }
+                        if committed.singleton_fenced {
+                            self.metrics.fenced_writes.fetch_add(1, Ordering::Relaxed);
+                            tracing::warn!("a newer leader holds the scheduler; stopping schedules here");
+                            self.schedules.clear();
+                            self.leader = None;
                         }
                         break;
                     }
@@ -342,18 +500,24 @@ impl Engine {
                 }
             }
         }
-        for spec in step.dispatches {
+        for (run, verdict, ack) in step.acks {
+            let _ = ack.send(if fenced.contains(&run) { Ack::NotOwner } else { verdict });
+        }
+        for (spec, worker) in step.dispatches {
+            if fenced.contains(&spec.key.run_id) {
+                continue;
+            }
             let key = spec.key.clone();
             self.metrics.dispatched.fetch_add(1, Ordering::Relaxed);
-            if let Err(message) = self.dispatcher.dispatch(spec.clone()).await {
-                tracing::warn!(attempt = %key, %message, "dispatch failed; the attempt is lost");
-                // The worker never took it: report it lost, so it goes again.
+            if let Err(message) = self.dispatcher.dispatch(spec.clone(), &worker).await {
+                tracing::warn!(attempt = %key, %message, "dispatch failed; the attempt goes again");
+                // The worker did not take it: it never ran, so it is not charged.
                 let now = now_ms();
                 self.deferred.push(AttemptResult {
                     key,
                     epoch: spec.epoch,
                     task_name: spec.task_name.clone(),
-                    worker: String::new(),
+                    worker,
                     started_at: now,
                     finished_at: now,
                     outcome: Outcome::Failed {
@@ -363,10 +527,13 @@ impl Engine {
                 });
             }
         }
-        for key in step.cancels {
-            self.dispatcher.cancel(&key).await;
+        for (key, worker) in step.cancels {
+            self.dispatcher.cancel(&key, &worker).await;
         }
         for (run, state) in step.finished {
+            if fenced.contains(&run) {
+                continue;
+            }
             self.metrics.runs_finished.fetch_add(1, Ordering::Relaxed);
             let _ = self.finished_tx.send((run, state));
         }
@@ -374,14 +541,30 @@ impl Engine {
             let _ = self.commands_tx.send(reply);
         }
         for run in step.retire {
-            if self
-                .runs
-                .get(&run)
-                .is_some_and(|r| r.machine.state().is_terminal())
-            {
-                self.runs.remove(&run);
+            if self.runs.get(&run).is_some_and(|r| r.machine.state().is_terminal()) {
+                self.drop_run(&run);
             }
         }
+    }
+}
+
+/// The singleton duty the leader holds.
+const SCHEDULER: &str = "scheduler";
+
+/// A running attempt that will not report: failed as `worker-lost`.
+fn lost_result(attempt: &AttemptRow, epoch: i64, now: i64, why: &str) -> AttemptResult {
+    AttemptResult {
+        key: AttemptKey {
+            run_id: attempt.run_id.clone(),
+            task: attempt.task_idx as u32,
+            number: attempt.number as u32,
+        },
+        epoch,
+        task_name: attempt.task.clone(),
+        worker: attempt.worker.clone(),
+        started_at: attempt.started_at,
+        finished_at: now,
+        outcome: Outcome::Failed { kind: FailureKind::WorkerLost, message: format!("the attempt was lost: {why}") },
     }
 }
 
@@ -389,9 +572,7 @@ impl Engine {
     // Loading runs -----------------------------------------------------------
 
     async fn workflow_for(&mut self, row: &RunRow) -> Result<Arc<Workflow>, String> {
-        let cache_key = row
-            .version
-            .map(|v| (row.tenant.clone(), row.workflow.clone(), v));
+        let cache_key = row.version.map(|v| (row.tenant.clone(), row.workflow.clone(), v));
         if let Some(wf) = cache_key.as_ref().and_then(|k| self.workflows.get(k)) {
             return Ok(wf.clone());
         }
@@ -402,33 +583,23 @@ impl Engine {
                     .get_version(&row.tenant, &row.workflow, version)
                     .await
                     .map_err(|e| e.to_string())?
-                    .ok_or_else(|| {
-                        format!("workflow {} version {version} is missing", row.workflow)
-                    })?
+                    .ok_or_else(|| format!("workflow {} version {version} is missing", row.workflow))?
                     .spec
             }
             (None, None) => {
-                return Err(format!(
-                    "run {} has neither a workflow version nor a spec",
-                    row.id
-                ));
+                return Err(format!("run {} has neither a workflow version nor a spec", row.id));
             }
         };
         let spec = WorkflowSpec::parse(&text, Format::Json).map_err(|e| e.to_string())?;
-        let workflow =
-            Arc::new(Workflow::validate(spec, &TrustedCatalog).map_err(|e| e.to_string())?);
+        let workflow = Arc::new(Workflow::validate(spec, &TrustedCatalog).map_err(|e| e.to_string())?);
         if let Some(k) = cache_key {
             self.workflows.insert(k, workflow.clone());
         }
         Ok(workflow)
     }
 
-    async fn load_run(
-        &mut self,
-        run_id: &str,
-        step: &mut Step,
-        now: i64,
-    ) -> Result<Arc<str>, String> {
+    /// Loads a run this master owns (by slot), taking it over first.
+    async fn load_run(&mut self, run_id: &str, step: &mut Step, now: i64) -> Result<Arc<str>, String> {
         if let Some((id, _)) = self.runs.get_key_value(run_id) {
             return Ok(id.clone());
         }
@@ -438,41 +609,41 @@ impl Engine {
             .await
             .map_err(|e| format!("cannot read run {run_id}: {e}"))?
             .ok_or_else(|| format!("there is no run {run_id}"))?;
-        self.load_run_row(row, step, now).await?;
-        self.runs
-            .get_key_value(run_id)
-            .map(|(id, _)| id.clone())
-            .ok_or_else(|| format!("run {run_id} did not load"))
+        if !self.owned.contains(&(row.slot as u32)) {
+            return Err(format!("run {run_id} belongs to another master"));
+        }
+        self.claim_and_load(row, step, now).await?;
+        self.runs.get_key_value(run_id).map(|(id, _)| id.clone()).ok_or_else(|| format!("run {run_id} did not load"))
+    }
+
+    /// Bumps the run's epoch (fencing out any previous owner), then loads it.
+    async fn claim_and_load(&mut self, mut row: RunRow, step: &mut Step, now: i64) -> Result<(), String> {
+        let epoch = self
+            .store
+            .claim_run(&row.id, &self.config.node_id, now)
+            .await
+            .map_err(|e| format!("cannot claim run {}: {e}", row.id))?
+            .ok_or_else(|| format!("run {} vanished", row.id))?;
+        self.metrics.runs_claimed.fetch_add(1, Ordering::Relaxed);
+        row.epoch = epoch;
+        row.owner = Some(self.config.node_id.clone());
+        self.load_run_row(row, step, now).await
     }
 
     async fn load_run_row(&mut self, row: RunRow, step: &mut Step, now: i64) -> Result<(), String> {
         let workflow = self.workflow_for(&row).await?;
-        let tasks = self
-            .store
-            .run_tasks(&row.id)
-            .await
-            .map_err(|e| e.to_string())?;
+        let tasks = self.store.run_tasks(&row.id).await.map_err(|e| e.to_string())?;
         if tasks.len() != workflow.tasks.len() {
-            return Err(format!(
-                "run {} has {} task rows for {} tasks",
-                row.id,
-                tasks.len(),
-                workflow.tasks.len()
-            ));
+            return Err(format!("run {} has {} task rows for {} tasks", row.id, tasks.len(), workflow.tasks.len()));
         }
-        let state = RunState::parse(&row.state)
-            .ok_or_else(|| format!("run {} has unknown state `{}`", row.id, row.state))?;
+        let state =
+            RunState::parse(&row.state).ok_or_else(|| format!("run {} has unknown state `{}`", row.id, row.state))?;
         let mut progress = Vec::with_capacity(tasks.len());
         let mut extra = Vec::with_capacity(tasks.len());
         for t in &tasks {
-            let task_state = TaskState::parse(&t.state)
-                .ok_or_else(|| format!("task {} has unknown state `{}`", t.name, t.state))?;
-            progress.push(TaskProgress::new(
-                task_state,
-                t.attempts as u32,
-                t.failures as u32,
-                t.forced,
-            ));
+            let task_state =
+                TaskState::parse(&t.state).ok_or_else(|| format!("task {} has unknown state `{}`", t.name, t.state))?;
+            progress.push(TaskProgress::new(task_state, t.attempts as u32, t.failures as u32, t.forced));
             extra.push(TaskExtra {
                 started_at: t.started_at,
                 finished_at: t.finished_at,
@@ -481,44 +652,19 @@ impl Engine {
             });
         }
         let params: BTreeMap<String, Value> = serde_json::from_str(&row.params).unwrap_or_default();
-        let timezone = workflow
-            .schedule
-            .as_ref()
-            .map(|s| s.timezone)
-            .unwrap_or(chrono_tz::UTC);
+        let timezone = workflow.schedule.as_ref().map(|s| s.timezone).unwrap_or(chrono_tz::UTC);
         let backfill_parallel = match &row.backfill_id {
-            Some(id) => self
-                .store
-                .get_backfill(id)
-                .await
-                .ok()
-                .flatten()
-                .map(|b| b.parallel.max(1) as usize),
+            Some(id) => self.store.get_backfill(id).await.ok().flatten().map(|b| b.parallel.max(1) as usize),
             None => None,
         };
         let (machine, actions) = RunMachine::restore(workflow, state, progress);
         let id: Arc<str> = Arc::from(row.id.as_str());
         for (i, t) in tasks.iter().enumerate() {
             if t.state == "retry_wait" {
-                self.arm(
-                    t.retry_at.unwrap_or(now),
-                    Timer::Retry {
-                        run: row.id.clone(),
-                        task: i,
-                    },
-                );
+                self.arm(t.retry_at.unwrap_or(now), Timer::Retry { run: row.id.clone(), task: i });
             }
         }
-        let run = ActiveRun {
-            id: id.clone(),
-            row,
-            machine,
-            params,
-            timezone,
-            extra,
-            outputs: HashMap::new(),
-            backfill_parallel,
-        };
+        let run = ActiveRun { row, machine, params, timezone, extra, outputs: HashMap::new(), backfill_parallel };
         if matches!(state, RunState::Running | RunState::Paused) {
             self.count_active(&run, 1);
         }
@@ -529,22 +675,37 @@ impl Engine {
 
     fn count_active(&mut self, run: &ActiveRun, delta: isize) {
         let add = |n: &mut usize| *n = n.saturating_add_signed(delta);
-        add(self
-            .active_by_workflow
-            .entry(run.workflow_key())
-            .or_default());
+        add(self.active_by_workflow.entry(run.workflow_key()).or_default());
         if let Some(bf) = &run.row.backfill_id {
             add(self.active_by_backfill.entry(bf.clone()).or_default());
         }
     }
 
-    /// Drops a run that this engine may no longer drive (fenced).
+    /// Forgets a run: finished, fenced, or handed over to another master.
     fn drop_run(&mut self, run_id: &str) {
-        if let Some(run) = self.runs.remove(run_id) {
-            if matches!(run.machine.state(), RunState::Running | RunState::Paused) {
-                self.count_active(&run, -1);
+        let Some(run) = self.runs.remove(run_id) else { return };
+        if matches!(run.machine.state(), RunState::Running | RunState::Paused) {
+            self.count_active(&run, -1);
+        }
+        let key = run.workflow_key();
+        if let Some(queue) = self.waiting.get_mut(&key) {
+            queue.retain(|r| r.as_ref() != run_id);
+        }
+        let flights: Vec<AttemptKey> = self.in_flight.keys().filter(|k| k.run_id == run_id).cloned().collect();
+        for k in flights {
+            if let Some(flight) = self.in_flight.remove(&k) {
+                self.release(&flight);
             }
         }
+    }
+
+    /// A worker slot and a workflow concurrency slot are free again.
+    fn release(&mut self, flight: &InFlight) {
+        self.dispatcher.released(&flight.worker);
+        if let Some(n) = self.running_by_workflow.get_mut(&flight.workflow) {
+            *n = n.saturating_sub(1);
+        }
+        self.unpark(&flight.workflow);
     }
 
     // Applying the machines' actions ------------------------------------------
@@ -581,10 +742,9 @@ impl Engine {
                             *extra = TaskExtra::default();
                             if from == TaskState::Succeeded {
                                 run.outputs.remove(&task);
-                                step.batch.outputs.push(OutputWrite::Clear {
-                                    run_id: run.row.id.clone(),
-                                    idx: task as i64,
-                                });
+                                step.batch
+                                    .outputs
+                                    .push(OutputWrite::Clear { run_id: run.row.id.clone(), idx: task as i64 });
                             }
                         }
                         TaskState::Running => {
@@ -666,11 +826,10 @@ impl Engine {
                     self.ready.push(run_id.clone(), task, priority);
                 }
                 Action::Cancel { task, attempt } => {
-                    step.cancels.push(AttemptKey {
-                        run_id: run.row.id.clone(),
-                        task: task as u32,
-                        number: attempt,
-                    });
+                    let key = AttemptKey { run_id: run.row.id.clone(), task: task as u32, number: attempt };
+                    if let Some(flight) = self.in_flight.get(&key) {
+                        step.cancels.push((key, flight.worker.clone()));
+                    }
                 }
                 Action::RetryAt { task, at_ms } => {
                     run.extra[task].retry_at = Some(at_ms);
@@ -694,9 +853,7 @@ impl Engine {
             None => true,
         };
         let backfill_ok = match (&run.row.backfill_id, run.backfill_parallel) {
-            (Some(bf), Some(parallel)) => {
-                self.active_by_backfill.get(bf).copied().unwrap_or(0) < parallel
-            }
+            (Some(bf), Some(parallel)) => self.active_by_backfill.get(bf).copied().unwrap_or(0) < parallel,
             _ => true,
         };
         workflow_ok && backfill_ok
@@ -768,20 +925,18 @@ impl Engine {
         }
         for command in commands {
             self.command_cursor = self.command_cursor.max(command.id);
+            if !self.owned.contains(&(command.slot as u32)) {
+                // Another master's; if this one takes the slot over, it
+                // reads pending commands again from the start.
+                continue;
+            }
             let outcome = self.apply_command(&command, step, now).await;
-            step.batch
-                .commands_done
-                .push((command.id, outcome_json(&outcome)));
+            step.batch.commands_done.push((command.id, outcome_json(&outcome)));
             step.replies.push((command.id, outcome));
         }
     }
 
-    async fn apply_command(
-        &mut self,
-        command: &CommandRow,
-        step: &mut Step,
-        now: i64,
-    ) -> CommandOutcome {
+    async fn apply_command(&mut self, command: &CommandRow, step: &mut Step, now: i64) -> CommandOutcome {
         let fail = |message: String| CommandOutcome { ok: false, message };
         let id = match self.load_run(&command.run_id, step, now).await {
             Ok(id) => id,
@@ -790,19 +945,12 @@ impl Engine {
         let payload: Value = serde_json::from_str(&command.payload).unwrap_or(Value::Null);
         let task_named = |engine: &Engine| -> Result<usize, String> {
             let name = payload["task"].as_str().unwrap_or_default();
-            engine.runs[&id]
-                .machine
-                .workflow()
-                .task_index(name)
-                .ok_or_else(|| format!("the run has no task `{name}`"))
+            engine.runs[&id].machine.workflow().task_index(name).ok_or_else(|| format!("the run has no task `{name}`"))
         };
         let input = match command.kind.as_str() {
             "admit" => {
                 self.admit_or_wait(&id, step, now);
-                return CommandOutcome {
-                    ok: true,
-                    message: "admitted".into(),
-                };
+                return CommandOutcome { ok: true, message: "admitted".into() };
             }
             "kill" => RunInput::Kill,
             "pause" => RunInput::Pause,
@@ -810,10 +958,7 @@ impl Engine {
             "mark_failed" => RunInput::MarkFailed,
             "rerun_failed" => RunInput::RerunFailed,
             "rerun_task" => match task_named(self) {
-                Ok(task) => RunInput::RerunTask {
-                    task,
-                    downstream: payload["downstream"].as_bool().unwrap_or(false),
-                },
+                Ok(task) => RunInput::RerunTask { task, downstream: payload["downstream"].as_bool().unwrap_or(false) },
                 Err(m) => return fail(m),
             },
             "force_success" => match task_named(self) {
@@ -828,18 +973,11 @@ impl Engine {
         let outcome = match run.machine.apply(input, now) {
             Ok(actions) => {
                 self.absorb(&id, actions, step, now);
-                CommandOutcome {
-                    ok: true,
-                    message: format!("{} done", command.kind),
-                }
+                CommandOutcome { ok: true, message: format!("{} done", command.kind) }
             }
             Err(Rejected::NotAllowed(message) | Rejected::Stale(message)) => fail(message),
         };
-        if self
-            .runs
-            .get(&id)
-            .is_some_and(|r| r.machine.state().is_terminal())
-        {
+        if self.runs.get(&id).is_some_and(|r| r.machine.state().is_terminal()) {
             step.retire.push(id);
         }
         outcome
@@ -847,39 +985,42 @@ impl Engine {
 
     // Results ------------------------------------------------------------------------
 
-    fn apply_result(
-        &mut self,
-        result: AttemptResult,
-        step: &mut Step,
-        now: i64,
-        from_worker: bool,
-    ) {
+    /// Applies an attempt's result. Results from workers must be for an
+    /// attempt this master has in flight (dispatched or adopted); anything
+    /// else is stale (or, for a run of another master's slot, not ours).
+    fn apply_result(&mut self, result: AttemptResult, step: &mut Step, now: i64, from_worker: bool) -> Ack {
+        let slot_owned = |engine: &Engine| engine.owned.contains(&dagr_protocol::slot_of(&result.key.run_id));
         if from_worker {
             match self.in_flight.remove(&result.key) {
                 Some(flight) => {
-                    if let Some(n) = self.running_by_workflow.get_mut(&flight.workflow) {
-                        *n = n.saturating_sub(1);
+                    self.release(&flight);
+                    let mut row = attempt_row(&result);
+                    if let Some(run) = self.runs.get(result.key.run_id.as_str()) {
+                        row.epoch = run.row.epoch;
                     }
-                    self.unpark(&flight.workflow);
-                    step.batch.attempts.push(attempt_row(&result));
+                    step.batch.attempts.push(row);
                 }
                 None => {
-                    // Not dispatched by this engine, or already reported.
+                    if !slot_owned(self) && !self.runs.contains_key(result.key.run_id.as_str()) {
+                        return Ack::NotOwner;
+                    }
+                    // Superseded, duplicate, or from an old owner's dispatch.
                     self.metrics.stale_results.fetch_add(1, Ordering::Relaxed);
-                    return;
+                    return Ack::Stale;
                 }
             }
         }
-        let stale = |engine: &Engine| {
-            engine.metrics.stale_results.fetch_add(1, Ordering::Relaxed);
+        let Some(id) = self.runs.get_key_value(result.key.run_id.as_str()).map(|(id, _)| id.clone()) else {
+            // The run finished (or was killed) meanwhile; the attempt row is
+            // recorded above.
+            self.metrics.stale_results.fetch_add(1, Ordering::Relaxed);
+            return Ack::Stale;
         };
-        let Some((id, run)) = self.runs.get_key_value(result.key.run_id.as_str()) else {
-            return stale(self);
-        };
-        let id = id.clone();
+        let Some(run) = self.runs.get_mut(&id) else { return Ack::Stale };
         let task = result.key.task as usize;
-        if result.epoch != run.row.epoch || task >= run.machine.tasks().len() {
-            return stale(self);
+        if task >= run.machine.tasks().len() {
+            self.metrics.stale_results.fetch_add(1, Ordering::Relaxed);
+            return Ack::Stale;
         }
         let attempt = result.key.number;
         let input = match &result.outcome {
@@ -887,14 +1028,8 @@ impl Engine {
             Outcome::Failed { kind, .. } => RunInput::AttemptFailed {
                 task,
                 attempt,
-                class: FailureClass {
-                    retryable: kind.retryable(),
-                    charged: kind.charged(),
-                },
+                class: FailureClass { retryable: kind.retryable(), charged: kind.charged() },
             },
-        };
-        let Some(run) = self.runs.get_mut(&id) else {
-            return;
         };
         match run.machine.apply(input, now) {
             Ok(actions) => {
@@ -914,8 +1049,12 @@ impl Engine {
                     }
                 }
                 self.absorb(&id, actions, step, now);
+                Ack::Applied
             }
-            Err(_) => stale(self),
+            Err(_) => {
+                self.metrics.stale_results.fetch_add(1, Ordering::Relaxed);
+                Ack::Stale
+            }
         }
     }
 
@@ -945,21 +1084,20 @@ impl Engine {
             }
             match entry.remove() {
                 Timer::Retry { run, task } => {
-                    let Some(id) = self
-                        .runs
-                        .get_key_value(run.as_str())
-                        .map(|(id, _)| id.clone())
-                    else {
+                    let Some(id) = self.runs.get_key_value(run.as_str()).map(|(id, _)| id.clone()) else {
                         continue;
                     };
                     if let Some(active) = self.runs.get_mut(&id) {
-                        if let Ok(actions) = active.machine.apply(RunInput::RetryDue { task }, now)
-                        {
+                        if let Ok(actions) = active.machine.apply(RunInput::RetryDue { task }, now) {
                             self.absorb(&id, actions, step, now);
                         }
                     }
                 }
-                Timer::Schedule { tenant, name } => self.materialize(&(tenant, name), step, now),
+                Timer::Schedule { tenant, name } => {
+                    if self.leader.is_some() {
+                        self.materialize(&(tenant, name), step, now);
+                    }
+                }
             }
         }
     }
@@ -968,13 +1106,12 @@ impl Engine {
 
     async fn dispatch_ready(&mut self, step: &mut Step, now: i64) {
         let slots = self.dispatcher.slots();
-        while self.in_flight.len() < slots {
+        while self.in_flight.len() < slots && !self.owned.is_empty() {
             let Some(item) = self.ready.pop() else { break };
             let Some(run) = self.runs.get(&item.run) else {
                 continue;
             };
-            if !run.machine.dispatching() || run.machine.task(item.task).state != TaskState::Queued
-            {
+            if !run.machine.dispatching() || run.machine.task(item.task).state != TaskState::Queued {
                 continue;
             }
             let key = run.workflow_key();
@@ -984,7 +1121,13 @@ impl Engine {
                     continue;
                 }
             }
-            if !self.start_task(&item.run, item.task, step, now).await {
+            let group = run.machine.workflow().tasks[item.task].worker_group.clone();
+            let Some(worker) = self.dispatcher.pick(group.as_deref()) else {
+                // No worker has room (for this group): wait for one.
+                self.ready.restore(item);
+                break;
+            };
+            if !self.start_task(&item.run, item.task, worker, step, now).await {
                 // Could not read its inputs; try again in a later step.
                 self.ready.restore(item);
                 break;
@@ -994,13 +1137,7 @@ impl Engine {
 
     /// Starts the next attempt of a queued task. False if it could not be
     /// prepared for a transient reason (the task stays queued).
-    async fn start_task(
-        &mut self,
-        run_id: &Arc<str>,
-        task: usize,
-        step: &mut Step,
-        now: i64,
-    ) -> bool {
+    async fn start_task(&mut self, run_id: &Arc<str>, task: usize, worker: String, step: &mut Step, now: i64) -> bool {
         let missing: Vec<i64> = {
             let Some(run) = self.runs.get(run_id) else {
                 return true;
@@ -1008,10 +1145,7 @@ impl Engine {
             run.machine.workflow().tasks[task]
                 .deps
                 .iter()
-                .filter(|&&d| {
-                    run.machine.task(d).state == TaskState::Succeeded
-                        && !run.outputs.contains_key(&d)
-                })
+                .filter(|&&d| run.machine.task(d).state == TaskState::Succeeded && !run.outputs.contains_key(&d))
                 .map(|&d| d as i64)
                 .collect()
         };
@@ -1038,11 +1172,7 @@ impl Engine {
         };
         let spec = build_spec(run, task, attempt, self.plugins.as_ref(), &self.config);
         let workflow = run.workflow_key();
-        let key = AttemptKey {
-            run_id: run.row.id.clone(),
-            task: task as u32,
-            number: attempt,
-        };
+        let key = AttemptKey { run_id: run.row.id.clone(), task: task as u32, number: attempt };
         let task_name = run.machine.workflow().tasks[task].name.clone();
         let epoch = run.row.epoch;
         self.absorb(run_id, actions, step, now);
@@ -1055,7 +1185,7 @@ impl Engine {
             failure_kind: None,
             message: None,
             charged: false,
-            worker: self.config.node_id.clone(),
+            worker: worker.clone(),
             epoch,
             started_at: now,
             finished_at: None,
@@ -1063,26 +1193,22 @@ impl Engine {
         match spec {
             Ok(spec) => {
                 step.batch.attempts.push(started);
-                *self
-                    .running_by_workflow
-                    .entry(workflow.clone())
-                    .or_default() += 1;
-                self.in_flight.insert(key, InFlight { workflow });
-                step.dispatches.push(spec);
+                *self.running_by_workflow.entry(workflow.clone()).or_default() += 1;
+                self.in_flight.insert(key, InFlight { workflow, worker: worker.clone() });
+                step.dispatches.push((spec, worker));
             }
             Err((kind, message)) => {
+                self.dispatcher.released(&worker);
                 let result = AttemptResult {
                     key,
                     epoch,
                     task_name,
-                    worker: self.config.node_id.clone(),
+                    worker,
                     started_at: now,
                     finished_at: now,
                     outcome: Outcome::Failed { kind, message },
                 };
-                step.batch
-                    .attempts
-                    .push(finished_attempt(&result, &started));
+                step.batch.attempts.push(finished_attempt(&result, &started));
                 self.apply_result(result, step, now, false);
             }
         }
@@ -1111,11 +1237,7 @@ impl Engine {
                 return;
             }
         };
-        match self
-            .store
-            .get_version(tenant, name, row.latest_version)
-            .await
-        {
+        match self.store.get_version(tenant, name, row.latest_version).await {
             Ok(Some(version)) => self.install_schedule(row, version, step, now),
             Ok(None) => {
                 self.schedules.remove(&key);
@@ -1154,15 +1276,11 @@ impl Engine {
         if cursor.is_none() {
             // A new schedule starts now, or at its start when it catches up.
             let initial = match schedule.start {
-                Some(start) if schedule.catch_up && start.timestamp_millis() < now => {
-                    start.timestamp_millis() - 1000
-                }
+                Some(start) if schedule.catch_up && start.timestamp_millis() < now => start.timestamp_millis() - 1000,
                 _ => now,
             };
             cursor = Some(initial);
-            step.batch
-                .schedule_cursors
-                .push((row.tenant.clone(), row.name.clone(), initial));
+            step.batch.schedule_cursors.push((row.tenant.clone(), row.name.clone(), initial));
         }
         self.schedules.insert(
             key.clone(),
@@ -1186,14 +1304,8 @@ impl Engine {
         let now_time = to_time(now);
         let cursor = entry.cursor.map(to_time);
         let due = entry.schedule.due(cursor, to_time(entry.since), now_time);
-        let params =
-            serde_json::to_string(&entry.workflow.spec.params).unwrap_or_else(|_| "{}".into());
-        let task_names: Vec<String> = entry
-            .workflow
-            .tasks
-            .iter()
-            .map(|t| t.name.clone())
-            .collect();
+        let params = serde_json::to_string(&entry.workflow.spec.params).unwrap_or_else(|_| "{}".into());
+        let task_names: Vec<String> = entry.workflow.tasks.iter().map(|t| t.name.clone()).collect();
         for logical in &due {
             let id = uuid::Uuid::now_v7().to_string();
             step.batch.new_runs.push(NewRun {
@@ -1221,35 +1333,19 @@ impl Engine {
         }
         if let Some(last) = due.last() {
             entry.cursor = Some(last.timestamp_millis());
-            step.batch.schedule_cursors.push((
-                key.0.clone(),
-                key.1.clone(),
-                last.timestamp_millis(),
-            ));
+            step.batch.schedule_cursors.push((key.0.clone(), key.1.clone(), last.timestamp_millis()));
             step.batch.new_run_command = Some("admit".into());
             // Admit them in the next step, after they are committed.
             self.pending_wake = true;
         }
-        let from = entry
-            .cursor
-            .map(to_time)
-            .map_or(now_time, |c| c.max(now_time));
+        let from = entry.cursor.map(to_time).map_or(now_time, |c| c.max(now_time));
         let next = if due.len() >= dagr_core::schedule::MAX_RUNS_PER_STEP {
             Some(now)
         } else {
-            entry
-                .schedule
-                .next_after(from)
-                .map(|t| t.timestamp_millis())
+            entry.schedule.next_after(from).map(|t| t.timestamp_millis())
         };
         if let Some(at) = next {
-            self.arm(
-                at,
-                Timer::Schedule {
-                    tenant: key.0.clone(),
-                    name: key.1.clone(),
-                },
-            );
+            self.arm(at, Timer::Schedule { tenant: key.0.clone(), name: key.1.clone() });
         }
     }
 }
@@ -1257,12 +1353,9 @@ impl Engine {
 fn attempt_row(result: &AttemptResult) -> AttemptRow {
     let (state, failure_kind, message, charged) = match &result.outcome {
         Outcome::Succeeded { .. } => ("succeeded", None, None, false),
-        Outcome::Failed { kind, message } => (
-            "failed",
-            Some(kind.as_str().to_owned()),
-            Some(message.clone()),
-            kind.charged(),
-        ),
+        Outcome::Failed { kind, message } => {
+            ("failed", Some(kind.as_str().to_owned()), Some(message.clone()), kind.charged())
+        }
     };
     AttemptRow {
         run_id: result.key.run_id.clone(),
@@ -1301,10 +1394,7 @@ fn build_spec(
             inputs.insert(workflow.tasks[dep].name.clone(), value);
         }
     }
-    let logical_time: DateTime<Utc> = Utc
-        .timestamp_millis_opt(run.row.logical_time)
-        .single()
-        .unwrap_or_default();
+    let logical_time: DateTime<Utc> = Utc.timestamp_millis_opt(run.row.logical_time).single().unwrap_or_default();
     let context = RenderContext {
         params: &run.params,
         inputs: &inputs,
@@ -1315,38 +1405,25 @@ fn build_spec(
         task: &t.name,
         tenant: &run.row.tenant,
     };
-    let params = t.params.render(&context).map_err(|p| {
-        (
-            FailureKind::BadParams,
-            format!("params{}: {}", p.location, p.message),
-        )
-    })?;
+    let params = t
+        .params
+        .render(&context)
+        .map_err(|p| (FailureKind::BadParams, format!("params{}: {}", p.location, p.message)))?;
     Ok(AttemptSpec {
-        key: AttemptKey {
-            run_id: run.row.id.clone(),
-            task: task as u32,
-            number: attempt,
-        },
+        key: AttemptKey { run_id: run.row.id.clone(), task: task as u32, number: attempt },
         epoch: run.row.epoch,
         master: config.node_id.clone(),
         tenant: run.row.tenant.clone(),
         workflow: run.row.workflow.clone(),
         task_name: t.name.clone(),
-        plugin: PluginSpec {
-            name: plugin.name,
-            version: plugin.version,
-            sha256: plugin.sha256,
-        },
+        plugin: PluginSpec { name: plugin.name, version: plugin.version, sha256: plugin.sha256 },
         params: params.to_string(),
         inputs: Value::Object(inputs).to_string(),
         logical_time: logical_time.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         idempotency_key: format!("{}/{}", run.row.id, t.name),
         priority: t.priority,
         deadline_ms: t.timeout.unwrap_or(config.default_timeout).as_millis() as u64,
-        memory_bytes: t
-            .memory
-            .unwrap_or(config.default_memory)
-            .min(config.max_memory),
+        memory_bytes: t.memory.unwrap_or(config.default_memory).min(config.max_memory),
         max_output_bytes: config.max_output_bytes,
         max_log_bytes: config.max_log_bytes,
         allow_hosts: t.allow_hosts.clone(),
@@ -1356,12 +1433,9 @@ fn build_spec(
 fn finished_attempt(result: &AttemptResult, started: &AttemptRow) -> AttemptRow {
     let (state, failure_kind, message, charged) = match &result.outcome {
         Outcome::Succeeded { .. } => ("succeeded", None, None, false),
-        Outcome::Failed { kind, message } => (
-            "failed",
-            Some(kind.as_str().to_owned()),
-            Some(message.clone()),
-            kind.charged(),
-        ),
+        Outcome::Failed { kind, message } => {
+            ("failed", Some(kind.as_str().to_owned()), Some(message.clone()), kind.charged())
+        }
     };
     AttemptRow {
         run_id: started.run_id.clone(),

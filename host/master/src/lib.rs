@@ -38,16 +38,36 @@ use tokio::sync::{broadcast, mpsc};
 
 pub use crate::engine::Engine;
 
+/// What a worker says about an attempt a new owner asks it about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Adoption {
+    /// Still running; it now reports to the asking master with its epoch.
+    Running,
+    /// It ended; here is its result.
+    Finished(AttemptResult),
+    /// The worker does not know it (never received, or restarted): it will
+    /// never run there.
+    Unknown,
+}
+
 /// Where attempts go. In `dagr serve` a worker in the same process; in a
 /// cluster, workers over HTTP.
 #[async_trait]
 pub trait Dispatcher: Send + Sync + 'static {
-    /// How many attempts the workers can run at once, in total.
+    /// How many attempts this master may have in flight at most.
     fn slots(&self) -> usize;
-    /// Hands an attempt to a worker. An error means it was not accepted.
-    async fn dispatch(&self, spec: AttemptSpec) -> Result<(), String>;
+    /// Chooses a worker (of `group`, if given) for an attempt, or `None`
+    /// if none has room now.
+    fn pick(&self, group: Option<&str>) -> Option<String>;
+    /// Hands an attempt to the chosen worker. An error means it was not
+    /// accepted (it will not run).
+    async fn dispatch(&self, spec: AttemptSpec, worker: &str) -> Result<(), String>;
+    /// An attempt on `worker` ended (its slot is free again).
+    fn released(&self, worker: &str);
     /// Asks the worker running this attempt to stop it.
-    async fn cancel(&self, key: &AttemptKey);
+    async fn cancel(&self, key: &AttemptKey, worker: &str);
+    /// Asks `worker` about an attempt this master took over with `epoch`.
+    async fn adopt(&self, key: &AttemptKey, worker: &str, epoch: i64) -> Adoption;
 }
 
 /// Settings of the engine.
@@ -63,8 +83,6 @@ pub struct EngineConfig {
     pub max_memory: u64,
     pub max_output_bytes: u64,
     pub max_log_bytes: u64,
-    /// Materialise cron schedules (off for masters that are not the leader).
-    pub schedules: bool,
     /// How often the engine looks for commands even when not woken.
     pub poll_interval: Duration,
 }
@@ -78,7 +96,6 @@ impl Default for EngineConfig {
             max_memory: 1 << 30,
             max_output_bytes: 1 << 20,
             max_log_bytes: 1 << 20,
-            schedules: true,
             poll_interval: Duration::from_secs(1),
         }
     }
@@ -96,6 +113,12 @@ pub struct EngineMetrics {
     /// Writes the store refused because another owner fenced the run.
     pub fenced_writes: AtomicU64,
     pub runs_finished: AtomicU64,
+    /// Runs taken over from another owner (or after a restart).
+    pub runs_claimed: AtomicU64,
+    /// Attempts found running at takeover and adopted, not restarted.
+    pub attempts_adopted: AtomicU64,
+    /// Attempts found lost at takeover or with their worker.
+    pub attempts_lost: AtomicU64,
 }
 
 impl EngineMetrics {
@@ -104,10 +127,31 @@ impl EngineMetrics {
     }
 }
 
+/// What the engine made of a worker's result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ack {
+    /// Recorded (durably).
+    Applied,
+    /// Not current any more (superseded, killed, duplicate): dropped.
+    Stale,
+    /// This master does not own the run: report to its owner.
+    NotOwner,
+}
+
 pub(crate) enum Input {
     Wake,
-    Result(AttemptResult),
-    WorkflowChanged { tenant: String, name: String },
+    Result(AttemptResult, Option<tokio::sync::oneshot::Sender<Ack>>),
+    WorkflowChanged {
+        tenant: String,
+        name: String,
+    },
+    /// The slots this master owns now.
+    Ownership(std::collections::HashSet<u32>),
+    /// Whether this master leads (and its fencing token).
+    Leadership(Option<i64>),
+    /// Workers that left the cluster.
+    WorkersGone(Vec<String>),
     Shutdown(tokio::sync::oneshot::Sender<()>),
 }
 
@@ -125,7 +169,33 @@ pub struct EngineHandle {
 impl EngineHandle {
     /// A worker's report of a finished attempt.
     pub fn report(&self, result: AttemptResult) {
-        let _ = self.tx.send(Input::Result(result));
+        let _ = self.tx.send(Input::Result(result, None));
+    }
+
+    /// A worker's report, answered once the engine has durably recorded it
+    /// (or decided it is stale or not its own).
+    pub async fn report_acked(&self, result: AttemptResult) -> Ack {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if self.tx.send(Input::Result(result, Some(tx))).is_err() {
+            return Ack::NotOwner;
+        }
+        rx.await.unwrap_or(Ack::NotOwner)
+    }
+
+    /// Sets the slots this master owns: it takes over the runs of slots it
+    /// gains (bumping their epochs) and drops the runs of slots it loses.
+    pub fn own_slots(&self, slots: std::collections::HashSet<u32>) {
+        let _ = self.tx.send(Input::Ownership(slots));
+    }
+
+    /// Makes this master the leader (with its fencing token) or not.
+    pub fn lead(&self, token: Option<i64>) {
+        let _ = self.tx.send(Input::Leadership(token));
+    }
+
+    /// Workers that are gone: their attempts are lost and go again.
+    pub fn workers_gone(&self, workers: Vec<String>) {
+        let _ = self.tx.send(Input::WorkersGone(workers));
     }
 
     /// Stops the engine loop (attempts in flight are left to the worker).
@@ -149,10 +219,7 @@ impl Control for EngineHandle {
     }
 
     fn workflow_changed(&self, tenant: &str, name: &str) {
-        let _ = self.tx.send(Input::WorkflowChanged {
-            tenant: tenant.into(),
-            name: name.into(),
-        });
+        let _ = self.tx.send(Input::WorkflowChanged { tenant: tenant.into(), name: name.into() });
     }
 
     async fn wait_command(&self, id: i64, timeout: Duration) -> Option<CommandOutcome> {

@@ -15,9 +15,7 @@ pub(crate) struct ReadyTask {
 
 impl Ord for ReadyTask {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.priority
-            .cmp(&other.priority)
-            .then_with(|| other.seq.cmp(&self.seq))
+        self.priority.cmp(&other.priority).then_with(|| other.seq.cmp(&self.seq))
     }
 }
 
@@ -36,12 +34,7 @@ pub(crate) struct ReadyQueue {
 impl ReadyQueue {
     pub fn push(&mut self, run: Arc<str>, task: usize, priority: i32) {
         self.seq += 1;
-        self.heap.push(ReadyTask {
-            priority,
-            seq: self.seq,
-            run,
-            task,
-        });
+        self.heap.push(ReadyTask { priority, seq: self.seq, run, task });
     }
 
     /// Puts back a task that could not start yet, keeping its place in line.
