@@ -86,9 +86,9 @@ impl DagrServer {
     }
 
     /// Runs the `dagr` CLI against this server (`DAGR_SERVER` is set) and
-    /// waits for it.
+    /// waits for it, at most [`CLI_TIMEOUT`].
     pub fn cli(&self, args: &[&str]) -> Output {
-        self.cli_command(args).output().unwrap_or_else(|e| panic!("cannot run {}: {e}", dagr_binary().display()))
+        output_within(self.cli_command(args), CLI_TIMEOUT)
     }
 
     /// The command [`cli`](Self::cli) runs, for tests that need stdin or a
@@ -199,6 +199,53 @@ impl Drop for DagrServer {
             eprintln!("--- kept the server's data dir: {}", dir.keep().display());
         }
     }
+}
+
+/// How long [`DagrServer::cli`] lets a command run before it kills it and
+/// fails the test (a hung client must not hang the suite).
+pub const CLI_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Runs `command` to its end and collects its output, like
+/// [`Command::output`], but kills it and panics after `timeout`.
+pub fn output_within(mut command: Command, timeout: Duration) -> Output {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"));
+    let stdout = read_all(child.stdout.take());
+    let stderr = read_all(child.stderr.take());
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                let stdout = stdout.join().unwrap_or_default();
+                let stderr = stderr.join().unwrap_or_default();
+                panic!(
+                    "{command:?} did not finish within {timeout:?}\nstdout:\n{}\nstderr:\n{}",
+                    String::from_utf8_lossy(&stdout),
+                    String::from_utf8_lossy(&stderr)
+                );
+            }
+        }
+    };
+    Output { status, stdout: stdout.join().unwrap_or_default(), stderr: stderr.join().unwrap_or_default() }
+}
+
+/// Reads a child's pipe to its end on a thread.
+fn read_all(pipe: Option<impl std::io::Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        if let Some(mut pipe) = pipe {
+            let _ = pipe.read_to_end(&mut bytes);
+        }
+        bytes
+    })
 }
 
 /// A loopback address whose port was free a moment ago. The server binds it
