@@ -13,6 +13,7 @@ mod server;
 mod support;
 
 mod cli;
+mod cli_client;
 mod e2e;
 mod plugins;
 mod runtime;

@@ -1,6 +1,8 @@
 //! `dagr`: the one binary. Every role (server, client verbs, tools) is a
 //! subcommand.
 
+mod bench;
+mod client;
 mod node;
 mod plugin;
 mod serve;
@@ -11,6 +13,9 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "dagr", version, about, propagate_version = true)]
 struct Cli {
+    /// The dagr server the client verbs talk to.
+    #[arg(long, global = true, env = "DAGR_SERVER", default_value = "http://127.0.0.1:8080")]
+    server: String,
     #[command(subcommand)]
     command: Command,
 }
@@ -23,6 +28,11 @@ enum Command {
     /// Work with plugins (WebAssembly components that implement a task type).
     #[command(subcommand)]
     Plugin(plugin::PluginCommand),
+    /// Measure the engine: run a DAG on a fresh in-process node and report
+    /// wall time, tasks per second and peak memory.
+    Bench(bench::BenchArgs),
+    #[command(flatten)]
+    Client(client::ClientCommand),
 }
 
 fn main() -> std::process::ExitCode {
@@ -37,6 +47,8 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Plugin(cmd) => plugin::run(cmd),
+        Command::Bench(args) => bench::run(args),
+        Command::Client(cmd) => return client::run(&cli.server, cmd),
     };
     match result {
         Ok(code) => code,

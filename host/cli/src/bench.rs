@@ -1,0 +1,378 @@
+//! `dagr bench`: runs a DAG on a fresh node in this process and measures
+//! how long each run takes from trigger to finish.
+//!
+//! The DAG comes from a file in the datasets format (`{"name", "tasks":
+//! [{"id", "deps", "runtime_s"}]}`) or is generated (`chain:N`,
+//! `fanout:N`). Each node becomes a task of the `echo` or `fib` plugin; the
+//! workflow is applied and triggered through the node's HTTP API, like a
+//! user would, and the end of a run is taken from the engine's
+//! finished-runs channel, so no polling shows up in the figures.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{Context as _, bail};
+use clap::{Args, ValueEnum};
+use dagr_config::Config;
+use dagr_protocol::api::{Applied, RunSummary, TriggerRequest};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::broadcast::error::RecvError;
+
+use crate::client::{Api, table};
+use crate::node::Node;
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// A DAG file in the datasets format, or `chain:N` (N tasks in a row),
+    /// or `fanout:N` (one root and N tasks that depend on it).
+    #[arg(long, value_name = "FILE|chain:N|fanout:N")]
+    dag: String,
+    /// What every task runs.
+    #[arg(long, value_enum, default_value_t = BenchPlugin::Echo)]
+    plugin: BenchPlugin,
+    /// With `--plugin fib`: the `n` each task computes (25 ≈ 1 ms).
+    #[arg(long, default_value_t = 25)]
+    fib_n: u32,
+    /// How many runs, one after another.
+    #[arg(long, default_value_t = 1)]
+    runs: u32,
+    /// One JSON object per run and line, instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// The node's data directory; default a temporary one.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// SQLite durability.
+    #[arg(long, value_enum, default_value_t = Synchronous::Normal)]
+    synchronous: Synchronous,
+    /// Attempts that run at once (default: the config's default).
+    #[arg(long)]
+    slots: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum BenchPlugin {
+    Echo,
+    Fib,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Synchronous {
+    Normal,
+    Full,
+}
+
+/// A DAG with dagr task names.
+#[derive(Debug)]
+struct Dag {
+    name: String,
+    /// (task name, the names of its deps).
+    tasks: Vec<(String, Vec<String>)>,
+}
+
+impl Dag {
+    fn edges(&self) -> usize {
+        self.tasks.iter().map(|(_, deps)| deps.len()).sum()
+    }
+}
+
+/// A file of `shared/datasets/dags`.
+#[derive(Debug, Deserialize)]
+struct DagFile {
+    name: String,
+    tasks: Vec<DagFileTask>,
+}
+
+#[derive(Debug, Deserialize)]
+struct DagFileTask {
+    id: String,
+    #[serde(default)]
+    deps: Vec<String>,
+}
+
+/// One measured run.
+#[derive(Debug)]
+struct Measurement {
+    run: u32,
+    state: String,
+    wall_ms: f64,
+    tasks_per_s: f64,
+    peak_rss_mib: f64,
+}
+
+pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    let dag = load_dag(&args.dag)?;
+    let workflow = workflow_json(&dag, args.plugin, args.fib_n);
+    let mut config = Config::default();
+    config.server.listen = "127.0.0.1:0".into();
+    let temp = match &args.data_dir {
+        Some(dir) => {
+            config.server.data_dir = dir.clone();
+            None
+        }
+        None => {
+            let temp = tempfile::Builder::new().prefix("dagr-bench-").tempdir()?;
+            config.server.data_dir = temp.path().to_path_buf();
+            Some(temp)
+        }
+    };
+    config.store.synchronous = match args.synchronous {
+        Synchronous::Normal => "normal".into(),
+        Synchronous::Full => "full".into(),
+    };
+    if let Some(slots) = args.slots {
+        config.worker.slots = slots;
+    }
+    let settings = config.validate()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let measurements = runtime.block_on(async {
+        let node = Node::start(&settings).await?;
+        let result = measure(&node, &dag, &workflow, &args).await;
+        node.stop().await;
+        result
+    })?;
+    drop(temp);
+    if !args.json {
+        let rows = measurements
+            .iter()
+            .map(|m| {
+                vec![
+                    dag.name.clone(),
+                    dag.tasks.len().to_string(),
+                    dag.edges().to_string(),
+                    m.run.to_string(),
+                    m.state.clone(),
+                    format!("{:.1}", m.wall_ms),
+                    format!("{:.0}", m.tasks_per_s),
+                    format!("{:.1}", m.peak_rss_mib),
+                ]
+            })
+            .collect();
+        print!("{}", table(&["DAG", "TASKS", "EDGES", "RUN", "STATE", "WALL MS", "TASKS/S", "PEAK RSS MIB"], rows));
+    }
+    Ok(if measurements.iter().all(|m| m.state == "succeeded") { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// Applies the workflow, then triggers and times each run in turn.
+async fn measure(node: &Node, dag: &Dag, workflow: &Value, args: &BenchArgs) -> anyhow::Result<Vec<Measurement>> {
+    let api = Api::new(&format!("http://{}", node.addr))?;
+    let applied: Applied = api
+        .json(api.post(&["v1", "workflows"]).header("content-type", "application/json").body(workflow.to_string()))
+        .await?;
+    let mut measurements = Vec::new();
+    for number in 1..=args.runs {
+        // Subscribed before the trigger, so the end cannot be missed.
+        let mut finished = node.engine.finished_runs();
+        let start = Instant::now();
+        let run: RunSummary =
+            api.json(api.post(&["v1", "workflows", &applied.name, "runs"]).json(&TriggerRequest::default())).await?;
+        let state = loop {
+            match finished.recv().await {
+                Ok((id, state)) if id == run.id => break state,
+                Ok(_) => {}
+                Err(RecvError::Lagged(_)) => {
+                    let detail: RunSummary = api.json(api.get(&["v1", "runs", &run.id])).await?;
+                    if matches!(detail.state.as_str(), "succeeded" | "failed" | "killed") {
+                        break detail.state;
+                    }
+                }
+                Err(RecvError::Closed) => bail!("the engine stopped during run {}", run.id),
+            }
+        };
+        let wall = start.elapsed();
+        let measurement = Measurement {
+            run: number,
+            state,
+            wall_ms: wall.as_secs_f64() * 1000.0,
+            tasks_per_s: dag.tasks.len() as f64 / wall.as_secs_f64(),
+            peak_rss_mib: peak_rss_mib(),
+        };
+        if args.json {
+            println!(
+                "{}",
+                json!({
+                    "dag": dag.name,
+                    "plugin": format!("{:?}", args.plugin).to_lowercase(),
+                    "tasks": dag.tasks.len(),
+                    "edges": dag.edges(),
+                    "run": measurement.run,
+                    "run_id": run.id,
+                    "state": measurement.state,
+                    "wall_ms": (measurement.wall_ms * 10.0).round() / 10.0,
+                    "tasks_per_s": measurement.tasks_per_s.round(),
+                    "peak_rss_mib": (measurement.peak_rss_mib * 10.0).round() / 10.0,
+                })
+            );
+        }
+        measurements.push(measurement);
+    }
+    Ok(measurements)
+}
+
+/// `chain:N`, `fanout:N`, or a file.
+fn load_dag(spec: &str) -> anyhow::Result<Dag> {
+    let count = |n: &str| -> anyhow::Result<usize> {
+        match n.parse::<usize>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => bail!("--dag {spec}: N must be a positive number"),
+        }
+    };
+    if let Some(n) = spec.strip_prefix("chain:") {
+        let n = count(n)?;
+        let tasks = (0..n)
+            .map(|i| {
+                let deps = if i == 0 { vec![] } else { vec![format!("t{}", i - 1)] };
+                (format!("t{i}"), deps)
+            })
+            .collect();
+        return Ok(Dag { name: format!("chain-{n}"), tasks });
+    }
+    if let Some(n) = spec.strip_prefix("fanout:") {
+        let n = count(n)?;
+        let mut tasks = vec![("root".to_owned(), vec![])];
+        tasks.extend((0..n).map(|i| (format!("t{i}"), vec!["root".to_owned()])));
+        return Ok(Dag { name: format!("fanout-{n}"), tasks });
+    }
+    let text = std::fs::read_to_string(spec).with_context(|| format!("cannot read {spec}"))?;
+    let file: DagFile = serde_json::from_str(&text).with_context(|| format!("{spec} is not a DAG file"))?;
+    from_file(file).with_context(|| format!("in {spec}"))
+}
+
+/// Maps the file's ids (any characters) to unique dagr task names.
+fn from_file(file: DagFile) -> anyhow::Result<Dag> {
+    let mut taken = HashSet::new();
+    let names: HashMap<&str, String> =
+        file.tasks.iter().map(|t| (t.id.as_str(), unique_name(&t.id, &mut taken))).collect();
+    if names.len() != file.tasks.len() {
+        bail!("task ids are not unique");
+    }
+    let mut tasks = Vec::with_capacity(file.tasks.len());
+    for task in &file.tasks {
+        let deps = task
+            .deps
+            .iter()
+            .map(|dep| {
+                names
+                    .get(dep.as_str())
+                    .cloned()
+                    .with_context(|| format!("task `{}` depends on unknown `{dep}`", task.id))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        tasks.push((names[task.id.as_str()].clone(), deps));
+    }
+    let mut name_taken = HashSet::new();
+    Ok(Dag { name: unique_name(&file.name, &mut name_taken), tasks })
+}
+
+/// `id` with every character a name may not contain replaced by `_`, cut
+/// to 120 characters, and made unique with a `-2`, `-3`… suffix.
+fn unique_name(id: &str, taken: &mut HashSet<String>) -> String {
+    let mut base: String = id
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '_' })
+        .take(120)
+        .collect();
+    // `.` and `..` are valid names but cannot be a URL path segment.
+    if base.chars().all(|c| c == '.') {
+        base.insert_str(0, "task");
+    }
+    let mut name = base.clone();
+    let mut n = 1;
+    while !taken.insert(name.clone()) {
+        n += 1;
+        name = format!("{base}-{n}");
+    }
+    name
+}
+
+fn workflow_json(dag: &Dag, plugin: BenchPlugin, fib_n: u32) -> Value {
+    let (plugin, params) = match plugin {
+        BenchPlugin::Echo => ("echo", json!({})),
+        BenchPlugin::Fib => ("fib", json!({ "n": fib_n })),
+    };
+    let tasks: Vec<Value> = dag
+        .tasks
+        .iter()
+        .map(|(name, deps)| json!({"name": name, "plugin": plugin, "params": params, "depends_on": deps}))
+        .collect();
+    json!({"name": dag.name, "description": "dagr bench", "tasks": tasks})
+}
+
+/// The process's peak resident memory (VmHWM), in MiB; 0 where unknown.
+fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        })
+        .map(|kib| kib / 1024.0)
+        .unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_ids_become_unique_valid_names_and_deps_follow() {
+        let file: DagFile = serde_json::from_value(json!({
+            "name": "a/b",
+            "tasks": [
+                {"id": "x/1:2", "deps": []},
+                {"id": "x_1_2", "deps": ["x/1:2"]},
+                {"id": "..", "deps": ["x_1_2", "x/1:2"]},
+            ]
+        }))
+        .unwrap();
+        let dag = from_file(file).unwrap();
+        assert_eq!(dag.name, "a_b");
+        assert_eq!(
+            dag.tasks,
+            vec![
+                ("x_1_2".to_owned(), vec![]),
+                ("x_1_2-2".to_owned(), vec!["x_1_2".to_owned()]),
+                ("task..".to_owned(), vec!["x_1_2-2".to_owned(), "x_1_2".to_owned()]),
+            ]
+        );
+        assert_eq!(dag.edges(), 3);
+        for (name, _) in &dag.tasks {
+            assert!(dagr_core::definition::valid_name(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn an_unknown_dep_is_an_error() {
+        let file: DagFile = serde_json::from_value(json!({
+            "name": "d", "tasks": [{"id": "a", "deps": ["b"]}]
+        }))
+        .unwrap();
+        assert!(from_file(file).is_err());
+    }
+
+    #[test]
+    fn generated_dags_have_the_asked_shape() {
+        let chain = load_dag("chain:3").unwrap();
+        assert_eq!(chain.tasks.len(), 3);
+        assert_eq!(chain.edges(), 2);
+        let fanout = load_dag("fanout:4").unwrap();
+        assert_eq!(fanout.tasks.len(), 5);
+        assert_eq!(fanout.edges(), 4);
+        assert!(load_dag("chain:0").is_err());
+    }
+
+    #[test]
+    fn long_ids_are_cut_to_a_valid_length() {
+        let mut taken = HashSet::new();
+        let long = "é".repeat(300);
+        let first = unique_name(&long, &mut taken);
+        let second = unique_name(&long, &mut taken);
+        assert_ne!(first, second);
+        assert!(dagr_core::definition::valid_name(&second));
+    }
+}

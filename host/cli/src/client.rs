@@ -1,0 +1,739 @@
+//! The client verbs (`dagr apply`, `run`, `runs`, `status`, `logs`, …): each
+//! one a few HTTP requests to a dagr server.
+//!
+//! [`Api`] sends every request and turns error answers into [`ApiFailure`]
+//! (printed as `error: MESSAGE (at LOCATION)`) and a refused connection into
+//! a hint to start `dagr serve`. [`table`] lays out every listing.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io::{IsTerminal as _, Read as _, Write as _};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use chrono::{DateTime, Utc};
+use clap::Subcommand;
+use dagr_protocol::api::{
+    ActionResult, ApiError, Applied, BackfillRequest, BackfillView, JobRequest, JobResult, LogLineView,
+    RerunTaskRequest, RunDetail, RunList, RunSummary, TaskView, TriggerRequest, WorkflowSummary,
+};
+use futures::StreamExt as _;
+use reqwest::{Method, RequestBuilder, Response, StatusCode, Url};
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+/// The verbs that talk to a server.
+#[derive(Debug, Subcommand)]
+pub enum ClientCommand {
+    /// Create or update a workflow from its definition (YAML or JSON).
+    Apply {
+        /// The definition file; `-` reads it from stdin.
+        #[arg(short = 'f', long = "file", value_name = "FILE")]
+        file: PathBuf,
+    },
+    /// List the workflows.
+    Workflows,
+    /// Trigger a run of a workflow.
+    Run {
+        workflow: String,
+        /// A param override, KEY=VALUE (repeatable); VALUE is JSON when it
+        /// parses as JSON (numbers, booleans, objects), else a string.
+        #[arg(long = "param", value_name = "KEY=VALUE")]
+        params: Vec<String>,
+        /// The run's logical time (RFC 3339 or YYYY-MM-DD); default now.
+        #[arg(long)]
+        logical_time: Option<String>,
+        /// Show the tasks live until the run ends; exit 0 if it succeeded.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// List runs, newest first.
+    Runs {
+        #[arg(long)]
+        workflow: Option<String>,
+        /// queued, running, paused, succeeded, failed or killed.
+        #[arg(long)]
+        state: Option<String>,
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+    },
+    /// A run and the state of each of its tasks.
+    Status { run: String },
+    /// The log of a task's attempt.
+    Logs {
+        run: String,
+        task: String,
+        /// Which attempt; default the latest.
+        #[arg(long)]
+        attempt: Option<i64>,
+        /// Keep printing new lines until the attempt ends.
+        #[arg(short, long)]
+        follow: bool,
+    },
+    /// Kill a run: running attempts are cancelled.
+    Kill { run: String },
+    /// Pause a run: no new task starts.
+    Pause { run: String },
+    /// Resume a paused run.
+    Resume { run: String },
+    /// Rerun a finished run from its failures, or one task of it.
+    Rerun {
+        run: String,
+        /// Rerun only this task.
+        #[arg(long)]
+        task: Option<String>,
+        /// With --task: also rerun everything downstream of it.
+        #[arg(long, requires = "task")]
+        downstream: bool,
+    },
+    /// Mark a failed task succeeded, so that its downstream proceeds.
+    ForceSuccess { run: String, task: String },
+    /// Mark a run failed: running attempts are cancelled.
+    MarkFailed { run: String },
+    /// Create one run per logical time in a range.
+    Backfill {
+        workflow: String,
+        /// First logical time, inclusive (RFC 3339 or YYYY-MM-DD).
+        #[arg(long)]
+        from: String,
+        /// Last logical time, inclusive.
+        #[arg(long)]
+        to: String,
+        /// Runs at once.
+        #[arg(long, default_value_t = 1)]
+        parallel: u32,
+        #[arg(long = "param", value_name = "KEY=VALUE")]
+        params: Vec<String>,
+    },
+    /// Run one plugin as an ad-hoc job and print its output.
+    Job {
+        plugin: String,
+        /// The task's params, JSON.
+        #[arg(long, default_value = "{}")]
+        params: String,
+        /// Print the job's run id and return at once.
+        #[arg(long)]
+        no_wait: bool,
+        /// How long to wait for the job, e.g. 30s, 5m.
+        #[arg(long, default_value = "30s")]
+        timeout: String,
+    },
+}
+
+/// Runs a client verb against `server`. Every failure is printed as
+/// `error: …` and exits 1.
+pub fn run(server: &str, command: ClientCommand) -> ExitCode {
+    let result =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(anyhow::Error::from).and_then(
+            |rt| {
+                rt.block_on(async {
+                    let api = Api::new(server)?;
+                    execute(&api, command).await
+                })
+            },
+        );
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn execute(api: &Api, command: ClientCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        ClientCommand::Apply { file } => apply(api, &file).await,
+        ClientCommand::Workflows => workflows(api).await,
+        ClientCommand::Run { workflow, params, logical_time, wait } => {
+            let request = TriggerRequest { params: parse_params(&params)?, logical_time };
+            let run: RunSummary = api.json(api.post(&["v1", "workflows", &workflow, "runs"]).json(&request)).await?;
+            if !wait {
+                println!("{}", run.id);
+                return Ok(ExitCode::SUCCESS);
+            }
+            println!("run {} of {} started", run.id, run.workflow);
+            watch(api, &run.id).await
+        }
+        ClientCommand::Runs { workflow, state, limit } => {
+            let mut query = vec![("limit", limit.to_string())];
+            query.extend(workflow.map(|w| ("workflow", w)));
+            query.extend(state.map(|s| ("state", s)));
+            let list: RunList = api.json(api.get(&["v1", "runs"]).query(&query)).await?;
+            print_runs(&list.runs);
+            Ok(ExitCode::SUCCESS)
+        }
+        ClientCommand::Status { run } => status(api, &run).await,
+        ClientCommand::Logs { run, task, attempt, follow } => logs(api, &run, &task, attempt, follow).await,
+        ClientCommand::Kill { run } => action(api, &["v1", "runs", &run, "kill"], None).await,
+        ClientCommand::Pause { run } => action(api, &["v1", "runs", &run, "pause"], None).await,
+        ClientCommand::Resume { run } => action(api, &["v1", "runs", &run, "resume"], None).await,
+        ClientCommand::MarkFailed { run } => action(api, &["v1", "runs", &run, "mark-failed"], None).await,
+        ClientCommand::Rerun { run, task: None, downstream: _ } => {
+            action(api, &["v1", "runs", &run, "rerun"], None).await
+        }
+        ClientCommand::Rerun { run, task: Some(task), downstream } => {
+            let body = serde_json::to_value(RerunTaskRequest { downstream })?;
+            action(api, &["v1", "runs", &run, "tasks", &task, "rerun"], Some(body)).await
+        }
+        ClientCommand::ForceSuccess { run, task } => {
+            action(api, &["v1", "runs", &run, "tasks", &task, "force-success"], None).await
+        }
+        ClientCommand::Backfill { workflow, from, to, parallel, params } => {
+            let request = BackfillRequest { workflow, from, to, parallel, params: parse_params(&params)? };
+            let backfill: BackfillView = api.json(api.post(&["v1", "backfills"]).json(&request)).await?;
+            println!(
+                "backfill {}: {} runs of {}, {} at a time",
+                backfill.id,
+                backfill.runs.len(),
+                backfill.workflow,
+                backfill.parallel
+            );
+            print_runs(&backfill.runs);
+            for time in &backfill.skipped {
+                println!("skipped {time}: a run for it exists");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        ClientCommand::Job { plugin, params, no_wait, timeout } => job(api, plugin, &params, no_wait, &timeout).await,
+    }
+}
+
+// Requests ------------------------------------------------------------------------
+
+/// A dagr server's HTTP API.
+pub struct Api {
+    base: Url,
+    http: reqwest::Client,
+}
+
+/// An error answer of the API.
+#[derive(Debug)]
+pub struct ApiFailure(pub ApiError);
+
+impl fmt::Display for ApiFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Issues often repeat their location in front of the message.
+        let line = |f: &mut fmt::Formatter<'_>, location: Option<&str>, message: &str| match location {
+            Some(at) if !at.is_empty() => {
+                let message = message.strip_prefix(at).and_then(|m| m.strip_prefix(": ")).unwrap_or(message);
+                write!(f, "{message} (at {at})")
+            }
+            _ => write!(f, "{message}"),
+        };
+        let error = &self.0;
+        line(f, error.location.as_deref(), &error.message)?;
+        for detail in error.details.iter().skip(1) {
+            write!(f, "\nerror: ")?;
+            line(f, Some(&detail.location), &detail.message)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ApiFailure {}
+
+impl Api {
+    pub fn new(server: &str) -> anyhow::Result<Api> {
+        let base =
+            Url::parse(server).with_context(|| format!("`{server}` is not a server URL like http://127.0.0.1:8080"))?;
+        if base.cannot_be_a_base() {
+            bail!("`{server}` is not a server URL like http://127.0.0.1:8080");
+        }
+        Ok(Api { base, http: reqwest::Client::new() })
+    }
+
+    /// The URL of a path made of these segments (each one escaped).
+    fn url(&self, segments: &[&str]) -> Url {
+        let mut url = self.base.clone();
+        if let Ok(mut path) = url.path_segments_mut() {
+            path.pop_if_empty().extend(segments);
+        }
+        url
+    }
+
+    pub fn get(&self, segments: &[&str]) -> RequestBuilder {
+        self.http.request(Method::GET, self.url(segments))
+    }
+
+    pub fn post(&self, segments: &[&str]) -> RequestBuilder {
+        self.http.request(Method::POST, self.url(segments))
+    }
+
+    /// Sends a request; any answer but 2xx becomes an error.
+    pub async fn send(&self, request: RequestBuilder) -> anyhow::Result<Response> {
+        let response = request.send().await.map_err(|e| {
+            if e.is_connect() {
+                anyhow::anyhow!(
+                    "the dagr server is not reachable at {} (start one with `dagr serve`, or point --server / DAGR_SERVER at one)",
+                    self.base
+                )
+            } else {
+                anyhow::anyhow!("request to {} failed: {e}", self.base)
+            }
+        })?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(response);
+        }
+        let body = response.bytes().await.unwrap_or_default();
+        match serde_json::from_slice::<ApiError>(&body) {
+            Ok(error) => Err(ApiFailure(error).into()),
+            Err(_) => bail!("the server answered {status}: {}", String::from_utf8_lossy(&body).trim()),
+        }
+    }
+
+    /// Sends a request and decodes its JSON answer.
+    pub async fn json<T: DeserializeOwned>(&self, request: RequestBuilder) -> anyhow::Result<T> {
+        let response = self.send(request).await?;
+        let body = response.bytes().await?;
+        serde_json::from_slice(&body).with_context(|| {
+            format!("unexpected answer from the server: {}", String::from_utf8_lossy(&body[..body.len().min(300)]))
+        })
+    }
+}
+
+/// `KEY=VALUE` pairs as a JSON object; a VALUE that parses as JSON is taken
+/// as JSON, anything else as a string.
+pub fn parse_params(pairs: &[String]) -> anyhow::Result<Map<String, Value>> {
+    let mut params = Map::new();
+    for pair in pairs {
+        let Some((key, value)) = pair.split_once('=') else {
+            bail!("--param `{pair}` must be KEY=VALUE");
+        };
+        let value = serde_json::from_str(value).unwrap_or_else(|_| Value::String(value.into()));
+        params.insert(key.into(), value);
+    }
+    Ok(params)
+}
+
+// Verbs -----------------------------------------------------------------------------
+
+async fn apply(api: &Api, file: &PathBuf) -> anyhow::Result<ExitCode> {
+    let text = if file.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::stdin().read_to_string(&mut text).context("cannot read the definition from stdin")?;
+        text
+    } else {
+        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?
+    };
+    let mut request = api.post(&["v1", "workflows"]).body(text);
+    match file.extension().and_then(|e| e.to_str()) {
+        Some("json") => request = request.header("content-type", "application/json"),
+        Some("yaml" | "yml") => request = request.header("content-type", "application/yaml"),
+        _ => {}
+    }
+    let applied: Applied = api.json(request).await?;
+    println!(
+        "workflow {} version {} ({})",
+        applied.name,
+        applied.version,
+        if applied.created { "created" } else { "unchanged" }
+    );
+    if let Some(next) = applied.next_run {
+        println!("next run: {next}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn workflows(api: &Api) -> anyhow::Result<ExitCode> {
+    let list: Vec<WorkflowSummary> = api.json(api.get(&["v1", "workflows"])).await?;
+    let rows = list
+        .iter()
+        .map(|w| {
+            vec![
+                w.name.clone(),
+                w.latest_version.to_string(),
+                w.tasks.to_string(),
+                w.schedule.clone().unwrap_or_else(|| "-".into()),
+                short_time(&w.updated_at),
+                w.description.clone(),
+            ]
+        })
+        .collect();
+    print!("{}", table(&["NAME", "VERSION", "TASKS", "SCHEDULE", "UPDATED", "DESCRIPTION"], rows));
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_runs(runs: &[RunSummary]) {
+    if runs.is_empty() {
+        println!("no runs");
+        return;
+    }
+    let rows = runs
+        .iter()
+        .map(|r| {
+            vec![
+                r.id.clone(),
+                r.workflow.clone(),
+                r.kind.clone(),
+                r.state.clone(),
+                short_time(&r.logical_time),
+                short_time(&r.created_at),
+                span(r.started_at.as_deref(), r.finished_at.as_deref()),
+            ]
+        })
+        .collect();
+    print!("{}", table(&["RUN", "WORKFLOW", "KIND", "STATE", "LOGICAL TIME", "CREATED", "DURATION"], rows));
+}
+
+async fn status(api: &Api, run: &str) -> anyhow::Result<ExitCode> {
+    let detail: RunDetail = api.json(api.get(&["v1", "runs", run])).await?;
+    let r = &detail.run;
+    println!("run           {}", r.id);
+    let version = r.version.map(|v| format!(" version {v}")).unwrap_or_default();
+    println!("workflow      {}{version} ({})", r.workflow, r.kind);
+    println!("state         {}", r.state);
+    println!("logical time  {}", r.logical_time);
+    println!("created       {}", r.created_at);
+    if let Some(t) = &r.started_at {
+        println!("started       {t}");
+    }
+    if let Some(t) = &r.finished_at {
+        println!("finished      {t} (took {})", span(r.started_at.as_deref(), Some(t)));
+    }
+    if let Some(b) = &r.backfill_id {
+        println!("backfill      {b}");
+    }
+    if detail.params.as_object().is_some_and(|p| !p.is_empty()) {
+        println!("params        {}", detail.params);
+    }
+    println!();
+    let rows = detail
+        .tasks
+        .iter()
+        .map(|t| {
+            let mut state = t.state.clone();
+            if t.forced {
+                state.push_str(" (forced)");
+            }
+            vec![
+                t.name.clone(),
+                t.plugin.clone(),
+                state,
+                t.attempts.to_string(),
+                task_span(t),
+                t.error.as_deref().and_then(|e| e.lines().next()).unwrap_or("").to_owned(),
+            ]
+        })
+        .collect();
+    print!("{}", table(&["TASK", "PLUGIN", "STATE", "ATTEMPTS", "DURATION", "ERROR"], rows));
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn logs(api: &Api, run: &str, task: &str, attempt: Option<i64>, follow: bool) -> anyhow::Result<ExitCode> {
+    let mut query: Vec<(&str, String)> = attempt.map(|a| ("attempt", a.to_string())).into_iter().collect();
+    if follow {
+        query.push(("follow", "true".into()));
+    }
+    let request = api.get(&["v1", "runs", run, "tasks", task, "logs"]).query(&query);
+    if !follow {
+        let lines: Vec<LogLineView> = api.json(request).await?;
+        for line in &lines {
+            println!("{}", log_line(line));
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut stream = api.send(request).await?.bytes_stream();
+    let mut pending = Vec::new();
+    let mut stdout = std::io::stdout();
+    while let Some(chunk) = stream.next().await {
+        pending.extend_from_slice(&chunk.context("the log stream broke off")?);
+        while let Some(end) = pending.iter().position(|&b| b == b'\n') {
+            let raw: Vec<u8> = pending.drain(..=end).collect();
+            if let Ok(line) = serde_json::from_slice::<LogLineView>(&raw) {
+                writeln!(stdout, "{}", log_line(&line))?;
+            }
+        }
+        stdout.flush()?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn log_line(line: &LogLineView) -> String {
+    format!("{} {:<5} {:<6} │ {}", clock(&line.at), line.level, line.source, line.message)
+}
+
+/// A run or task action. A 202 (accepted, not yet applied) is not an error.
+async fn action(api: &Api, segments: &[&str], body: Option<Value>) -> anyhow::Result<ExitCode> {
+    let mut request = api.post(segments);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = api.send(request).await?;
+    if response.status() == StatusCode::ACCEPTED {
+        let pending: ApiError = response.json().await?;
+        println!("{}", pending.message);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let result: ActionResult = response.json().await?;
+    let message = if result.message.is_empty() { "done".into() } else { result.message };
+    println!("run {} {}: {message}", result.run.id, result.run.state);
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn job(api: &Api, plugin: String, params: &str, no_wait: bool, timeout: &str) -> anyhow::Result<ExitCode> {
+    let params: Value = serde_json::from_str(params).context("--params is not valid JSON")?;
+    let request = JobRequest { plugin: Some(plugin), params: Some(params), ..JobRequest::default() };
+    let mut query = vec![("wait", (!no_wait).to_string())];
+    if !no_wait {
+        query.push(("wait_timeout", timeout.to_owned()));
+    }
+    let result: JobResult = api.json(api.post(&["v1", "jobs"]).query(&query).json(&request)).await?;
+    if no_wait {
+        println!("{}", result.run_id);
+        return Ok(ExitCode::SUCCESS);
+    }
+    match result.state.as_str() {
+        "succeeded" => {
+            let output = result.output.unwrap_or(Value::Null);
+            println!("{}", serde_json::to_string_pretty(&output)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        "failed" | "killed" => {
+            eprintln!("error: job {} {}", result.run_id, result.state);
+            for (task, error) in &result.errors {
+                let message = error["error"].as_str().unwrap_or("no error recorded");
+                eprintln!("error: {task}: {message}");
+            }
+            Ok(ExitCode::FAILURE)
+        }
+        state => {
+            eprintln!(
+                "error: job {} is still {state} after {timeout}; see `dagr status {}`",
+                result.run_id, result.run_id
+            );
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+// Watching a run ----------------------------------------------------------------------
+
+/// Runs with more tasks than this show counts per state, not a line per task.
+const TASK_LINES: usize = 40;
+
+/// Polls a run until it ends, showing its tasks: redrawn in place on a
+/// terminal, one line per change otherwise.
+async fn watch(api: &Api, run_id: &str) -> anyhow::Result<ExitCode> {
+    let tty = std::io::stdout().is_terminal();
+    let mut drawn_lines = 0;
+    let mut seen: HashMap<String, (String, i64)> = HashMap::new();
+    let mut run_state = String::new();
+    let mut stdout = std::io::stdout();
+    loop {
+        let detail: RunDetail = api.json(api.get(&["v1", "runs", run_id])).await?;
+        let done = matches!(detail.run.state.as_str(), "succeeded" | "failed" | "killed");
+        if tty {
+            let frame = live_frame(&detail);
+            let mut out = String::new();
+            if drawn_lines > 0 {
+                out.push_str(&format!("\x1b[{drawn_lines}A"));
+            }
+            let width = terminal_width();
+            for line in &frame {
+                let line: String = line.chars().take(width.saturating_sub(1)).collect();
+                out.push_str(&format!("\r\x1b[2K{line}\n"));
+            }
+            out.push_str("\x1b[J");
+            drawn_lines = frame.len();
+            stdout.write_all(out.as_bytes())?;
+        } else {
+            if detail.run.state != run_state {
+                run_state = detail.run.state.clone();
+                writeln!(stdout, "{} run {run_state}", now_clock())?;
+            }
+            for task in &detail.tasks {
+                let key = (task.state.clone(), task.attempts);
+                if seen.get(&task.name) == Some(&key) {
+                    continue;
+                }
+                let mut line = format!("{} {} {}", now_clock(), task.name, task.state);
+                if task.attempts > 1 {
+                    line.push_str(&format!(" (attempt {})", task.attempts));
+                }
+                if let (true, Some(error)) = (task.state == "failed", &task.error) {
+                    line.push_str(&format!(": {error}"));
+                }
+                writeln!(stdout, "{line}")?;
+                seen.insert(task.name.clone(), key);
+            }
+        }
+        stdout.flush()?;
+        if done {
+            let r = &detail.run;
+            println!("run {} {} in {}", r.id, r.state, span(r.started_at.as_deref(), r.finished_at.as_deref()));
+            for task in detail.tasks.iter().filter(|t| t.state == "failed") {
+                let error = task.error.as_deref().unwrap_or("no error recorded");
+                println!("  {} failed: {error}", task.name);
+            }
+            return Ok(if r.state == "succeeded" { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The lines of the live display.
+fn live_frame(detail: &RunDetail) -> Vec<String> {
+    let r = &detail.run;
+    let mut lines = vec![format!(
+        "{} {}  {}  {}",
+        r.workflow,
+        r.id,
+        r.state,
+        span(r.started_at.as_deref(), r.finished_at.as_deref())
+    )];
+    if detail.tasks.len() <= TASK_LINES {
+        let rows = detail
+            .tasks
+            .iter()
+            .map(|t| vec![t.name.clone(), t.state.clone(), t.attempts.to_string(), task_span(t)])
+            .collect();
+        let text = table(&["TASK", "STATE", "ATTEMPTS", "DURATION"], rows);
+        lines.extend(text.lines().map(str::to_owned));
+        return lines;
+    }
+    const ORDER: [&str; 9] =
+        ["pending", "queued", "running", "retry_wait", "succeeded", "failed", "upstream_failed", "skipped", "killed"];
+    let mut counts: HashMap<&str, usize> = HashMap::new();
+    for t in &detail.tasks {
+        *counts.entry(t.state.as_str()).or_default() += 1;
+    }
+    let counted: Vec<String> = ORDER.iter().filter_map(|s| counts.get(s).map(|n| format!("{s} {n}"))).collect();
+    lines.push(format!("{} tasks: {}", detail.tasks.len(), counted.join(", ")));
+    for state in ["running", "failed"] {
+        let names: Vec<&str> = detail.tasks.iter().filter(|t| t.state == state).map(|t| t.name.as_str()).collect();
+        if names.is_empty() {
+            continue;
+        }
+        let shown = names.iter().take(8).copied().collect::<Vec<_>>().join(" ");
+        let more = names.len().saturating_sub(8);
+        let more = if more > 0 { format!(" (+{more} more)") } else { String::new() };
+        lines.push(format!("{state}: {shown}{more}"));
+    }
+    lines
+}
+
+fn terminal_width() -> usize {
+    std::env::var("COLUMNS").ok().and_then(|c| c.parse().ok()).filter(|&w: &usize| w > 20).unwrap_or(120)
+}
+
+// Formatting ----------------------------------------------------------------------------
+
+/// Columns padded to their widest cell, two spaces apart; the last column
+/// is not padded. Ends with a newline.
+pub fn table(headers: &[&str], rows: Vec<Vec<String>>) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let header: Vec<String> = headers.iter().map(|h| h.to_string()).collect();
+    let mut out = String::new();
+    for row in std::iter::once(&header).chain(&rows) {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            if i + 1 == row.len() {
+                line.push_str(cell);
+            } else {
+                let pad = widths[i] - cell.chars().count();
+                line.push_str(cell);
+                line.push_str(&" ".repeat(pad + 2));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn parse_time(text: &str) -> Option<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(text).ok().map(|t| t.with_timezone(&Utc))
+}
+
+/// `2026-01-31 12:00:00` from an RFC 3339 time.
+fn short_time(text: &str) -> String {
+    parse_time(text).map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string()).unwrap_or_else(|| text.to_owned())
+}
+
+/// `12:00:00.123` from an RFC 3339 time.
+fn clock(text: &str) -> String {
+    parse_time(text).map(|t| t.format("%H:%M:%S%.3f").to_string()).unwrap_or_else(|| text.to_owned())
+}
+
+fn now_clock() -> String {
+    Utc::now().format("%H:%M:%S%.3f").to_string()
+}
+
+/// How long from `start` to `end` (or to now, while running); `-` before it started.
+fn span(start: Option<&str>, end: Option<&str>) -> String {
+    let Some(start) = start.and_then(parse_time) else {
+        return "-".into();
+    };
+    let end = end.and_then(parse_time).unwrap_or_else(Utc::now);
+    human_duration((end - start).num_milliseconds().max(0) as u64)
+}
+
+fn task_span(task: &TaskView) -> String {
+    span(task.started_at.as_deref(), task.finished_at.as_deref())
+}
+
+/// `850ms`, `12.3s`, `4m05s`, `2h03m`.
+pub fn human_duration(ms: u64) -> String {
+    match ms {
+        0..1_000 => format!("{ms}ms"),
+        1_000..60_000 => format!("{:.1}s", ms as f64 / 1000.0),
+        60_000..3_600_000 => format!("{}m{:02}s", ms / 60_000, ms / 1000 % 60),
+        _ => format!("{}h{:02}m", ms / 3_600_000, ms / 60_000 % 60),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn params_are_json_when_they_parse_and_strings_otherwise() {
+        let params = parse_params(&[
+            "n=3".into(),
+            "flag=true".into(),
+            "obj={\"a\":1}".into(),
+            "name=hello world".into(),
+            "eq=a=b".into(),
+        ])
+        .unwrap();
+        assert_eq!(
+            Value::Object(params),
+            serde_json::json!({"n": 3, "flag": true, "obj": {"a": 1}, "name": "hello world", "eq": "a=b"})
+        );
+        assert!(parse_params(&["novalue".into()]).is_err());
+    }
+
+    #[test]
+    fn table_pads_every_column_but_the_last() {
+        let text = table(&["A", "BB", "C"], vec![vec!["xxx".into(), "y".into(), "z z".into()]]);
+        assert_eq!(text, "A    BB  C\nxxx  y   z z\n");
+    }
+
+    #[test]
+    fn api_errors_show_the_location_once() {
+        let failure = ApiFailure(ApiError {
+            code: "invalid_definition".into(),
+            message: "tasks[1].depends_on[0]: unknown task `lod`".into(),
+            location: Some("tasks[1].depends_on[0]".into()),
+            details: Vec::new(),
+        });
+        assert_eq!(failure.to_string(), "unknown task `lod` (at tasks[1].depends_on[0])");
+    }
+
+    #[test]
+    fn durations_are_short() {
+        assert_eq!(human_duration(850), "850ms");
+        assert_eq!(human_duration(12_345), "12.3s");
+        assert_eq!(human_duration(245_000), "4m05s");
+        assert_eq!(human_duration(7_380_000), "2h03m");
+    }
+}
