@@ -19,9 +19,5 @@ pub mod schedule;
 pub mod template;
 pub mod units;
 
-pub use definition::{
-    Invalid, Issue, PluginCatalog, PluginRef, ResolvedPlugin, Workflow, WorkflowSpec,
-};
-pub use run::{
-    Action, FailureClass, Input, Rejected, RunMachine, RunState, TaskProgress, TaskState,
-};
+pub use definition::{Invalid, Issue, PluginCatalog, PluginRef, ResolvedPlugin, Workflow, WorkflowSpec};
+pub use run::{Action, FailureClass, Input, Rejected, RunMachine, RunState, TaskProgress, TaskState};

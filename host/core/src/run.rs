@@ -33,10 +33,7 @@ pub enum RunState {
 
 impl RunState {
     pub fn is_terminal(self) -> bool {
-        matches!(
-            self,
-            RunState::Succeeded | RunState::Failed | RunState::Killed
-        )
+        matches!(self, RunState::Succeeded | RunState::Failed | RunState::Killed)
     }
 
     pub fn as_str(self) -> &'static str {
@@ -51,16 +48,9 @@ impl RunState {
     }
 
     pub fn parse(text: &str) -> Option<RunState> {
-        [
-            RunState::Queued,
-            RunState::Running,
-            RunState::Paused,
-            RunState::Succeeded,
-            RunState::Failed,
-            RunState::Killed,
-        ]
-        .into_iter()
-        .find(|s| s.as_str() == text)
+        [RunState::Queued, RunState::Running, RunState::Paused, RunState::Succeeded, RunState::Failed, RunState::Killed]
+            .into_iter()
+            .find(|s| s.as_str() == text)
     }
 }
 
@@ -105,10 +95,7 @@ impl TaskState {
 
     /// Counts as a failure for trigger rules and for the run's outcome.
     pub fn is_failure(self) -> bool {
-        matches!(
-            self,
-            TaskState::Failed | TaskState::UpstreamFailed | TaskState::Killed
-        )
+        matches!(self, TaskState::Failed | TaskState::UpstreamFailed | TaskState::Killed)
     }
 
     pub fn as_str(self) -> &'static str {
@@ -167,16 +154,7 @@ pub struct TaskProgress {
 
 impl TaskProgress {
     pub fn new(state: TaskState, attempts: u32, failures: u32, forced: bool) -> Self {
-        TaskProgress {
-            state,
-            attempts,
-            failures,
-            forced,
-            deps_done: 0,
-            deps_ok: 0,
-            deps_failed: 0,
-            deps_skipped: 0,
-        }
+        TaskProgress { state, attempts, failures, forced, deps_done: 0, deps_ok: 0, deps_failed: 0, deps_skipped: 0 }
     }
 }
 
@@ -228,11 +206,7 @@ pub enum Input {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
     /// Persist (and log as an event) a task's new state.
-    TaskChanged {
-        task: usize,
-        from: TaskState,
-        to: TaskState,
-    },
+    TaskChanged { task: usize, from: TaskState, to: TaskState },
     /// Persist (and log as an event) the run's new state.
     RunChanged { from: RunState, to: RunState },
     /// The task is queued and the run may start tasks: give it a worker.
@@ -290,11 +264,7 @@ impl RunMachine {
     /// were queued are dispatched again, pending tasks whose upstream is
     /// settled are evaluated. Running tasks stay running: the caller decides
     /// whether their attempts are alive or lost.
-    pub fn restore(
-        workflow: Arc<Workflow>,
-        state: RunState,
-        tasks: Vec<TaskProgress>,
-    ) -> (Self, Vec<Action>) {
+    pub fn restore(workflow: Arc<Workflow>, state: RunState, tasks: Vec<TaskProgress>) -> (Self, Vec<Action>) {
         let mut m = RunMachine {
             workflow,
             state,
@@ -361,21 +331,11 @@ impl RunMachine {
     /// Starts the next attempt of a queued task; returns its number.
     pub fn start_attempt(&mut self, task: usize) -> Result<(u32, Vec<Action>), Rejected> {
         if self.state != RunState::Running {
-            return Err(Rejected::NotAllowed(format!(
-                "the run is {}, not running",
-                self.state
-            )));
+            return Err(Rejected::NotAllowed(format!("the run is {}, not running", self.state)));
         }
-        let t = self
-            .tasks
-            .get(task)
-            .ok_or_else(|| Rejected::NotAllowed(format!("no task #{task}")))?;
+        let t = self.tasks.get(task).ok_or_else(|| Rejected::NotAllowed(format!("no task #{task}")))?;
         if t.state != TaskState::Queued {
-            return Err(Rejected::Stale(format!(
-                "task `{}` is {}, not queued",
-                self.name(task),
-                t.state
-            )));
+            return Err(Rejected::Stale(format!("task `{}` is {}, not queued", self.name(task), t.state)));
         }
         self.tasks[task].attempts += 1;
         self.set_state(task, TaskState::Running);
@@ -395,11 +355,7 @@ impl RunMachine {
     }
 
     fn check_task(&self, task: usize) -> Result<(), Rejected> {
-        if task < self.tasks.len() {
-            Ok(())
-        } else {
-            Err(Rejected::NotAllowed(format!("no task #{task}")))
-        }
+        if task < self.tasks.len() { Ok(()) } else { Err(Rejected::NotAllowed(format!("no task #{task}"))) }
     }
 
     fn current_attempt(&self, task: usize, attempt: u32) -> Result<(), Rejected> {
@@ -421,10 +377,7 @@ impl RunMachine {
         match input {
             Input::Start => {
                 if self.state != RunState::Queued {
-                    return Err(Rejected::NotAllowed(format!(
-                        "the run is {}, not queued",
-                        self.state
-                    )));
+                    return Err(Rejected::NotAllowed(format!("the run is {}, not queued", self.state)));
                 }
                 self.set_run_state(RunState::Running);
                 let roots: Vec<usize> = self.workflow.roots().collect();
@@ -438,11 +391,7 @@ impl RunMachine {
                 self.set_state(task, TaskState::Succeeded);
                 self.settled(task);
             }
-            Input::AttemptFailed {
-                task,
-                attempt,
-                class,
-            } => {
+            Input::AttemptFailed { task, attempt, class } => {
                 self.current_attempt(task, attempt)?;
                 if class.charged {
                     self.tasks[task].failures += 1;
@@ -453,9 +402,7 @@ impl RunMachine {
                         // A lost worker is not the task's fault: go again now.
                         self.requeue(task);
                     } else {
-                        let delay = self.workflow.tasks[task]
-                            .backoff
-                            .delay_for(self.tasks[task].failures);
+                        let delay = self.workflow.tasks[task].backoff.delay_for(self.tasks[task].failures);
                         self.set_state(task, TaskState::RetryWait);
                         let at_ms = self.now_ms.saturating_add(delay.as_millis() as i64);
                         self.actions.push(Action::RetryAt { task, at_ms });
@@ -468,10 +415,7 @@ impl RunMachine {
             Input::RetryDue { task } => {
                 self.check_task(task)?;
                 if self.tasks[task].state != TaskState::RetryWait {
-                    return Err(Rejected::Stale(format!(
-                        "`{}` is not waiting for a retry",
-                        self.name(task)
-                    )));
+                    return Err(Rejected::Stale(format!("`{}` is not waiting for a retry", self.name(task))));
                 }
                 self.requeue(task);
             }
@@ -501,20 +445,14 @@ impl RunMachine {
             }
             Input::Kill => {
                 if self.state.is_terminal() {
-                    return Err(Rejected::NotAllowed(format!(
-                        "the run already finished ({})",
-                        self.state
-                    )));
+                    return Err(Rejected::NotAllowed(format!("the run already finished ({})", self.state)));
                 }
                 self.stop_everything();
                 self.set_run_state(RunState::Killed);
             }
             Input::MarkFailed => {
                 if self.state.is_terminal() {
-                    return Err(Rejected::NotAllowed(format!(
-                        "the run already finished ({})",
-                        self.state
-                    )));
+                    return Err(Rejected::NotAllowed(format!("the run already finished ({})", self.state)));
                 }
                 self.stop_everything();
                 self.set_run_state(RunState::Failed);
@@ -526,13 +464,9 @@ impl RunMachine {
                         self.state
                     )));
                 }
-                let seeds: Vec<usize> = (0..self.tasks.len())
-                    .filter(|&i| self.tasks[i].state.is_failure())
-                    .collect();
+                let seeds: Vec<usize> = (0..self.tasks.len()).filter(|&i| self.tasks[i].state.is_failure()).collect();
                 if seeds.is_empty() {
-                    return Err(Rejected::NotAllowed(
-                        "no task failed; nothing to rerun".into(),
-                    ));
+                    return Err(Rejected::NotAllowed("no task failed; nothing to rerun".into()));
                 }
                 let set = self.downstream_closure(&seeds);
                 self.reset(set);
@@ -545,11 +479,7 @@ impl RunMachine {
                         self.state
                     )));
                 }
-                let set = if downstream {
-                    self.downstream_closure(&[task])
-                } else {
-                    vec![task]
-                };
+                let set = if downstream { self.downstream_closure(&[task]) } else { vec![task] };
                 self.reset(set);
             }
             Input::ForceSuccess { task } => {
@@ -562,29 +492,19 @@ impl RunMachine {
                     )));
                 }
                 if self.state == RunState::Killed {
-                    return Err(Rejected::NotAllowed(
-                        "the run was killed; rerun it instead".into(),
-                    ));
+                    return Err(Rejected::NotAllowed("the run was killed; rerun it instead".into()));
                 }
                 // Downstream tasks that gave up because of this task get another chance.
                 let closure = self.downstream_closure(&[task]);
                 let to_reset: Vec<usize> = closure
                     .into_iter()
                     .filter(|&i| {
-                        i != task
-                            && matches!(
-                                self.tasks[i].state,
-                                TaskState::UpstreamFailed | TaskState::Skipped
-                            )
+                        i != task && matches!(self.tasks[i].state, TaskState::UpstreamFailed | TaskState::Skipped)
                     })
                     .collect();
                 let members: HashSet<usize> = to_reset.iter().copied().collect();
-                let others: Vec<usize> = self.workflow.tasks[task]
-                    .dependents
-                    .iter()
-                    .copied()
-                    .filter(|d| !members.contains(d))
-                    .collect();
+                let others: Vec<usize> =
+                    self.workflow.tasks[task].dependents.iter().copied().filter(|d| !members.contains(d)).collect();
                 self.tasks[task].forced = true;
                 self.set_state(task, TaskState::Succeeded);
                 if self.state == RunState::Failed {
@@ -612,10 +532,7 @@ impl RunMachine {
         for i in 0..self.tasks.len() {
             match self.tasks[i].state {
                 TaskState::Running => {
-                    self.actions.push(Action::Cancel {
-                        task: i,
-                        attempt: self.tasks[i].attempts,
-                    });
+                    self.actions.push(Action::Cancel { task: i, attempt: self.tasks[i].attempts });
                     self.set_state(i, TaskState::Killed);
                 }
                 s if !s.is_terminal() => self.set_state(i, TaskState::Killed),
@@ -795,11 +712,7 @@ impl RunMachine {
         if self.unfinished > 0 || self.state.is_terminal() || self.state == RunState::Queued {
             return;
         }
-        let outcome = if self.failures > 0 {
-            RunState::Failed
-        } else {
-            RunState::Succeeded
-        };
+        let outcome = if self.failures > 0 { RunState::Failed } else { RunState::Succeeded };
         self.set_run_state(outcome);
     }
 
@@ -847,19 +760,12 @@ mod tests {
 
     impl PluginCatalog for AnyPlugin {
         fn resolve(&self, name: &str, _: Option<&str>) -> Result<ResolvedPlugin, String> {
-            Ok(ResolvedPlugin {
-                name: name.into(),
-                version: "1.0.0".into(),
-                params_schema: None,
-            })
+            Ok(ResolvedPlugin { name: name.into(), version: "1.0.0".into(), params_schema: None })
         }
     }
 
     fn workflow(yaml: &str) -> Arc<Workflow> {
-        Arc::new(
-            Workflow::validate(WorkflowSpec::parse(yaml, Format::Yaml).unwrap(), &AnyPlugin)
-                .unwrap(),
-        )
+        Arc::new(Workflow::validate(WorkflowSpec::parse(yaml, Format::Yaml).unwrap(), &AnyPlugin).unwrap())
     }
 
     /// Drives a run like the engine does: dispatch whatever becomes ready.
@@ -872,12 +778,8 @@ mod tests {
 
     impl Driver {
         fn new(yaml: &str) -> Self {
-            let mut d = Driver {
-                m: RunMachine::new(workflow(yaml)),
-                ready: vec![],
-                retries: vec![],
-                cancelled: vec![],
-            };
+            let mut d =
+                Driver { m: RunMachine::new(workflow(yaml)), ready: vec![], retries: vec![], cancelled: vec![] };
             d.feed(Input::Start);
             d
         }
@@ -919,14 +821,7 @@ mod tests {
         fn fail(&mut self, name: &str, retryable: bool) {
             let attempt = self.start(name);
             let task = self.idx(name);
-            self.feed(Input::AttemptFailed {
-                task,
-                attempt,
-                class: FailureClass {
-                    retryable,
-                    charged: true,
-                },
-            });
+            self.feed(Input::AttemptFailed { task, attempt, class: FailureClass { retryable, charged: true } });
         }
 
         fn state(&self, name: &str) -> TaskState {
@@ -934,11 +829,7 @@ mod tests {
         }
 
         fn ready_names(&self) -> Vec<String> {
-            let mut v: Vec<String> = self
-                .ready
-                .iter()
-                .map(|&t| self.m.workflow().tasks[t].name.clone())
-                .collect();
+            let mut v: Vec<String> = self.ready.iter().map(|&t| self.m.workflow().tasks[t].name.clone()).collect();
             v.sort();
             v
         }
@@ -982,14 +873,7 @@ mod tests {
         let mut d = Driver::new("name: r\ntasks:\n- {name: a, plugin: p, retries: 3}\n");
         let a = d.idx("a");
         let attempt = d.start("a");
-        d.feed(Input::AttemptFailed {
-            task: a,
-            attempt,
-            class: FailureClass {
-                retryable: true,
-                charged: false,
-            },
-        });
+        d.feed(Input::AttemptFailed { task: a, attempt, class: FailureClass { retryable: true, charged: false } });
         assert_eq!(d.state("a"), TaskState::Queued);
         assert_eq!(d.m.task(a).failures, 0);
         d.fail("a", false);
@@ -1052,10 +936,7 @@ mod tests {
         assert!(d.m.tasks().iter().all(|t| t.state == TaskState::Killed));
         let late = d.m.apply(Input::AttemptSucceeded { task: 0, attempt }, 0);
         assert!(matches!(late, Err(Rejected::Stale(_))));
-        assert!(matches!(
-            d.m.apply(Input::Kill, 0),
-            Err(Rejected::NotAllowed(_))
-        ));
+        assert!(matches!(d.m.apply(Input::Kill, 0), Err(Rejected::NotAllowed(_))));
     }
 
     #[test]
@@ -1083,24 +964,17 @@ mod tests {
 
     #[test]
     fn rerun_one_task_with_and_without_downstream() {
-        let yaml =
-            "name: t\ntasks:\n- {name: a, plugin: p}\n- {name: b, plugin: p, depends_on: [a]}\n";
+        let yaml = "name: t\ntasks:\n- {name: a, plugin: p}\n- {name: b, plugin: p, depends_on: [a]}\n";
         let mut d = Driver::new(yaml);
         d.ok("a");
         d.ok("b");
         let a = d.idx("a");
-        d.feed(Input::RerunTask {
-            task: a,
-            downstream: false,
-        });
+        d.feed(Input::RerunTask { task: a, downstream: false });
         assert_eq!(d.state("b"), TaskState::Succeeded);
         d.ok("a");
         assert_eq!(d.m.state(), RunState::Succeeded);
         assert_eq!(d.ready_names(), Vec::<String>::new(), "b was not rerun");
-        d.feed(Input::RerunTask {
-            task: a,
-            downstream: true,
-        });
+        d.feed(Input::RerunTask { task: a, downstream: true });
         assert_eq!(d.state("b"), TaskState::Pending);
         d.ok("a");
         d.ok("b");
@@ -1138,20 +1012,8 @@ mod tests {
         let (mut m, actions) = RunMachine::restore(wf, RunState::Running, tasks);
         assert_eq!(actions, vec![Action::Dispatch { task: 2 }]);
         assert_eq!(m.running(), 1);
-        let lost = FailureClass {
-            retryable: true,
-            charged: false,
-        };
-        let actions = m
-            .apply(
-                Input::AttemptFailed {
-                    task: 1,
-                    attempt: 1,
-                    class: lost,
-                },
-                0,
-            )
-            .unwrap();
+        let lost = FailureClass { retryable: true, charged: false };
+        let actions = m.apply(Input::AttemptFailed { task: 1, attempt: 1, class: lost }, 0).unwrap();
         assert!(actions.contains(&Action::Dispatch { task: 1 }));
     }
 
@@ -1159,10 +1021,7 @@ mod tests {
     fn long_chain_of_upstream_failures_does_not_recurse() {
         let mut yaml = String::from("name: c\ntasks:\n- {name: t0, plugin: p}\n");
         for i in 1..5000 {
-            yaml.push_str(&format!(
-                "- {{name: t{i}, plugin: p, depends_on: [t{}]}}\n",
-                i - 1
-            ));
+            yaml.push_str(&format!("- {{name: t{i}, plugin: p, depends_on: [t{}]}}\n", i - 1));
         }
         let mut d = Driver::new(&yaml);
         d.fail("t0", false);

@@ -28,42 +28,23 @@ pub const MAX_RUNS_PER_STEP: usize = 1000;
 impl Schedule {
     /// Validates a spec; the issue's location is relative to `schedule`.
     pub fn new(spec: &ScheduleSpec) -> Result<Schedule, Issue> {
-        let issue = |location: &str, message: String| Issue {
-            location: location.into(),
-            message,
-        };
+        let issue = |location: &str, message: String| Issue { location: location.into(), message };
         let fields = spec.cron.split_whitespace().count();
         if !spec.cron.trim_start().starts_with('@') && !(5..=6).contains(&fields) {
             return Err(issue(
                 "cron",
-                format!(
-                    "`{}` has {fields} fields; a cron expression has 5 (or 6, with seconds first)",
-                    spec.cron
-                ),
+                format!("`{}` has {fields} fields; a cron expression has 5 (or 6, with seconds first)", spec.cron),
             ));
         }
         let cron = CronParser::builder()
             .seconds(Seconds::Optional)
             .build()
             .parse(&spec.cron)
-            .map_err(|e| {
-                issue(
-                    "cron",
-                    format!("`{}` is not a valid cron expression: {e}", spec.cron),
-                )
-            })?;
+            .map_err(|e| issue("cron", format!("`{}` is not a valid cron expression: {e}", spec.cron)))?;
         let timezone = Tz::from_str(&spec.timezone).map_err(|_| {
-            issue(
-                "timezone",
-                format!(
-                    "unknown time zone `{}` (use an IANA name such as Europe/Berlin)",
-                    spec.timezone
-                ),
-            )
+            issue("timezone", format!("unknown time zone `{}` (use an IANA name such as Europe/Berlin)", spec.timezone))
         })?;
-        let parse_time = |field: &str,
-                          text: &Option<String>|
-         -> Result<Option<DateTime<Utc>>, Issue> {
+        let parse_time = |field: &str, text: &Option<String>| -> Result<Option<DateTime<Utc>>, Issue> {
             match text {
                 None => Ok(None),
                 Some(t) => DateTime::parse_from_rfc3339(t)
@@ -78,14 +59,7 @@ impl Schedule {
         {
             return Err(issue("end", "must not be before start".into()));
         }
-        Ok(Schedule {
-            cron,
-            expression: spec.cron.clone(),
-            timezone,
-            start,
-            end,
-            catch_up: spec.catch_up,
-        })
+        Ok(Schedule { cron, expression: spec.cron.clone(), timezone, start, end, catch_up: spec.catch_up })
     }
 
     /// The first fire time strictly after `t`, within start/end.
@@ -96,11 +70,7 @@ impl Schedule {
             _ => t,
         };
         let local = from.with_timezone(&self.timezone);
-        let next = self
-            .cron
-            .find_next_occurrence(&local, false)
-            .ok()?
-            .with_timezone(&Utc);
+        let next = self.cron.find_next_occurrence(&local, false).ok()?.with_timezone(&Utc);
         match self.end {
             Some(end) if next > end => None,
             _ => Some(next),
@@ -114,19 +84,12 @@ impl Schedule {
     /// With catch-up, every missed time is due (at most
     /// [`MAX_RUNS_PER_STEP`] per call, oldest first); without, only the
     /// latest.
-    pub fn due(
-        &self,
-        cursor: Option<DateTime<Utc>>,
-        created: DateTime<Utc>,
-        now: DateTime<Utc>,
-    ) -> Vec<DateTime<Utc>> {
+    pub fn due(&self, cursor: Option<DateTime<Utc>>, created: DateTime<Utc>, now: DateTime<Utc>) -> Vec<DateTime<Utc>> {
         let from = match (cursor, self.start) {
             (Some(c), _) => c,
             // A new schedule with a start in the past catches up from its
             // start if asked to; otherwise it begins now.
-            (None, Some(start)) if self.catch_up && start < created => {
-                start - chrono::Duration::seconds(1)
-            }
+            (None, Some(start)) if self.catch_up && start < created => start - chrono::Duration::seconds(1),
             (None, _) => created,
         };
         let mut due = Vec::new();
@@ -195,13 +158,7 @@ mod tests {
     use super::*;
 
     fn spec(cron: &str, tz: &str, catch_up: bool) -> ScheduleSpec {
-        ScheduleSpec {
-            cron: cron.into(),
-            timezone: tz.into(),
-            start: None,
-            end: None,
-            catch_up,
-        }
+        ScheduleSpec { cron: cron.into(), timezone: tz.into(), start: None, end: None, catch_up }
     }
 
     fn t(s: &str) -> DateTime<Utc> {
@@ -212,38 +169,17 @@ mod tests {
     fn validates() {
         assert!(Schedule::new(&spec("0 2 * * *", "UTC", false)).is_ok());
         assert!(Schedule::new(&spec("*/10 * * * * *", "UTC", false)).is_ok());
-        assert_eq!(
-            Schedule::new(&spec("0 2 * *", "UTC", false))
-                .unwrap_err()
-                .location,
-            "cron"
-        );
-        assert_eq!(
-            Schedule::new(&spec("0 25 * * *", "UTC", false))
-                .unwrap_err()
-                .location,
-            "cron"
-        );
-        assert_eq!(
-            Schedule::new(&spec("0 2 * * *", "Mars/Olympus", false))
-                .unwrap_err()
-                .location,
-            "timezone"
-        );
+        assert_eq!(Schedule::new(&spec("0 2 * *", "UTC", false)).unwrap_err().location, "cron");
+        assert_eq!(Schedule::new(&spec("0 25 * * *", "UTC", false)).unwrap_err().location, "cron");
+        assert_eq!(Schedule::new(&spec("0 2 * * *", "Mars/Olympus", false)).unwrap_err().location, "timezone");
     }
 
     #[test]
     fn time_zones() {
         let s = Schedule::new(&spec("0 2 * * *", "Europe/Berlin", false)).unwrap();
-        assert_eq!(
-            s.next_after(t("2026-01-10T00:00:00Z")),
-            Some(t("2026-01-10T01:00:00Z"))
-        );
+        assert_eq!(s.next_after(t("2026-01-10T00:00:00Z")), Some(t("2026-01-10T01:00:00Z")));
         // Summer time: 02:00 in Berlin is 00:00 UTC.
-        assert_eq!(
-            s.next_after(t("2026-07-09T12:00:00Z")),
-            Some(t("2026-07-10T00:00:00Z"))
-        );
+        assert_eq!(s.next_after(t("2026-07-09T12:00:00Z")), Some(t("2026-07-10T00:00:00Z")));
     }
 
     #[test]
@@ -254,39 +190,18 @@ mod tests {
         let now = t("2026-01-04T12:00:00Z");
         assert_eq!(
             daily(true).due(cursor, start, now),
-            vec![
-                t("2026-01-02T00:00:00Z"),
-                t("2026-01-03T00:00:00Z"),
-                t("2026-01-04T00:00:00Z")
-            ]
+            vec![t("2026-01-02T00:00:00Z"), t("2026-01-03T00:00:00Z"), t("2026-01-04T00:00:00Z")]
         );
-        assert_eq!(
-            daily(false).due(cursor, start, now),
-            vec![t("2026-01-04T00:00:00Z")]
-        );
+        assert_eq!(daily(false).due(cursor, start, now), vec![t("2026-01-04T00:00:00Z")]);
         assert!(daily(true).due(Some(now), now, now).is_empty());
     }
 
     #[test]
     fn backfill_is_inclusive() {
         let daily = Schedule::new(&spec("0 0 * * *", "UTC", false)).unwrap();
-        let times = backfill_times(
-            Some(&daily),
-            t("2026-01-01T00:00:00Z"),
-            t("2026-01-10T00:00:00Z"),
-            100,
-        )
-        .unwrap();
+        let times = backfill_times(Some(&daily), t("2026-01-01T00:00:00Z"), t("2026-01-10T00:00:00Z"), 100).unwrap();
         assert_eq!(times.len(), 10);
         assert_eq!(times[0], t("2026-01-01T00:00:00Z"));
-        assert!(
-            backfill_times(
-                None,
-                t("2026-01-01T00:00:00Z"),
-                t("2027-01-01T00:00:00Z"),
-                100
-            )
-            .is_err()
-        );
+        assert!(backfill_times(None, t("2026-01-01T00:00:00Z"), t("2027-01-01T00:00:00Z"), 100).is_err());
     }
 }

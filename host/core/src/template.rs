@@ -126,15 +126,11 @@ pub type Problem = Issue;
 impl Template {
     /// A template without expressions.
     pub fn literal(value: Value) -> Self {
-        Template {
-            root: Node::Literal(value),
-        }
+        Template { root: Node::Literal(value) }
     }
 
     pub fn parse(value: &Value) -> Result<Template, Problem> {
-        Ok(Template {
-            root: parse_node(value, "")?,
-        })
+        Ok(Template { root: parse_node(value, "")? })
     }
 
     /// Whether any string contains an expression.
@@ -154,10 +150,7 @@ impl Template {
                         expr.source,
                         declared(scope.params.keys())
                     )),
-                    _ => Some(format!(
-                        "`{{{{ {} }}}}`: name a param, e.g. params.region",
-                        expr.source
-                    )),
+                    _ => Some(format!("`{{{{ {} }}}}`: name a param, e.g. params.region", expr.source)),
                 },
                 Root::Inputs => match expr.path.first() {
                     Some(Step::Key(task)) if scope.upstream.contains(task.as_str()) => None,
@@ -165,18 +158,12 @@ impl Template {
                         "`{{{{ {} }}}}`: `{task}` is not an upstream task of this task (add it to depends_on)",
                         expr.source
                     )),
-                    _ => Some(format!(
-                        "`{{{{ {} }}}}`: name an upstream task, e.g. inputs.extract",
-                        expr.source
-                    )),
+                    _ => Some(format!("`{{{{ {} }}}}`: name an upstream task, e.g. inputs.extract", expr.source)),
                 },
                 Root::Var(_) | Root::Literal(_) => None,
             };
             if let Some(message) = problem {
-                problems.push(Issue {
-                    location: location.to_owned(),
-                    message,
-                });
+                problems.push(Issue { location: location.to_owned(), message });
             }
         });
         problems
@@ -197,20 +184,13 @@ impl Template {
 
 fn declared<'a>(names: impl Iterator<Item = &'a String>) -> String {
     let names: Vec<&str> = names.map(String::as_str).collect();
-    if names.is_empty() {
-        " (it declares none)".into()
-    } else {
-        format!(" (it declares: {})", names.join(", "))
-    }
+    if names.is_empty() { " (it declares none)".into() } else { format!(" (it declares: {})", names.join(", ")) }
 }
 
 fn parse_node(value: &Value, pointer: &str) -> Result<Node, Problem> {
     Ok(match value {
         Value::String(s) if s.contains("{{") => {
-            Node::Text(parse_text(s).map_err(|message| Issue {
-                location: pointer_to_location(pointer),
-                message,
-            })?)
+            Node::Text(parse_text(s).map_err(|message| Issue { location: pointer_to_location(pointer), message })?)
         }
         Value::Array(items) => {
             let nodes: Vec<Node> = items
@@ -227,12 +207,7 @@ fn parse_node(value: &Value, pointer: &str) -> Result<Node, Problem> {
         Value::Object(map) => {
             let nodes: Vec<(String, Node)> = map
                 .iter()
-                .map(|(k, v)| {
-                    Ok((
-                        k.clone(),
-                        parse_node(v, &format!("{pointer}/{}", escape_pointer(k)))?,
-                    ))
-                })
+                .map(|(k, v)| Ok((k.clone(), parse_node(v, &format!("{pointer}/{}", escape_pointer(k)))?)))
                 .collect::<Result<_, Problem>>()?;
             if nodes.iter().all(|(_, n)| matches!(n, Node::Literal(_))) {
                 Node::Literal(value.clone())
@@ -256,9 +231,7 @@ fn parse_text(text: &str) -> Result<Vec<Segment>, String> {
             segments.push(Segment::Text(rest[..start].to_owned()));
         }
         let after = &rest[start + 2..];
-        let end = after
-            .find("}}")
-            .ok_or_else(|| format!("unclosed `{{{{` in `{text}`"))?;
+        let end = after.find("}}").ok_or_else(|| format!("unclosed `{{{{` in `{text}`"))?;
         segments.push(Segment::Expr(parse_expr(after[..end].trim())?));
         rest = &after[end + 2..];
     }
@@ -276,45 +249,38 @@ fn parse_expr(source: &str) -> Result<Expr, String> {
     if head.is_empty() {
         return Err(bad("empty expression".into()));
     }
-    let (root, path) =
-        if head.starts_with('"') || head.starts_with(|c: char| c.is_ascii_digit() || c == '-') {
-            let literal: Value =
-                serde_json::from_str(head).map_err(|e| bad(format!("bad literal: {e}")))?;
-            (Root::Literal(literal), Vec::new())
-        } else {
-            let mut steps = parse_path(head).map_err(bad)?;
-            let first = match steps.first() {
-                Some(Step::Key(k)) => k.clone(),
-                _ => return Err(bad("an expression starts with a name".into())),
-            };
-            steps.remove(0);
-            let root = match first.as_str() {
-                "params" => Root::Params,
-                "inputs" => Root::Inputs,
-                name => match VARS.iter().find(|(n, _)| *n == name) {
-                    Some((_, var)) if steps.is_empty() => Root::Var(*var),
-                    Some(_) => return Err(bad(format!("`{name}` has no fields"))),
-                    None => {
-                        let known: Vec<&str> = VARS.iter().map(|(n, _)| *n).collect();
-                        return Err(bad(format!(
-                            "unknown name `{name}`; use params.…, inputs.…, or one of {}",
-                            known.join(", ")
-                        )));
-                    }
-                },
-            };
-            (root, steps)
+    let (root, path) = if head.starts_with('"') || head.starts_with(|c: char| c.is_ascii_digit() || c == '-') {
+        let literal: Value = serde_json::from_str(head).map_err(|e| bad(format!("bad literal: {e}")))?;
+        (Root::Literal(literal), Vec::new())
+    } else {
+        let mut steps = parse_path(head).map_err(bad)?;
+        let first = match steps.first() {
+            Some(Step::Key(k)) => k.clone(),
+            _ => return Err(bad("an expression starts with a name".into())),
         };
+        steps.remove(0);
+        let root = match first.as_str() {
+            "params" => Root::Params,
+            "inputs" => Root::Inputs,
+            name => match VARS.iter().find(|(n, _)| *n == name) {
+                Some((_, var)) if steps.is_empty() => Root::Var(*var),
+                Some(_) => return Err(bad(format!("`{name}` has no fields"))),
+                None => {
+                    let known: Vec<&str> = VARS.iter().map(|(n, _)| *n).collect();
+                    return Err(bad(format!(
+                        "unknown name `{name}`; use params.…, inputs.…, or one of {}",
+                        known.join(", ")
+                    )));
+                }
+            },
+        };
+        (root, steps)
+    };
     let mut filters = Vec::new();
     for part in parts {
         filters.push(parse_filter(part.trim()).map_err(bad)?);
     }
-    Ok(Expr {
-        source: source.to_owned(),
-        root,
-        path,
-        filters,
-    })
+    Ok(Expr { source: source.to_owned(), root, path, filters })
 }
 
 /// Splits on `sep` outside of quotes, brackets and parentheses.
@@ -370,11 +336,7 @@ fn parse_path(text: &str) -> Result<Vec<Step>, String> {
                 steps.push(Step::Key(chars[start..i].iter().collect()));
             }
             '[' => {
-                let close = chars[i..]
-                    .iter()
-                    .position(|&c| c == ']')
-                    .ok_or("unclosed `[`")?
-                    + i;
+                let close = chars[i..].iter().position(|&c| c == ']').ok_or("unclosed `[`")? + i;
                 let inner: String = chars[i + 1..close].iter().collect();
                 let inner = inner.trim();
                 if let Ok(n) = inner.parse::<usize>() {
@@ -402,24 +364,19 @@ fn parse_path(text: &str) -> Result<Vec<Step>, String> {
 fn parse_filter(text: &str) -> Result<Filter, String> {
     let (name, arg) = match text.find('(') {
         Some(open) => {
-            let close = text
-                .rfind(')')
-                .filter(|&c| c > open)
-                .ok_or_else(|| format!("unclosed `(` in filter `{text}`"))?;
+            let close =
+                text.rfind(')').filter(|&c| c > open).ok_or_else(|| format!("unclosed `(` in filter `{text}`"))?;
             (text[..open].trim(), Some(text[open + 1..close].trim()))
         }
         None => (text, None),
     };
     let arg_value = |what: &str| -> Result<Value, String> {
-        let raw = arg
-            .filter(|a| !a.is_empty())
-            .ok_or_else(|| format!("filter `{name}` needs {what}"))?;
+        let raw = arg.filter(|a| !a.is_empty()).ok_or_else(|| format!("filter `{name}` needs {what}"))?;
         serde_json::from_str(raw).map_err(|e| format!("filter `{name}`: bad argument `{raw}`: {e}"))
     };
     match name {
         "date" => {
-            let Value::String(format) = arg_value("a format string, e.g. date(\"%Y-%m-%d\")")?
-            else {
+            let Value::String(format) = arg_value("a format string, e.g. date(\"%Y-%m-%d\")")? else {
                 return Err("filter `date` takes a string".into());
             };
             if StrftimeItems::new(&format).any(|item| matches!(item, Item::Error)) {
@@ -431,9 +388,7 @@ fn parse_filter(text: &str) -> Result<Filter, String> {
         "upper" => Ok(Filter::Upper),
         "lower" => Ok(Filter::Lower),
         "default" => Ok(Filter::Default(arg_value("a value, e.g. default(0)")?)),
-        other => Err(format!(
-            "unknown filter `{other}`; filters are date, json, upper, lower, default"
-        )),
+        other => Err(format!("unknown filter `{other}`; filters are date, json, upper, lower, default")),
     }
 }
 
@@ -492,11 +447,7 @@ fn collect_templated(node: &Node, pointer: &mut String, out: &mut Vec<String>) {
     }
 }
 
-fn render_node(
-    node: &Node,
-    ctx: &RenderContext<'_>,
-    pointer: &mut String,
-) -> Result<Value, Problem> {
+fn render_node(node: &Node, ctx: &RenderContext<'_>, pointer: &mut String) -> Result<Value, Problem> {
     match node {
         Node::Literal(v) => Ok(v.clone()),
         Node::Array(items) => {
@@ -521,10 +472,7 @@ fn render_node(
             Ok(Value::Object(out))
         }
         Node::Text(segments) => {
-            let fail = |message: String| Issue {
-                location: pointer_to_location(pointer),
-                message,
-            };
+            let fail = |message: String| Issue { location: pointer_to_location(pointer), message };
             if let [Segment::Expr(expr)] = segments.as_slice() {
                 return eval(expr, ctx).map_err(fail);
             }
@@ -549,9 +497,7 @@ fn eval(expr: &Expr, ctx: &RenderContext<'_>) -> Result<Value, String> {
     let mut value: Option<Value> = match &expr.root {
         Root::Literal(v) => Some(v.clone()),
         Root::Var(var) => Some(Value::String(match var {
-            Var::LogicalTime => ctx
-                .logical_time
-                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            Var::LogicalTime => ctx.logical_time.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
             Var::Ds => local.format("%Y-%m-%d").to_string(),
             Var::DsNodash => local.format("%Y%m%d").to_string(),
             Var::Ts => local.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
@@ -581,9 +527,7 @@ fn eval(expr: &Expr, ctx: &RenderContext<'_>) -> Result<Value, String> {
                         (Some(Value::Array(a)), Step::Index(n)) => a.get(*n).cloned(),
                         _ => None,
                     };
-                    if next.is_none()
-                        && !expr.filters.iter().any(|f| matches!(f, Filter::Default(_)))
-                    {
+                    if next.is_none() && !expr.filters.iter().any(|f| matches!(f, Filter::Default(_))) {
                         let shown: Vec<String> = expr.path[..=i]
                             .iter()
                             .map(|s| match s {
@@ -631,10 +575,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn ctx<'a>(
-        params: &'a BTreeMap<String, Value>,
-        inputs: &'a Map<String, Value>,
-    ) -> RenderContext<'a> {
+    fn ctx<'a>(params: &'a BTreeMap<String, Value>, inputs: &'a Map<String, Value>) -> RenderContext<'a> {
         RenderContext {
             params,
             inputs,
@@ -651,10 +592,7 @@ mod tests {
     fn renders_values_and_text() {
         let mut params = BTreeMap::new();
         params.insert("region".to_owned(), json!("eu"));
-        let inputs = json!({"count": {"n": 41, "rows": [{"id": "x"}]}})
-            .as_object()
-            .unwrap()
-            .clone();
+        let inputs = json!({"count": {"n": 41, "rows": [{"id": "x"}]}}).as_object().unwrap().clone();
         let tpl = Template::parse(&json!({
             "n": "{{ inputs.count.n }}",
             "url": "https://x/{{ params.region | upper }}/{{ ds }}?id={{ inputs.count.rows[0].id }}",
@@ -686,38 +624,16 @@ mod tests {
 
     #[test]
     fn parse_and_check_errors() {
-        assert!(
-            Template::parse(&json!("{{ nope }}"))
-                .unwrap_err()
-                .message
-                .contains("unknown name `nope`")
-        );
-        assert!(
-            Template::parse(&json!("{{ ds | date(\"%Q\") }}"))
-                .unwrap_err()
-                .message
-                .contains("bad format")
-        );
-        assert!(
-            Template::parse(&json!({"a": ["{{ params.x"]}))
-                .unwrap_err()
-                .location
-                == ".a[0]"
-        );
-        let tpl =
-            Template::parse(&json!({"a": "{{ params.x }}", "b": "{{ inputs.z.v }}"})).unwrap();
+        assert!(Template::parse(&json!("{{ nope }}")).unwrap_err().message.contains("unknown name `nope`"));
+        assert!(Template::parse(&json!("{{ ds | date(\"%Q\") }}")).unwrap_err().message.contains("bad format"));
+        assert!(Template::parse(&json!({"a": ["{{ params.x"]})).unwrap_err().location == ".a[0]");
+        let tpl = Template::parse(&json!({"a": "{{ params.x }}", "b": "{{ inputs.z.v }}"})).unwrap();
         let params = BTreeMap::new();
         let upstream = HashSet::from(["y"]);
-        let problems = tpl.check(&TemplateScope {
-            params: &params,
-            upstream: &upstream,
-        });
+        let problems = tpl.check(&TemplateScope { params: &params, upstream: &upstream });
         assert_eq!(problems.len(), 2);
         assert_eq!(problems[0].location, ".a");
         assert!(problems[1].message.contains("not an upstream task"));
-        assert_eq!(
-            tpl.templated_pointers(),
-            vec!["/a".to_owned(), "/b".to_owned()]
-        );
+        assert_eq!(tpl.templated_pointers(), vec!["/a".to_owned(), "/b".to_owned()]);
     }
 }

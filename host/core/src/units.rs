@@ -15,22 +15,14 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let mut total = Duration::ZERO;
     let mut rest = text;
     while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
+        let digits = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
         if digits == 0 {
-            return Err(format!(
-                "bad duration `{text}`: expected a number before `{rest}`"
-            ));
+            return Err(format!("bad duration `{text}`: expected a number before `{rest}`"));
         }
         let (number, tail) = rest.split_at(digits);
-        let unit_len = tail
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(tail.len());
+        let unit_len = tail.find(|c: char| c.is_ascii_digit()).unwrap_or(tail.len());
         let (unit, tail) = tail.split_at(unit_len);
-        let value: f64 = number
-            .parse()
-            .map_err(|_| format!("bad duration `{text}`: `{number}` is not a number"))?;
+        let value: f64 = number.parse().map_err(|_| format!("bad duration `{text}`: `{number}` is not a number"))?;
         let scale = match unit.trim() {
             "ms" => 0.001,
             "s" | "sec" | "secs" => 1.0,
@@ -38,14 +30,10 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
             "h" | "hr" | "hrs" => 3600.0,
             "d" | "day" | "days" => 86400.0,
             "" => {
-                return Err(format!(
-                    "bad duration `{text}`: `{number}` needs a unit (ms, s, m, h, d)"
-                ));
+                return Err(format!("bad duration `{text}`: `{number}` needs a unit (ms, s, m, h, d)"));
             }
             other => {
-                return Err(format!(
-                    "bad duration `{text}`: unknown unit `{other}` (use ms, s, m, h or d)"
-                ));
+                return Err(format!("bad duration `{text}`: unknown unit `{other}` (use ms, s, m, h or d)"));
             }
         };
         total += seconds(value * scale, text)?;
@@ -83,16 +71,12 @@ pub fn format_duration(d: Duration) -> String {
 /// Parses sizes: `512`, `64KiB`, `64MiB`, `1GiB`, `10MB` (decimal), `1k`.
 pub fn parse_bytes(text: &str) -> Result<u64, String> {
     let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
     if number.is_empty() {
         return Err(format!("bad size `{text}`: expected a number"));
     }
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("bad size `{text}`: `{number}` is not a number"))?;
+    let value: f64 = number.parse().map_err(|_| format!("bad size `{text}`: `{number}` is not a number"))?;
     let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kib" => 1 << 10,
@@ -102,9 +86,7 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
         "mb" => 1_000_000,
         "gb" => 1_000_000_000,
         other => {
-            return Err(format!(
-                "bad size `{text}`: unknown unit `{other}` (use B, KiB, MiB, GiB, KB, MB or GB)"
-            ));
+            return Err(format!("bad size `{text}`: unknown unit `{other}` (use B, KiB, MiB, GiB, KB, MB or GB)"));
         }
     };
     let bytes = value * scale as f64;
@@ -125,11 +107,7 @@ mod tests {
         assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
         assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
         assert_eq!(parse_duration("1.5h"), Ok(Duration::from_secs(5400)));
-        assert!(
-            parse_duration("5 parsecs")
-                .unwrap_err()
-                .contains("unknown unit")
-        );
+        assert!(parse_duration("5 parsecs").unwrap_err().contains("unknown unit"));
         assert!(parse_duration("ms").is_err());
         assert_eq!(format_duration(Duration::from_secs(90)), "90s");
         assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
@@ -143,10 +121,6 @@ mod tests {
         assert_eq!(parse_bytes("10MB"), Ok(10_000_000));
         assert_eq!(parse_bytes("512"), Ok(512));
         assert!(parse_bytes("lots").is_err());
-        assert!(
-            parse_bytes("5 furlongs")
-                .unwrap_err()
-                .contains("unknown unit")
-        );
+        assert!(parse_bytes("5 furlongs").unwrap_err().contains("unknown unit"));
     }
 }

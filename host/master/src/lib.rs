@@ -21,9 +21,10 @@
 //! - Workers are reached through a [`Dispatcher`]; results come back through
 //!   [`EngineHandle::report`].
 
+pub mod cluster;
 mod engine;
 mod ready;
-pub mod sharding;
+pub use dagr_protocol::sharding;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -127,17 +128,7 @@ impl EngineMetrics {
     }
 }
 
-/// What the engine made of a worker's result.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Ack {
-    /// Recorded (durably).
-    Applied,
-    /// Not current any more (superseded, killed, duplicate): dropped.
-    Stale,
-    /// This master does not own the run: report to its owner.
-    NotOwner,
-}
+pub use dagr_protocol::wire::Ack;
 
 pub(crate) enum Input {
     Wake,

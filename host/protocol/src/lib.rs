@@ -17,6 +17,7 @@
 pub mod api;
 pub mod control;
 pub mod plugins;
+pub mod sharding;
 pub mod wire;
 
 /// Number of hash slots runs are sharded into. Fixed for the life of an
@@ -39,9 +40,7 @@ mod tests {
     #[test]
     fn slots_are_stable_and_spread() {
         assert_eq!(super::slot_of("run-1"), super::slot_of("run-1"));
-        let used: std::collections::HashSet<u32> = (0..5000)
-            .map(|i| super::slot_of(&format!("r{i}")))
-            .collect();
+        let used: std::collections::HashSet<u32> = (0..5000).map(|i| super::slot_of(&format!("r{i}"))).collect();
         assert!(used.len() > 900, "{}", used.len());
     }
 }

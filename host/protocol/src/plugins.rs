@@ -21,12 +21,7 @@ pub struct PluginDescriptor {
 /// Looks plugins up. `version: None` means the latest.
 pub trait PluginDirectory: Send + Sync {
     fn list(&self, tenant: &str) -> Vec<PluginDescriptor>;
-    fn resolve(
-        &self,
-        tenant: &str,
-        name: &str,
-        version: Option<&str>,
-    ) -> Result<PluginDescriptor, String>;
+    fn resolve(&self, tenant: &str, name: &str, version: Option<&str>) -> Result<PluginDescriptor, String>;
 }
 
 /// A [`PluginDirectory`] seen by one tenant, as the validator's catalog.
@@ -36,17 +31,9 @@ pub struct TenantCatalog<'a> {
 }
 
 impl dagr_core::PluginCatalog for TenantCatalog<'_> {
-    fn resolve(
-        &self,
-        name: &str,
-        version: Option<&str>,
-    ) -> Result<dagr_core::ResolvedPlugin, String> {
+    fn resolve(&self, name: &str, version: Option<&str>) -> Result<dagr_core::ResolvedPlugin, String> {
         let found = self.directory.resolve(self.tenant, name, version)?;
-        Ok(dagr_core::ResolvedPlugin {
-            name: found.name,
-            version: found.version,
-            params_schema: found.params_schema,
-        })
+        Ok(dagr_core::ResolvedPlugin { name: found.name, version: found.version, params_schema: found.params_schema })
     }
 }
 
@@ -56,11 +43,7 @@ impl dagr_core::PluginCatalog for TenantCatalog<'_> {
 pub struct TrustedCatalog;
 
 impl dagr_core::PluginCatalog for TrustedCatalog {
-    fn resolve(
-        &self,
-        name: &str,
-        version: Option<&str>,
-    ) -> Result<dagr_core::ResolvedPlugin, String> {
+    fn resolve(&self, name: &str, version: Option<&str>) -> Result<dagr_core::ResolvedPlugin, String> {
         Ok(dagr_core::ResolvedPlugin {
             name: name.to_owned(),
             version: version.unwrap_or("").to_owned(),

@@ -166,3 +166,51 @@ pub struct AttemptResult {
     pub finished_at: i64,
     pub outcome: Outcome,
 }
+
+/// What a master made of a worker's result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ack {
+    /// Recorded (durably).
+    Applied,
+    /// Not current any more (superseded, killed, duplicate): dropped.
+    Stale,
+    /// This master does not own the run: report to its owner.
+    NotOwner,
+}
+
+/// A master asking a worker about an attempt it took over.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdoptRequest {
+    pub key: AttemptKey,
+    /// The run's new epoch; the worker's result must carry it.
+    pub epoch: i64,
+    /// The master that now owns the run (node id).
+    pub master: String,
+}
+
+/// The worker's answer to an [`AdoptRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum AdoptResponse {
+    Running,
+    Finished { result: AttemptResult },
+    Unknown,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CancelRequest {
+    pub key: AttemptKey,
+}
+
+/// A worker's answer to a dispatch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DispatchResponse {
+    pub accepted: bool,
+    /// Why not, when refused.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    /// Attempts running on the worker now, and its capacity.
+    pub running: u32,
+    pub capacity: u32,
+}

@@ -17,17 +17,12 @@ pub struct BuiltinPlugins {
 
 impl BuiltinPlugins {
     /// Loads (compiling, or from the runtime's code cache) every component.
-    pub fn load(
-        runtime: &Runtime,
-        components: &[(&str, &'static [u8])],
-    ) -> Result<BuiltinPlugins, String> {
+    pub fn load(runtime: &Runtime, components: &[(&str, &'static [u8])]) -> Result<BuiltinPlugins, String> {
         let mut plugins = Vec::new();
         let mut descriptors = Vec::new();
         let mut by_sha = HashMap::new();
         for (name, bytes) in components {
-            let plugin = runtime
-                .load(bytes)
-                .map_err(|e| format!("built-in plugin {name} does not load: {e}"))?;
+            let plugin = runtime.load(bytes).map_err(|e| format!("built-in plugin {name} does not load: {e}"))?;
             let info = plugin.info();
             descriptors.push(PluginDescriptor {
                 name: info.name.clone(),
@@ -41,11 +36,7 @@ impl BuiltinPlugins {
             by_sha.insert(plugin.sha256().to_owned(), plugins.len());
             plugins.push((plugin, *bytes));
         }
-        Ok(BuiltinPlugins {
-            plugins,
-            descriptors,
-            by_sha,
-        })
+        Ok(BuiltinPlugins { plugins, descriptors, by_sha })
     }
 
     /// The loaded plugins (to preload into a worker).
@@ -65,20 +56,11 @@ impl PluginDirectory for BuiltinPlugins {
         self.descriptors.clone()
     }
 
-    fn resolve(
-        &self,
-        _tenant: &str,
-        name: &str,
-        version: Option<&str>,
-    ) -> Result<PluginDescriptor, String> {
-        let mut candidates: Vec<&PluginDescriptor> =
-            self.descriptors.iter().filter(|d| d.name == name).collect();
+    fn resolve(&self, _tenant: &str, name: &str, version: Option<&str>) -> Result<PluginDescriptor, String> {
+        let mut candidates: Vec<&PluginDescriptor> = self.descriptors.iter().filter(|d| d.name == name).collect();
         if candidates.is_empty() {
             let known: Vec<&str> = self.descriptors.iter().map(|d| d.name.as_str()).collect();
-            return Err(format!(
-                "unknown plugin `{name}` (available: {})",
-                known.join(", ")
-            ));
+            return Err(format!("unknown plugin `{name}` (available: {})", known.join(", ")));
         }
         if let Some(v) = version {
             return candidates
@@ -88,10 +70,7 @@ impl PluginDirectory for BuiltinPlugins {
                 .ok_or_else(|| format!("plugin `{name}` has no version {v}"));
         }
         candidates.sort_by(|a, b| semver_key(&a.version).cmp(&semver_key(&b.version)));
-        candidates
-            .last()
-            .map(|d| (*d).clone())
-            .ok_or_else(|| format!("unknown plugin `{name}`"))
+        candidates.last().map(|d| (*d).clone()).ok_or_else(|| format!("unknown plugin `{name}`"))
     }
 }
 

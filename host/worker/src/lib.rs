@@ -13,6 +13,7 @@
 //!   written before its result is reported.
 
 mod builtins;
+pub mod service;
 
 pub use crate::builtins::{BuiltinPlugins, semver_key};
 
@@ -23,8 +24,7 @@ use std::time::Duration;
 
 use dagr_protocol::wire::{AttemptKey, AttemptResult, AttemptSpec, FailureKind, Outcome};
 use dagr_runtime::{
-    AttemptContext, AttemptObserver, Execution, Limits, LogLine, NetworkPolicy, Plugin, Runtime,
-    SecretSource,
+    AttemptContext, AttemptObserver, Execution, Limits, LogLine, NetworkPolicy, Plugin, Runtime, SecretSource,
 };
 use dagr_store::{LogRow, Store, now_ms};
 use tokio::sync::{OnceCell, mpsc, oneshot};
@@ -58,6 +58,8 @@ struct Inner {
     secrets: Option<Arc<dyn SecretResolver>>,
     plugins: Mutex<HashMap<String, Arc<OnceCell<Result<Plugin, String>>>>>,
     running: Mutex<HashMap<AttemptKey, CancellationToken>>,
+    /// Attempts stopped because this worker lost its lease: reported lost.
+    abandoned: Mutex<std::collections::HashSet<AttemptKey>>,
     logs: LogWriter,
 }
 
@@ -77,6 +79,7 @@ impl Worker {
                 secrets,
                 plugins: Mutex::new(HashMap::new()),
                 running: Mutex::new(HashMap::new()),
+                abandoned: Mutex::new(Default::default()),
                 logs,
             }),
         }
@@ -107,9 +110,7 @@ impl Worker {
         self.lock_plugins().insert(plugin.sha256().to_owned(), cell);
     }
 
-    fn lock_plugins(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<String, Arc<OnceCell<Result<Plugin, String>>>>> {
+    fn lock_plugins(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<OnceCell<Result<Plugin, String>>>>> {
         self.inner.plugins.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -119,16 +120,10 @@ impl Worker {
 
     /// Loads (once) and returns the plugin with this hash.
     async fn plugin(&self, sha256: &str) -> Result<Plugin, String> {
-        let cell = self
-            .lock_plugins()
-            .entry(sha256.to_owned())
-            .or_default()
-            .clone();
+        let cell = self.lock_plugins().entry(sha256.to_owned()).or_default().clone();
         cell.get_or_init(|| async {
             let Some(bytes) = self.inner.source.component(sha256) else {
-                return Err(format!(
-                    "no component with sha256 {sha256} is available to this worker"
-                ));
+                return Err(format!("no component with sha256 {sha256} is available to this worker"));
             };
             let runtime = self.inner.runtime.clone();
             match tokio::task::spawn_blocking(move || runtime.load(&bytes)).await {
@@ -141,15 +136,39 @@ impl Worker {
         .clone()
     }
 
+    /// Claims a slot for an attempt about to start; false when full.
+    pub fn reserve(&self, key: &AttemptKey) -> bool {
+        let mut running = self.lock_running();
+        if running.contains_key(key) {
+            return true;
+        }
+        if running.len() >= self.slots() {
+            return false;
+        }
+        running.insert(key.clone(), CancellationToken::new());
+        true
+    }
+
+    /// Gives back a slot reserved for an attempt that will not start.
+    pub fn unreserve(&self, key: &AttemptKey) {
+        self.lock_running().remove(key);
+    }
+
     /// Runs an attempt in the background and reports its result.
     pub fn start(&self, spec: AttemptSpec, reporter: Arc<dyn Reporter>) {
-        let cancel = CancellationToken::new();
-        self.lock_running().insert(spec.key.clone(), cancel.clone());
+        let cancel = self.lock_running().entry(spec.key.clone()).or_default().clone();
         let worker = self.clone();
         tokio::spawn(async move {
             let key = spec.key.clone();
-            let result = worker.execute(spec, cancel).await;
+            let mut result = worker.execute(spec, cancel).await;
             worker.lock_running().remove(&key);
+            let abandoned = worker.inner.abandoned.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
+            if abandoned {
+                result.outcome = Outcome::Failed {
+                    kind: FailureKind::WorkerLost,
+                    message: "the worker lost its lease and stopped the attempt".into(),
+                };
+            }
             reporter.report(result);
         });
     }
@@ -172,6 +191,17 @@ impl Worker {
         }
     }
 
+    /// Stops every attempt because this worker may no longer act; they are
+    /// reported as lost (and run again, uncharged).
+    pub fn abandon_all(&self) {
+        let running = self.lock_running();
+        let mut abandoned = self.inner.abandoned.lock().unwrap_or_else(|e| e.into_inner());
+        for (key, token) in running.iter() {
+            abandoned.insert(key.clone());
+            token.cancel();
+        }
+    }
+
     async fn execute(&self, spec: AttemptSpec, cancel: CancellationToken) -> AttemptResult {
         let started_at = now_ms();
         let finish = |outcome: Outcome| AttemptResult {
@@ -188,20 +218,14 @@ impl Worker {
             Err(message) => {
                 return finish(Outcome::Failed {
                     kind: FailureKind::PluginUnavailable,
-                    message: format!(
-                        "plugin {}@{}: {message}",
-                        spec.plugin.name, spec.plugin.version
-                    ),
+                    message: format!("plugin {}@{}: {message}", spec.plugin.name, spec.plugin.version),
                 });
             }
         };
         let network = match NetworkPolicy::allow(&spec.allow_hosts) {
             Ok(policy) => policy,
             Err(message) => {
-                return finish(Outcome::Failed {
-                    kind: FailureKind::BadParams,
-                    message,
-                });
+                return finish(Outcome::Failed { kind: FailureKind::BadParams, message });
             }
         };
         let observer = Arc::new(AttemptLog::new(&spec.key, self.inner.logs.clone()));
@@ -225,11 +249,7 @@ impl Worker {
                 max_log_bytes: spec.max_log_bytes as usize,
             },
             network,
-            secrets: self
-                .inner
-                .secrets
-                .as_ref()
-                .and_then(|s| s.secrets_for(&spec.tenant)),
+            secrets: self.inner.secrets.as_ref().and_then(|s| s.secrets_for(&spec.tenant)),
             scratch_dir: None,
             cancel,
             observer: Some(observer.clone()),
@@ -238,10 +258,7 @@ impl Worker {
         observer.flush().await;
         finish(match report.result {
             Ok(output) => Outcome::Succeeded { output },
-            Err(failure) => Outcome::Failed {
-                kind: map_kind(failure.kind),
-                message: failure.message,
-            },
+            Err(failure) => Outcome::Failed { kind: map_kind(failure.kind), message: failure.message },
         })
     }
 }
@@ -345,21 +362,17 @@ impl LogWriter {
                         None => break,
                     }
                 } else {
-                    tokio::time::timeout(Duration::from_millis(100), rx.recv())
-                        .await
-                        .ok()
-                        .flatten()
+                    tokio::time::timeout(Duration::from_millis(100), rx.recv()).await.ok().flatten()
                 };
                 let mut flush_now = first.is_none();
                 let mut closed = false;
-                let mut take =
-                    |m: LogMessage, buffer: &mut Vec<LogRow>, waiters: &mut Vec<_>| match m {
-                        LogMessage::Line(row) => buffer.push(row),
-                        LogMessage::Flush(done) => {
-                            waiters.push(done);
-                            flush_now = true;
-                        }
-                    };
+                let mut take = |m: LogMessage, buffer: &mut Vec<LogRow>, waiters: &mut Vec<_>| match m {
+                    LogMessage::Line(row) => buffer.push(row),
+                    LogMessage::Flush(done) => {
+                        waiters.push(done);
+                        flush_now = true;
+                    }
+                };
                 if let Some(m) = first {
                     take(m, &mut buffer, &mut waiters);
                 }

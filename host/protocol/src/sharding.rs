@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use dagr_protocol::SLOTS;
+use crate::SLOTS;
 
 /// Slot → master id, for every slot.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -1,0 +1,393 @@
+//! A master in cluster mode: dispatch to workers over HTTP, the master's
+//! internal endpoint, the ownership driver that turns membership into owned
+//! slots, and the API's way of reaching masters.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use axum::Json;
+use axum::extract::State;
+use axum::routing::{get, post};
+use dagr_coord::{Coordinator, Membership, NodeInfo, Role};
+use dagr_protocol::control::{CommandOutcome, Control};
+use dagr_protocol::sharding::SlotMap;
+use dagr_protocol::wire::{
+    Ack, AdoptRequest, AdoptResponse, AttemptKey, AttemptResult, AttemptSpec, CancelRequest, DispatchResponse,
+};
+use dagr_store::Store;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::{Adoption, Dispatcher, EngineHandle, EngineMetrics};
+
+/// How a master chooses a worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Strategy {
+    /// The worker with the most free capacity (by what it last reported and
+    /// what this master sent it since).
+    #[default]
+    LeastLoaded,
+    /// Round robin, weighted by capacity (smooth weighted round robin).
+    RoundRobin,
+}
+
+impl std::str::FromStr for Strategy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "least-loaded" => Ok(Strategy::LeastLoaded),
+            "round-robin" => Ok(Strategy::RoundRobin),
+            other => Err(format!("unknown dispatch strategy `{other}` (least-loaded or round-robin)")),
+        }
+    }
+}
+
+/// Pushes attempts to workers over HTTP.
+pub struct HttpDispatcher {
+    me: String,
+    membership: watch::Receiver<Membership>,
+    strategy: Strategy,
+    max_in_flight: usize,
+    state: Mutex<DispatchState>,
+    http: reqwest::Client,
+}
+
+#[derive(Default)]
+struct DispatchState {
+    /// Attempts this master has on each worker.
+    outstanding: HashMap<String, u32>,
+    /// What each worker last said it runs, over all masters.
+    reported: HashMap<String, u32>,
+    /// Smooth weighted round robin: current weights.
+    current: HashMap<String, i64>,
+}
+
+impl HttpDispatcher {
+    pub fn new(me: String, membership: watch::Receiver<Membership>, strategy: Strategy, max_in_flight: usize) -> Self {
+        HttpDispatcher {
+            me,
+            membership,
+            strategy,
+            max_in_flight,
+            state: Mutex::new(DispatchState::default()),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(10))
+                .connect_timeout(Duration::from_secs(2))
+                .build()
+                .unwrap_or_default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, DispatchState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn addr(&self, worker: &str) -> Option<String> {
+        self.membership.borrow().nodes.get(worker).map(|n| n.addr.clone())
+    }
+}
+
+fn in_group(node: &NodeInfo, group: Option<&str>) -> bool {
+    match group {
+        None => true,
+        Some(g) => node.labels.get("group").map(String::as_str) == Some(g),
+    }
+}
+
+#[async_trait]
+impl Dispatcher for HttpDispatcher {
+    fn slots(&self) -> usize {
+        self.max_in_flight
+    }
+
+    fn pick(&self, group: Option<&str>) -> Option<String> {
+        let members = self.membership.borrow().clone();
+        let workers: Vec<&NodeInfo> = members.with_role(Role::Worker).filter(|w| in_group(w, group)).collect();
+        let mut state = self.lock();
+        let load = |state: &DispatchState, id: &str| {
+            let mine = state.outstanding.get(id).copied().unwrap_or(0);
+            mine.max(state.reported.get(id).copied().unwrap_or(0))
+        };
+        let chosen = match self.strategy {
+            Strategy::LeastLoaded => workers
+                .iter()
+                .filter(|w| load(&state, &w.id) < w.capacity)
+                .min_by(|a, b| {
+                    let fa = load(&state, &a.id) as f64 / a.capacity.max(1) as f64;
+                    let fb = load(&state, &b.id) as f64 / b.capacity.max(1) as f64;
+                    fa.total_cmp(&fb).then_with(|| a.id.cmp(&b.id))
+                })
+                .map(|w| w.id.clone()),
+            Strategy::RoundRobin => {
+                let eligible: Vec<&&NodeInfo> = workers.iter().filter(|w| load(&state, &w.id) < w.capacity).collect();
+                let total: i64 = eligible.iter().map(|w| w.capacity as i64).sum();
+                for w in &eligible {
+                    *state.current.entry(w.id.clone()).or_default() += w.capacity as i64;
+                }
+                let best = eligible
+                    .iter()
+                    .max_by_key(|w| (state.current.get(&w.id).copied().unwrap_or(0), std::cmp::Reverse(w.id.clone())));
+                let id = best.map(|w| w.id.clone());
+                if let Some(id) = &id {
+                    *state.current.entry(id.clone()).or_default() -= total;
+                }
+                id
+            }
+        }?;
+        *state.outstanding.entry(chosen.clone()).or_default() += 1;
+        Some(chosen)
+    }
+
+    async fn dispatch(&self, spec: AttemptSpec, worker: &str) -> Result<(), String> {
+        let addr = self.addr(worker).ok_or_else(|| format!("worker {worker} is not a member any more"))?;
+        let response = self
+            .http
+            .post(format!("{addr}/internal/attempts"))
+            .json(&spec)
+            .send()
+            .await
+            .map_err(|e| format!("worker {worker} unreachable: {e}"))?;
+        let status = response.status();
+        let body: Option<DispatchResponse> = response.json().await.ok();
+        if let Some(body) = &body {
+            self.lock().reported.insert(worker.to_owned(), body.running);
+        }
+        match body {
+            Some(b) if b.accepted => Ok(()),
+            Some(b) => Err(format!("worker {worker} refused ({status}): {}", b.reason)),
+            None => Err(format!("worker {worker} answered {status}")),
+        }
+    }
+
+    fn released(&self, worker: &str) {
+        let mut state = self.lock();
+        if let Some(n) = state.outstanding.get_mut(worker) {
+            *n = n.saturating_sub(1);
+        }
+        if let Some(n) = state.reported.get_mut(worker) {
+            *n = n.saturating_sub(1);
+        }
+    }
+
+    async fn cancel(&self, key: &AttemptKey, worker: &str) {
+        if let Some(addr) = self.addr(worker) {
+            let _ = self
+                .http
+                .post(format!("{addr}/internal/attempts/cancel"))
+                .json(&CancelRequest { key: key.clone() })
+                .send()
+                .await;
+        }
+    }
+
+    async fn adopt(&self, key: &AttemptKey, worker: &str, epoch: i64) -> Adoption {
+        let Some(addr) = self.addr(worker) else {
+            // Not a member: its lease expired; whatever it ran is lost.
+            return Adoption::Unknown;
+        };
+        let request = AdoptRequest { key: key.clone(), epoch, master: self.me.clone() };
+        for _ in 0..3 {
+            let response = self.http.post(format!("{addr}/internal/attempts/adopt")).json(&request).send().await;
+            if let Ok(response) = response {
+                if let Ok(answer) = response.json::<AdoptResponse>().await {
+                    return match answer {
+                        AdoptResponse::Running => Adoption::Running,
+                        AdoptResponse::Finished { result } => Adoption::Finished(result),
+                        AdoptResponse::Unknown => Adoption::Unknown,
+                    };
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        // A member that does not answer may still run it: keep it in flight.
+        // Its result will reach us, or its lease will expire and it is lost.
+        Adoption::Running
+    }
+}
+
+/// What the master's internal endpoint shares.
+#[derive(Clone)]
+pub struct MasterService {
+    pub engine: EngineHandle,
+    pub owned_slots: watch::Receiver<usize>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WorkflowChanged {
+    tenant: String,
+    name: String,
+}
+
+/// The master's internal HTTP endpoint.
+pub fn router(service: MasterService) -> axum::Router {
+    axum::Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/internal/results", post(results))
+        .route("/internal/wake", post(wake))
+        .route("/internal/workflow-changed", post(workflow_changed))
+        .route("/metrics", get(metrics))
+        .with_state(service)
+}
+
+async fn results(State(s): State<MasterService>, Json(result): Json<AttemptResult>) -> Json<Ack> {
+    Json(s.engine.report_acked(result).await)
+}
+
+async fn wake(State(s): State<MasterService>) -> &'static str {
+    s.engine.wake();
+    "ok"
+}
+
+async fn workflow_changed(State(s): State<MasterService>, Json(w): Json<WorkflowChanged>) -> &'static str {
+    s.engine.workflow_changed(&w.tenant, &w.name);
+    "ok"
+}
+
+async fn metrics(State(s): State<MasterService>) -> Json<serde_json::Value> {
+    Json(metrics_json(&s.engine.metrics, *s.owned_slots.borrow()))
+}
+
+pub fn metrics_json(m: &EngineMetrics, owned_slots: usize) -> serde_json::Value {
+    let g = EngineMetrics::get;
+    serde_json::json!({
+        "owned_slots": owned_slots,
+        "steps": g(&m.steps),
+        "dispatched": g(&m.dispatched),
+        "results": g(&m.results),
+        "stale_results": g(&m.stale_results),
+        "fenced_writes": g(&m.fenced_writes),
+        "runs_finished": g(&m.runs_finished),
+        "runs_claimed": g(&m.runs_claimed),
+        "attempts_adopted": g(&m.attempts_adopted),
+        "attempts_lost": g(&m.attempts_lost),
+    })
+}
+
+/// Turns the coordinator's view into the engine's: the slots this master
+/// owns (none while its lease is not safe), whether it leads, and which
+/// workers left. Returns the number of owned slots as it changes.
+pub fn drive_ownership(engine: EngineHandle, coordinator: Arc<dyn Coordinator>) -> watch::Receiver<usize> {
+    let (owned_tx, owned_rx) = watch::channel(0usize);
+    tokio::spawn(async move {
+        let me = coordinator.node().id.clone();
+        let mut membership = coordinator.membership();
+        let mut health = coordinator.health();
+        let mut leadership = coordinator.leadership();
+        let mut last_slots: Option<HashSet<u32>> = None;
+        let mut last_lead: Option<Option<i64>> = None;
+        let mut last_workers: HashSet<String> = HashSet::new();
+        loop {
+            let healthy = *health.borrow_and_update();
+            let members = membership.borrow_and_update().clone();
+            let lead = if healthy { *leadership.borrow_and_update() } else { None };
+            let slots = if healthy && members.contains(&me) {
+                let masters: BTreeMap<String, f64> =
+                    members.with_role(Role::Master).map(|m| (m.id.clone(), 1.0)).collect();
+                SlotMap::compute(&masters).slots_of(&me)
+            } else {
+                HashSet::new()
+            };
+            if last_slots.as_ref() != Some(&slots) {
+                owned_tx.send_replace(slots.len());
+                engine.own_slots(slots.clone());
+                last_slots = Some(slots);
+            }
+            if last_lead != Some(lead) {
+                engine.lead(lead);
+                last_lead = Some(lead);
+            }
+            let workers: HashSet<String> = members.with_role(Role::Worker).map(|w| w.id.clone()).collect();
+            let gone: Vec<String> = last_workers.difference(&workers).cloned().collect();
+            if !gone.is_empty() {
+                tracing::warn!(workers = ?gone, "workers left the cluster");
+                engine.workers_gone(gone);
+            }
+            last_workers = workers;
+            tokio::select! {
+                r = membership.changed() => if r.is_err() { return },
+                r = health.changed() => if r.is_err() { return },
+                r = leadership.changed() => if r.is_err() { return },
+            }
+            // Let a burst of changes (a node joining) settle.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    owned_rx
+}
+
+/// The API's [`Control`] in a cluster: it nudges masters over HTTP and
+/// waits by polling the store.
+pub struct ClusterControl {
+    pub store: Arc<dyn Store>,
+    pub membership: watch::Receiver<Membership>,
+    pub http: reqwest::Client,
+}
+
+impl ClusterControl {
+    pub fn new(store: Arc<dyn Store>, membership: watch::Receiver<Membership>) -> Self {
+        ClusterControl {
+            store,
+            membership,
+            http: reqwest::Client::builder().timeout(Duration::from_secs(2)).build().unwrap_or_default(),
+        }
+    }
+
+    fn broadcast(&self, path: &'static str, body: serde_json::Value) {
+        let masters: Vec<String> = self.membership.borrow().with_role(Role::Master).map(|m| m.addr.clone()).collect();
+        for addr in masters {
+            let http = self.http.clone();
+            let body = body.clone();
+            tokio::spawn(async move {
+                let _ = http.post(format!("{addr}{path}")).json(&body).send().await;
+            });
+        }
+    }
+}
+
+#[async_trait]
+impl Control for ClusterControl {
+    fn wake(&self) {
+        self.broadcast("/internal/wake", serde_json::Value::Null);
+    }
+
+    fn workflow_changed(&self, tenant: &str, name: &str) {
+        self.broadcast("/internal/workflow-changed", serde_json::json!({"tenant": tenant, "name": name}));
+    }
+
+    async fn wait_command(&self, id: i64, timeout: Duration) -> Option<CommandOutcome> {
+        let until = tokio::time::Instant::now() + timeout;
+        let mut delay = Duration::from_millis(5);
+        loop {
+            if let Ok(Some(row)) = self.store.get_command(id).await {
+                if let Some(result) = row.result {
+                    return serde_json::from_str(&result).ok();
+                }
+            }
+            if tokio::time::Instant::now() + delay > until {
+                return None;
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_millis(200));
+        }
+    }
+
+    async fn wait_run(&self, run_id: &str, timeout: Duration) -> Option<String> {
+        let until = tokio::time::Instant::now() + timeout;
+        let mut delay = Duration::from_millis(5);
+        loop {
+            if let Ok(Some(run)) = self.store.get_run(run_id).await {
+                if matches!(run.state.as_str(), "succeeded" | "failed" | "killed") {
+                    return Some(run.state);
+                }
+            }
+            if tokio::time::Instant::now() + delay > until {
+                return None;
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_millis(200));
+        }
+    }
+}
