@@ -3,6 +3,7 @@
 
 mod bench;
 mod client;
+mod cluster;
 mod node;
 mod plugin;
 mod serve;
@@ -25,6 +26,12 @@ enum Command {
     /// Run dagr on one machine: API, scheduler and worker in one process, on
     /// embedded SQLite.
     Serve(serve::ServeArgs),
+    /// Cluster role: drive runs (many masters share the work by slots).
+    Master(cluster::RoleArgs),
+    /// Cluster role: run attempts pushed by masters.
+    Worker(cluster::RoleArgs),
+    /// Cluster role: serve the HTTP API.
+    Api(cluster::RoleArgs),
     /// Work with plugins (WebAssembly components that implement a task type).
     #[command(subcommand)]
     Plugin(plugin::PluginCommand),
@@ -46,6 +53,9 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
+        Command::Master(args) => cluster::master(args),
+        Command::Worker(args) => cluster::worker(args),
+        Command::Api(args) => cluster::api(args),
         Command::Plugin(cmd) => plugin::run(cmd),
         Command::Bench(args) => bench::run(args),
         Command::Client(cmd) => return client::run(&cli.server, cmd),

@@ -18,7 +18,6 @@ use tokio::sync::oneshot;
 pub struct Node {
     pub addr: SocketAddr,
     pub engine: EngineHandle,
-    pub store: Arc<SqlStore>,
     pub worker: Worker,
     stop: Option<oneshot::Sender<()>>,
     server: tokio::task::JoinHandle<()>,
@@ -28,49 +27,16 @@ impl Node {
     /// Starts every role and the HTTP API on `settings.listen` (port 0
     /// picks a free one).
     pub async fn start(settings: &Settings) -> anyhow::Result<Node> {
-        let sync = if settings.synchronous_full {
-            Synchronous::Full
-        } else {
-            Synchronous::Normal
-        };
-        let store = Arc::new(
-            SqlStore::open(&settings.store_url, sync)
-                .await
-                .with_context(|| format!("cannot open the store at {}", settings.store_url))?,
-        );
-        let runtime = Runtime::new(RuntimeConfig {
-            max_concurrent_attempts: settings.slots,
-            guest_threads: if settings.guest_threads == 0 {
-                std::thread::available_parallelism()
-                    .map(|n| n.get())
-                    .unwrap_or(2)
-            } else {
-                settings.guest_threads
-            },
-            max_memory_bytes: settings.max_memory,
-            cache_dir: Some(settings.cache_dir.clone()),
-            scratch_root: settings.data_dir.join("scratch"),
-            ..RuntimeConfig::default()
-        })?;
-        let builtins = {
-            let runtime = runtime.clone();
-            tokio::task::spawn_blocking(move || {
-                BuiltinPlugins::load(&runtime, dagr_builtins::BUILTINS)
-            })
-            .await?
-            .map_err(anyhow::Error::msg)?
-        };
-        let builtins = Arc::new(builtins);
+        let store = open_store(settings).await?;
+        let runtime = make_runtime(settings, settings.slots)?;
+        let builtins = load_plugins(&runtime, settings).await?;
         let logs = LogWriter::start(store.clone());
         let worker = Worker::new("local", runtime, builtins.clone(), None, logs);
         for plugin in builtins.plugins() {
             worker.preload(plugin.clone());
         }
         let reporter = Arc::new(LateReporter::default());
-        let dispatcher = Arc::new(LocalDispatcher {
-            worker: worker.clone(),
-            reporter: reporter.clone(),
-        });
+        let dispatcher = Arc::new(LocalDispatcher { worker: worker.clone(), reporter: reporter.clone() });
         let engine_config = EngineConfig {
             node_id: "local".into(),
             default_timeout: settings.default_timeout,
@@ -80,8 +46,7 @@ impl Node {
             max_log_bytes: settings.max_log,
             ..EngineConfig::default()
         };
-        let engine =
-            Engine::start(engine_config, store.clone(), dispatcher, builtins.clone()).await?;
+        let engine = Engine::start(engine_config, store.clone(), dispatcher, builtins.clone()).await?;
         reporter.connect(engine.clone());
         // One node owns every slot and leads; taking the slots over is how
         // it recovers the runs of a previous process.
@@ -92,10 +57,7 @@ impl Node {
             store: store.clone(),
             control: Arc::new(engine.clone()),
             plugins: builtins,
-            config: Arc::new(dagr_api::ApiConfig {
-                max_body_bytes: settings.max_body as usize,
-                ..Default::default()
-            }),
+            config: Arc::new(dagr_api::ApiConfig { max_body_bytes: settings.max_body as usize, ..Default::default() }),
         });
         let listener = tokio::net::TcpListener::bind(settings.listen)
             .await
@@ -106,21 +68,11 @@ impl Node {
             let shutdown = async {
                 let _ = stopped.await;
             };
-            if let Err(e) = axum::serve(listener, api)
-                .with_graceful_shutdown(shutdown)
-                .await
-            {
+            if let Err(e) = axum::serve(listener, api).with_graceful_shutdown(shutdown).await {
                 tracing::error!(error = %e, "the HTTP server stopped");
             }
         });
-        Ok(Node {
-            addr,
-            engine,
-            store,
-            worker,
-            stop: Some(stop),
-            server,
-        })
+        Ok(Node { addr, engine, worker, stop: Some(stop), server })
     }
 
     /// Stops the API and the engine.
@@ -132,6 +84,42 @@ impl Node {
         self.engine.shutdown().await;
         self.worker.cancel_all();
     }
+}
+
+/// Opens the configured store.
+pub async fn open_store(settings: &Settings) -> anyhow::Result<Arc<SqlStore>> {
+    let sync = if settings.synchronous_full { Synchronous::Full } else { Synchronous::Normal };
+    Ok(Arc::new(
+        SqlStore::open(&settings.store_url, sync)
+            .await
+            .with_context(|| format!("cannot open the store at {}", settings.store_url))?,
+    ))
+}
+
+/// The WebAssembly runtime with the configured limits.
+pub fn make_runtime(settings: &Settings, slots: u32) -> anyhow::Result<Runtime> {
+    Ok(Runtime::new(RuntimeConfig {
+        max_concurrent_attempts: slots,
+        guest_threads: if settings.guest_threads == 0 {
+            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2)
+        } else {
+            settings.guest_threads
+        },
+        max_memory_bytes: settings.max_memory,
+        cache_dir: Some(settings.cache_dir.clone()),
+        scratch_root: settings.data_dir.join("scratch"),
+        ..RuntimeConfig::default()
+    })?)
+}
+
+/// The built-in plugins plus the configured extra ones.
+pub async fn load_plugins(runtime: &Runtime, settings: &Settings) -> anyhow::Result<Arc<BuiltinPlugins>> {
+    let runtime = runtime.clone();
+    let extra = settings.extra_plugins.clone();
+    let plugins = tokio::task::spawn_blocking(move || BuiltinPlugins::load(&runtime, dagr_builtins::BUILTINS, &extra))
+        .await?
+        .map_err(anyhow::Error::msg)?;
+    Ok(Arc::new(plugins))
 }
 
 /// Hands attempts to the in-process worker.

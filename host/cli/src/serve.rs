@@ -37,17 +37,11 @@ pub fn load_config(
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let settings = load_config(args.config.as_ref(), args.listen, args.data_dir)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
         let node = crate::node::Node::start(&settings).await?;
         tracing::info!(addr = %node.addr, data = %settings.data_dir.display(), "dagr is serving");
-        println!(
-            "dagr is serving on http://{} (data in {})",
-            node.addr,
-            settings.data_dir.display()
-        );
+        println!("dagr is serving on http://{} (data in {})", node.addr, settings.data_dir.display());
         shutdown_signal().await;
         tracing::info!("shutting down");
         node.stop().await;
@@ -55,18 +49,17 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-async fn shutdown_signal() {
+pub async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
-                }
-            };
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
         tokio::select! {
             _ = ctrl_c => {},
             _ = term.recv() => {},

@@ -41,6 +41,67 @@ pub struct Config {
     pub worker: WorkerConfig,
     pub limits: LimitsConfig,
     pub api: ApiConfig,
+    pub cluster: ClusterConfig,
+    pub master: MasterConfig,
+    pub plugins: PluginsConfig,
+}
+
+/// Cluster mode: how nodes find each other.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// etcd endpoints.
+    pub etcd: Vec<String>,
+    /// Key prefix in etcd; clusters sharing an etcd need different ones.
+    pub prefix: String,
+    /// Lease time-to-live: how long a silent node stays a member.
+    pub ttl: String,
+    /// This node's id; empty: `<role>-<host>-<pid>`.
+    pub node_id: String,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            etcd: vec!["http://127.0.0.1:2379".into()],
+            prefix: "/dagr".into(),
+            ttl: "10s".into(),
+            node_id: String::new(),
+        }
+    }
+}
+
+/// A master's settings (cluster mode).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MasterConfig {
+    /// The master's internal endpoint (workers report results here).
+    pub listen: String,
+    /// `least-loaded` or `round-robin` (weighted by capacity).
+    pub dispatch: String,
+    /// Attempts one master keeps in flight at most.
+    pub max_in_flight: u32,
+    /// How often a master looks for new commands without being woken.
+    pub poll_interval: String,
+}
+
+impl Default for MasterConfig {
+    fn default() -> Self {
+        MasterConfig {
+            listen: "127.0.0.1:7100".into(),
+            dispatch: "least-loaded".into(),
+            max_in_flight: 10_000,
+            poll_interval: "500ms".into(),
+        }
+    }
+}
+
+/// Extra global plugins, loaded from files at startup (every role loads the
+/// same list).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PluginsConfig {
+    pub extra: Vec<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -54,10 +115,7 @@ pub struct ServerConfig {
 
 impl Default for ServerConfig {
     fn default() -> Self {
-        ServerConfig {
-            listen: "127.0.0.1:8080".into(),
-            data_dir: PathBuf::from("./dagr-data"),
-        }
+        ServerConfig { listen: "127.0.0.1:8080".into(), data_dir: PathBuf::from("./dagr-data") }
     }
 }
 
@@ -73,16 +131,17 @@ pub struct StoreConfig {
 
 impl Default for StoreConfig {
     fn default() -> Self {
-        StoreConfig {
-            url: String::new(),
-            synchronous: "normal".into(),
-        }
+        StoreConfig { url: String::new(), synchronous: "normal".into() }
     }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct WorkerConfig {
+    /// The worker's internal endpoint (cluster mode; masters push attempts here).
+    pub listen: String,
+    /// The worker's group (tasks with `worker_group` run only on their group).
+    pub group: String,
     /// Attempts that run at once.
     pub slots: u32,
     /// Threads that run guests; 0 means one per CPU.
@@ -94,6 +153,8 @@ pub struct WorkerConfig {
 impl Default for WorkerConfig {
     fn default() -> Self {
         WorkerConfig {
+            listen: "127.0.0.1:7200".into(),
+            group: String::new(),
             slots: 256,
             guest_threads: 0,
             cache_dir: String::new(),
@@ -137,9 +198,7 @@ pub struct ApiConfig {
 
 impl Default for ApiConfig {
     fn default() -> Self {
-        ApiConfig {
-            max_body: "4MiB".into(),
-        }
+        ApiConfig { max_body: "4MiB".into() }
     }
 }
 
@@ -167,6 +226,17 @@ pub struct Settings {
     pub max_output: u64,
     pub max_log: u64,
     pub max_body: u64,
+    pub etcd: Vec<String>,
+    pub cluster_prefix: String,
+    pub ttl: Duration,
+    pub node_id: String,
+    pub master_listen: SocketAddr,
+    pub dispatch: String,
+    pub max_in_flight: u32,
+    pub poll_interval: Duration,
+    pub worker_listen: SocketAddr,
+    pub worker_group: String,
+    pub extra_plugins: Vec<PathBuf>,
 }
 
 impl Config {
@@ -182,39 +252,18 @@ impl Config {
             }
             figment = figment.merge(Toml::file(path));
         }
-        figment = figment.merge(Env::prefixed("DAGR_").split("__").ignore(&[
-            "config",
-            "server_url",
-            "token",
-            "log",
-        ]));
+        figment = figment.merge(Env::prefixed("DAGR_").split("__").ignore(&["config", "server_url", "token", "log"]));
         figment.extract().map_err(|e| {
             let field = e.path.join(".");
-            ConfigError {
-                field: if field.is_empty() {
-                    "config".into()
-                } else {
-                    field
-                },
-                message: e.kind.to_string(),
-            }
+            ConfigError { field: if field.is_empty() { "config".into() } else { field }, message: e.kind.to_string() }
         })
     }
 
     /// Checks every value and converts it.
     pub fn validate(&self) -> Result<Settings, ConfigError> {
-        let err = |field: &str, message: String| ConfigError {
-            field: field.into(),
-            message,
-        };
+        let err = |field: &str, message: String| ConfigError { field: field.into(), message };
         let listen: SocketAddr = self.server.listen.parse().map_err(|e| {
-            err(
-                "server.listen",
-                format!(
-                    "`{}` is not an address like 127.0.0.1:8080: {e}",
-                    self.server.listen
-                ),
-            )
+            err("server.listen", format!("`{}` is not an address like 127.0.0.1:8080: {e}", self.server.listen))
         })?;
         let duration = |field: &str, v: &str| parse_duration(v).map_err(|m| err(field, m));
         let bytes = |field: &str, v: &str| parse_bytes(v).map_err(|m| err(field, m));
@@ -222,28 +271,15 @@ impl Config {
             "normal" => false,
             "full" => true,
             other => {
-                return Err(err(
-                    "store.synchronous",
-                    format!("`{other}` must be `normal` or `full`"),
-                ));
+                return Err(err("store.synchronous", format!("`{other}` must be `normal` or `full`")));
             }
         };
         let store_url = if self.store.url.is_empty() {
-            format!(
-                "sqlite://{}",
-                self.server.data_dir.join("dagr.db").display()
-            )
-        } else if self.store.url.starts_with("sqlite://") || self.store.url.starts_with("postgres")
-        {
+            format!("sqlite://{}", self.server.data_dir.join("dagr.db").display())
+        } else if self.store.url.starts_with("sqlite://") || self.store.url.starts_with("postgres") {
             self.store.url.clone()
         } else {
-            return Err(err(
-                "store.url",
-                format!(
-                    "`{}` must start with sqlite:// or postgres://",
-                    self.store.url
-                ),
-            ));
+            return Err(err("store.url", format!("`{}` must start with sqlite:// or postgres://", self.store.url)));
         };
         if self.worker.slots == 0 {
             return Err(err("worker.slots", "must be at least 1".into()));
@@ -266,18 +302,40 @@ impl Config {
             max_output: bytes("limits.max_output", &self.limits.max_output)?,
             max_log: bytes("limits.max_log", &self.limits.max_log)?,
             max_body: bytes("api.max_body", &self.api.max_body)?,
+            etcd: self.cluster.etcd.clone(),
+            cluster_prefix: self.cluster.prefix.clone(),
+            ttl: duration("cluster.ttl", &self.cluster.ttl)?,
+            node_id: self.cluster.node_id.clone(),
+            master_listen: self
+                .master
+                .listen
+                .parse()
+                .map_err(|e| err("master.listen", format!("`{}` is not an address: {e}", self.master.listen)))?,
+            dispatch: self.master.dispatch.clone(),
+            max_in_flight: self.master.max_in_flight,
+            poll_interval: duration("master.poll_interval", &self.master.poll_interval)?,
+            worker_listen: self
+                .worker
+                .listen
+                .parse()
+                .map_err(|e| err("worker.listen", format!("`{}` is not an address: {e}", self.worker.listen)))?,
+            worker_group: self.worker.group.clone(),
+            extra_plugins: self.plugins.extra.clone(),
         };
+        if !matches!(settings.dispatch.as_str(), "least-loaded" | "round-robin") {
+            return Err(err("master.dispatch", format!("`{}` must be least-loaded or round-robin", settings.dispatch)));
+        }
+        if settings.ttl < Duration::from_secs(1) {
+            return Err(err("cluster.ttl", "must be at least 1s".into()));
+        }
+        if settings.etcd.is_empty() {
+            return Err(err("cluster.etcd", "needs at least one endpoint".into()));
+        }
         if settings.default_memory > settings.max_memory {
-            return Err(err(
-                "limits.default_memory",
-                "must not exceed limits.max_memory".into(),
-            ));
+            return Err(err("limits.default_memory", "must not exceed limits.max_memory".into()));
         }
         if settings.default_timeout.is_zero() {
-            return Err(err(
-                "limits.default_timeout",
-                "must be longer than zero".into(),
-            ));
+            return Err(err("limits.default_timeout", "must be longer than zero".into()));
         }
         Ok(settings)
     }
@@ -299,11 +357,7 @@ mod tests {
     fn file_then_env() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("dagr.toml");
-        std::fs::write(
-            &path,
-            "[server]\nlisten = \"127.0.0.1:9999\"\n[worker]\nslots = 8\n",
-        )
-        .unwrap();
+        std::fs::write(&path, "[server]\nlisten = \"127.0.0.1:9999\"\n[worker]\nslots = 8\n").unwrap();
         figment::Jail::expect_with(|jail| {
             jail.set_env("DAGR_WORKER__SLOTS", "16");
             let config = Config::load(Some(&path)).unwrap();

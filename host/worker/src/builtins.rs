@@ -2,6 +2,8 @@
 //! read-only.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
 
 use dagr_protocol::plugins::{PluginDescriptor, PluginDirectory};
 use dagr_runtime::{Plugin, Runtime};
@@ -10,19 +12,31 @@ use crate::PluginSource;
 
 /// Built-in plugins: their components and what they describe.
 pub struct BuiltinPlugins {
-    plugins: Vec<(Plugin, &'static [u8])>,
+    plugins: Vec<(Plugin, Arc<[u8]>)>,
     descriptors: Vec<PluginDescriptor>,
     by_sha: HashMap<String, usize>,
 }
 
 impl BuiltinPlugins {
-    /// Loads (compiling, or from the runtime's code cache) every component.
-    pub fn load(runtime: &Runtime, components: &[(&str, &'static [u8])]) -> Result<BuiltinPlugins, String> {
+    /// Loads (compiling, or from the runtime's code cache) every component:
+    /// the ones built into dagr, then `extra` files (from the configuration).
+    pub fn load(
+        runtime: &Runtime,
+        components: &[(&str, &'static [u8])],
+        extra: &[PathBuf],
+    ) -> Result<BuiltinPlugins, String> {
+        let mut all: Vec<(String, Arc<[u8]>)> =
+            components.iter().map(|(n, b)| (n.to_string(), Arc::from(*b))).collect();
+        for path in extra {
+            let bytes =
+                std::fs::read(path).map_err(|e| format!("plugins.extra: cannot read {}: {e}", path.display()))?;
+            all.push((path.display().to_string(), Arc::from(bytes)));
+        }
         let mut plugins = Vec::new();
         let mut descriptors = Vec::new();
         let mut by_sha = HashMap::new();
-        for (name, bytes) in components {
-            let plugin = runtime.load(bytes).map_err(|e| format!("built-in plugin {name} does not load: {e}"))?;
+        for (name, bytes) in all {
+            let plugin = runtime.load(&bytes).map_err(|e| format!("built-in plugin {name} does not load: {e}"))?;
             let info = plugin.info();
             descriptors.push(PluginDescriptor {
                 name: info.name.clone(),
@@ -34,7 +48,7 @@ impl BuiltinPlugins {
                 builtin: true,
             });
             by_sha.insert(plugin.sha256().to_owned(), plugins.len());
-            plugins.push((plugin, *bytes));
+            plugins.push((plugin, bytes));
         }
         Ok(BuiltinPlugins { plugins, descriptors, by_sha })
     }

@@ -1,0 +1,237 @@
+//! Cluster roles: `dagr master`, `dagr worker`, `dagr api`. Same binary,
+//! same config file; state in PostgreSQL, membership in etcd.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Args;
+use dagr_config::Settings;
+use dagr_coord::etcd::EtcdCoordinator;
+use dagr_coord::{Coordinator, NodeInfo, Role, SessionConfig};
+use dagr_master::cluster::{ClusterControl, HttpDispatcher, MasterService, Strategy, drive_ownership};
+use dagr_master::{Engine, EngineConfig};
+use dagr_worker::service::{ClusterReporter, WorkerService, fence_on_lease_loss};
+use dagr_worker::{LogWriter, Worker};
+
+use crate::node::{load_plugins, make_runtime, open_store};
+
+/// Flags every cluster role takes.
+#[derive(Debug, Args)]
+pub struct RoleArgs {
+    /// A TOML config file (the same for every role); `DAGR_*` variables
+    /// override it, flags override both.
+    #[arg(long, env = "DAGR_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// This node's id (default `<role>-<host>-<pid>`).
+    #[arg(long)]
+    pub node_id: Option<String>,
+    /// The address this role listens on (port 0 picks a free port).
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// PostgreSQL URL (overrides store.url).
+    #[arg(long)]
+    pub store: Option<String>,
+    /// etcd endpoint (repeatable; overrides cluster.etcd).
+    #[arg(long = "etcd")]
+    pub etcd: Vec<String>,
+    /// Where this node keeps its files (compiled-code cache, scratch).
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+}
+
+fn settings(args: &RoleArgs, role: Role) -> anyhow::Result<Settings> {
+    let mut config = dagr_config::Config::load(args.config.as_deref())?;
+    if let Some(listen) = &args.listen {
+        match role {
+            Role::Master => config.master.listen = listen.clone(),
+            Role::Worker => config.worker.listen = listen.clone(),
+            Role::Api => config.server.listen = listen.clone(),
+        }
+    }
+    if let Some(url) = &args.store {
+        config.store.url = url.clone();
+    }
+    if !args.etcd.is_empty() {
+        config.cluster.etcd = args.etcd.clone();
+    }
+    if let Some(id) = &args.node_id {
+        config.cluster.node_id = id.clone();
+    }
+    if let Some(dir) = &args.data_dir {
+        config.server.data_dir = dir.clone();
+    }
+    let settings = config.validate()?;
+    if !settings.store_url.starts_with("postgres") {
+        anyhow::bail!("cluster roles share their state: set store.url (or --store) to a postgres:// URL");
+    }
+    Ok(settings)
+}
+
+fn node_id(settings: &Settings, role: Role) -> String {
+    if !settings.node_id.is_empty() {
+        return settings.node_id.clone();
+    }
+    let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_owned()).unwrap_or_else(|_| "host".into());
+    format!("{role}-{host}-{}", std::process::id())
+}
+
+async fn join(settings: &Settings, node: NodeInfo, campaign: bool) -> anyhow::Result<Arc<EtcdCoordinator>> {
+    let config = SessionConfig { ttl: settings.ttl, campaign };
+    EtcdCoordinator::start(&settings.etcd, &settings.cluster_prefix, node, config)
+        .await
+        .with_context(|| format!("cannot join the cluster through etcd at {:?}", settings.etcd))
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
+}
+
+fn announce(role: Role, id: &str, addr: &std::net::SocketAddr) {
+    tracing::info!(%role, node = id, %addr, "serving");
+    // Scripts and tests wait for this line.
+    println!("dagr {role} {id} listening on http://{addr} (pid {})", std::process::id());
+}
+
+/// `dagr master`.
+pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
+    let settings = settings(&args, Role::Master)?;
+    runtime()?.block_on(async move {
+        let id = node_id(&settings, Role::Master);
+        let store = open_store(&settings).await?;
+        let listener = tokio::net::TcpListener::bind(settings.master_listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", settings.master_listen))?;
+        let addr = listener.local_addr()?;
+        let wasm = make_runtime(&settings, 4)?;
+        let plugins = load_plugins(&wasm, &settings).await?;
+        let node = NodeInfo {
+            id: id.clone(),
+            role: Role::Master,
+            addr: format!("http://{addr}"),
+            capacity: 0,
+            labels: Default::default(),
+            pid: std::process::id(),
+        };
+        let coordinator = join(&settings, node, true).await?;
+        let strategy: Strategy = settings.dispatch.parse().map_err(anyhow::Error::msg)?;
+        let dispatcher = Arc::new(HttpDispatcher::new(
+            id.clone(),
+            coordinator.membership(),
+            strategy,
+            settings.max_in_flight as usize,
+        ));
+        let config = EngineConfig {
+            node_id: id.clone(),
+            default_timeout: settings.default_timeout,
+            default_memory: settings.default_memory,
+            max_memory: settings.max_memory,
+            max_output_bytes: settings.max_output,
+            max_log_bytes: settings.max_log,
+            poll_interval: settings.poll_interval,
+        };
+        let engine = Engine::start(config, store.clone(), dispatcher, plugins).await?;
+        let owned = drive_ownership(engine.clone(), coordinator.clone());
+        let app = dagr_master::cluster::router(MasterService { engine: engine.clone(), owned_slots: owned });
+        announce(Role::Master, &id, &addr);
+        serve_until_signal(listener, app).await;
+        coordinator.leave();
+        engine.shutdown().await;
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// `dagr worker`.
+pub fn worker(args: RoleArgs) -> anyhow::Result<ExitCode> {
+    let settings = settings(&args, Role::Worker)?;
+    runtime()?.block_on(async move {
+        let id = node_id(&settings, Role::Worker);
+        let store = open_store(&settings).await?;
+        let listener = tokio::net::TcpListener::bind(settings.worker_listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", settings.worker_listen))?;
+        let addr = listener.local_addr()?;
+        let wasm = make_runtime(&settings, settings.slots)?;
+        let plugins = load_plugins(&wasm, &settings).await?;
+        let mut labels = std::collections::BTreeMap::new();
+        if !settings.worker_group.is_empty() {
+            labels.insert("group".to_owned(), settings.worker_group.clone());
+        }
+        let node = NodeInfo {
+            id: id.clone(),
+            role: Role::Worker,
+            addr: format!("http://{addr}"),
+            capacity: settings.slots,
+            labels,
+            pid: std::process::id(),
+        };
+        let coordinator = join(&settings, node, false).await?;
+        let logs = LogWriter::start(store.clone());
+        let worker = Worker::new(id.clone(), wasm, plugins.clone(), None, logs);
+        for plugin in plugins.plugins() {
+            worker.preload(plugin.clone());
+        }
+        fence_on_lease_loss(worker.clone(), coordinator.health());
+        let reporter = ClusterReporter::start(coordinator.membership());
+        let app = dagr_worker::service::router(WorkerService {
+            worker: worker.clone(),
+            store: store.clone(),
+            reporter,
+            healthy: coordinator.health(),
+        });
+        announce(Role::Worker, &id, &addr);
+        serve_until_signal(listener, app).await;
+        coordinator.leave();
+        worker.abandon_all();
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// `dagr api`.
+pub fn api(args: RoleArgs) -> anyhow::Result<ExitCode> {
+    let settings = settings(&args, Role::Api)?;
+    runtime()?.block_on(async move {
+        let id = node_id(&settings, Role::Api);
+        let store = open_store(&settings).await?;
+        let listener = tokio::net::TcpListener::bind(settings.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", settings.listen))?;
+        let addr = listener.local_addr()?;
+        let wasm = make_runtime(&settings, 4)?;
+        let plugins = load_plugins(&wasm, &settings).await?;
+        let node = NodeInfo {
+            id: id.clone(),
+            role: Role::Api,
+            addr: format!("http://{addr}"),
+            capacity: 0,
+            labels: Default::default(),
+            pid: std::process::id(),
+        };
+        let coordinator = join(&settings, node, false).await?;
+        let control = Arc::new(ClusterControl::new(store.clone(), coordinator.membership()));
+        let app = dagr_api::router(dagr_api::ApiState {
+            store: store.clone(),
+            control,
+            plugins,
+            config: Arc::new(dagr_api::ApiConfig { max_body_bytes: settings.max_body as usize, ..Default::default() }),
+        });
+        announce(Role::Api, &id, &addr);
+        serve_until_signal(listener, app).await;
+        coordinator.leave();
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+async fn serve_until_signal(listener: tokio::net::TcpListener, app: axum::Router) {
+    let shutdown = async {
+        crate::serve::shutdown_signal().await;
+        tracing::info!("shutting down");
+    };
+    if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
+        tracing::error!(error = %e, "the HTTP server stopped");
+    }
+    // Give in-flight reports a moment.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+}
