@@ -6,23 +6,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dagr_builtins as builtins;
-use dagr_runtime::{
-    AttemptContext, AttemptReport, Execution, FailureKind, LogSource, NetworkPolicy, Runtime,
-};
+use dagr_runtime::{AttemptContext, AttemptReport, Execution, FailureKind, LogSource, NetworkPolicy, Runtime};
 use serde_json::{Value, json};
 
-use crate::support::{
-    TestServer, execution, failure, load, log_from, log_text, output_json, run, runtime,
-};
+use crate::support::{TestServer, execution, failure, load, log_from, log_text, output_json, run, runtime};
 
 /// Asserts that the attempt failed with `kind` and a message containing `needle`.
 fn assert_fails(report: &AttemptReport, kind: FailureKind, needle: &str) {
     let failure = failure(report);
     assert_eq!(failure.kind, kind, "{failure}\nlog:\n{}", log_text(report));
-    assert!(
-        failure.message.contains(needle),
-        "expected `{needle}` in: {failure}"
-    );
+    assert!(failure.message.contains(needle), "expected `{needle}` in: {failure}");
 }
 
 // ---------------------------------------------------------------------------
@@ -35,10 +28,7 @@ async fn echo_returns_params_and_inputs() {
     let mut exec = execution(json!({"a": [1, 2], "b": "text"}));
     exec.inputs = json!({"upstream": {"n": 1}}).to_string();
     let report = runtime.execute(&plugin, exec).await;
-    assert_eq!(
-        output_json(&report),
-        json!({"params": {"a": [1, 2], "b": "text"}, "inputs": {"upstream": {"n": 1}}})
-    );
+    assert_eq!(output_json(&report), json!({"params": {"a": [1, 2], "b": "text"}, "inputs": {"upstream": {"n": 1}}}));
 }
 
 #[tokio::test]
@@ -90,11 +80,7 @@ async fn fail_fails_the_first_n_attempts_then_succeeds() {
     let params = json!({"attempts": 2});
     for attempt in [1, 2] {
         let report = fail_attempt(&runtime, params.clone(), attempt).await;
-        assert_fails(
-            &report,
-            FailureKind::Retryable,
-            &format!("failed on purpose (attempt {attempt})"),
-        );
+        assert_fails(&report, FailureKind::Retryable, &format!("failed on purpose (attempt {attempt})"));
     }
     let third = fail_attempt(&runtime, params, 3).await;
     assert_eq!(output_json(&third), json!({"succeeded_on_attempt": 3}));
@@ -133,11 +119,7 @@ async fn sleep_stops_early_when_cancelled() {
     cancel.cancel();
     let report = attempt.await.unwrap();
     // The plugin noticed `cancelled()` and returned by itself.
-    assert_fails(
-        &report,
-        FailureKind::Cancelled,
-        "stopped by itself: cancelled after",
-    );
+    assert_fails(&report, FailureKind::Cancelled, "stopped by itself: cancelled after");
     assert!(report.elapsed < Duration::from_secs(60));
 }
 
@@ -162,11 +144,7 @@ async fn fib_computes() {
 async fn fib_refuses_huge_n() {
     let runtime = runtime();
     let report = run(&runtime, builtins::FIB_PATH, json!({"n": 46})).await;
-    assert_fails(
-        &report,
-        FailureKind::Fatal,
-        "n = 46 is above the maximum of 45",
-    );
+    assert_fails(&report, FailureKind::Fatal, "n = 46 is above the maximum of 45");
 }
 
 // ---------------------------------------------------------------------------
@@ -191,12 +169,7 @@ async fn http_get_parses_a_json_response() {
     assert_eq!(output["status"], 200);
     assert_eq!(output["body"], json!({"hello": "world", "n": 42}));
     assert_eq!(output["headers"]["x-test"], "yes");
-    assert!(
-        output["headers"]["content-type"]
-            .as_str()
-            .unwrap()
-            .contains("application/json")
-    );
+    assert!(output["headers"]["content-type"].as_str().unwrap().contains("application/json"));
 }
 
 #[tokio::test]
@@ -224,11 +197,7 @@ async fn http_post_sends_a_json_body_and_headers() {
 #[tokio::test]
 async fn http_expect_status_accepts_a_listed_status() {
     let server = TestServer::start().await;
-    let report = http(
-        &server,
-        json!({"url": server.url("/status/404"), "expect_status": [200, 404]}),
-    )
-    .await;
+    let report = http(&server, json!({"url": server.url("/status/404"), "expect_status": [200, 404]})).await;
     let output = output_json(&report);
     assert_eq!(output["status"], 404);
     assert_eq!(output["body"], "status 404 on purpose");
@@ -251,21 +220,9 @@ async fn http_not_found_is_fatal() {
 #[tokio::test]
 async fn http_refuses_a_body_over_max_body_bytes() {
     let server = TestServer::start().await;
-    let report = http(
-        &server,
-        json!({"url": server.url("/bytes/5000"), "max_body_bytes": 1000}),
-    )
-    .await;
-    assert_fails(
-        &report,
-        FailureKind::Fatal,
-        "larger than max_body_bytes (1000)",
-    );
-    let small = http(
-        &server,
-        json!({"url": server.url("/bytes/500"), "max_body_bytes": 1000}),
-    )
-    .await;
+    let report = http(&server, json!({"url": server.url("/bytes/5000"), "max_body_bytes": 1000})).await;
+    assert_fails(&report, FailureKind::Fatal, "larger than max_body_bytes (1000)");
+    let small = http(&server, json!({"url": server.url("/bytes/500"), "max_body_bytes": 1000})).await;
     assert_eq!(output_json(&small)["body"], "z".repeat(500));
 }
 
@@ -273,11 +230,7 @@ async fn http_refuses_a_body_over_max_body_bytes() {
 async fn http_rejects_a_bad_url() {
     let server = TestServer::start().await;
     let report = http(&server, json!({"url": "ftp://127.0.0.1/file"})).await;
-    assert_fails(
-        &report,
-        FailureKind::Fatal,
-        "only http and https are supported",
-    );
+    assert_fails(&report, FailureKind::Fatal, "only http and https are supported");
     assert_eq!(server.requests(), 0);
 }
 
@@ -295,21 +248,13 @@ async fn transform(params: Value, inputs: Value) -> AttemptReport {
 #[tokio::test]
 async fn transform_reshapes_inputs() {
     let inputs = json!({"extract": {"rows": [{"price": 2}, {"price": 3.5}]}});
-    let report = transform(
-        json!({"filter": ".inputs.extract.rows | map(.price) | add"}),
-        inputs,
-    )
-    .await;
+    let report = transform(json!({"filter": ".inputs.extract.rows | map(.price) | add"}), inputs).await;
     assert_eq!(output_json(&report), json!(5.5));
 }
 
 #[tokio::test]
 async fn transform_returns_all_results_when_asked() {
-    let report = transform(
-        json!({"filter": ".vars[] * 2", "vars": [1, 2, 3], "all": true}),
-        json!({}),
-    )
-    .await;
+    let report = transform(json!({"filter": ".vars[] * 2", "vars": [1, 2, 3], "all": true}), json!({})).await;
     assert_eq!(output_json(&report), json!([2, 4, 6]));
 }
 
@@ -340,10 +285,7 @@ async fn script(source: &str, secrets: &[(&str, &str)]) -> AttemptReport {
     let mut exec = execution(json!({"script": source, "vars": {"extra": 1}}));
     exec.inputs = json!({"count": {"rows": 41}}).to_string();
     exec.context.attempt = 2;
-    let secrets: HashMap<String, String> = secrets
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
+    let secrets: HashMap<String, String> = secrets.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     exec.secrets = Some(Arc::new(secrets));
     runtime.execute(&plugin, exec).await
 }
@@ -355,32 +297,20 @@ async fn script_computes_from_inputs_vars_and_context() {
         &[],
     )
     .await;
-    assert_eq!(
-        output_json(&report),
-        json!({"total": 42, "big": true, "attempt": 2})
-    );
-    assert!(
-        log_from(&report, LogSource::Plugin).contains(&"rows: 42"),
-        "{}",
-        log_text(&report)
-    );
+    assert_eq!(output_json(&report), json!({"total": 42, "big": true, "attempt": 2}));
+    assert!(log_from(&report, LogSource::Plugin).contains(&"rows: 42"), "{}", log_text(&report));
 }
 
 #[tokio::test]
 async fn script_reads_secrets_and_the_log_never_shows_them() {
-    let report =
-        script("let t = secret(\"token\"); info(`token is ${t}`); #{ length: t.len(), missing: secret(\"nope\") }", &[(
-            "token",
-            "tok-123456789",
-        )])
-        .await;
+    let report = script(
+        "let t = secret(\"token\"); info(`token is ${t}`); #{ length: t.len(), missing: secret(\"nope\") }",
+        &[("token", "tok-123456789")],
+    )
+    .await;
     assert_eq!(output_json(&report), json!({"length": 13, "missing": null}));
     let plugin_log = log_from(&report, LogSource::Plugin);
-    assert!(
-        plugin_log.contains(&"token is [REDACTED]"),
-        "{}",
-        log_text(&report)
-    );
+    assert!(plugin_log.contains(&"token is [REDACTED]"), "{}", log_text(&report));
     assert!(!log_text(&report).contains("tok-123456789"));
 }
 
@@ -388,41 +318,26 @@ async fn script_reads_secrets_and_the_log_never_shows_them() {
 async fn script_fail_is_fatal() {
     let report = script("if inputs.count.rows < 100 { fail(\"too few rows\") }", &[]).await;
     let failure = failure(&report);
-    assert_eq!(
-        (failure.kind, failure.message.as_str()),
-        (FailureKind::Fatal, "too few rows")
-    );
+    assert_eq!((failure.kind, failure.message.as_str()), (FailureKind::Fatal, "too few rows"));
 }
 
 #[tokio::test]
 async fn script_retry_is_retryable() {
     let report = script("retry(\"not ready yet\")", &[]).await;
     let failure = failure(&report);
-    assert_eq!(
-        (failure.kind, failure.message.as_str()),
-        (FailureKind::Retryable, "not ready yet")
-    );
+    assert_eq!((failure.kind, failure.message.as_str()), (FailureKind::Retryable, "not ready yet"));
 }
 
 #[tokio::test]
 async fn script_syntax_error_says_where() {
     let report = script("let x = ;", &[]).await;
     assert_fails(&report, FailureKind::Fatal, "the script does not parse");
-    assert!(
-        failure(&report).message.contains("line 1"),
-        "{}",
-        failure(&report)
-    );
+    assert!(failure(&report).message.contains("line 1"), "{}", failure(&report));
 }
 
 #[tokio::test]
 async fn script_runaway_hits_max_operations() {
     let runtime = runtime();
-    let report = run(
-        &runtime,
-        builtins::SCRIPT_PATH,
-        json!({"script": "loop {}", "max_operations": 10000}),
-    )
-    .await;
+    let report = run(&runtime, builtins::SCRIPT_PATH, json!({"script": "loop {}", "max_operations": 10000})).await;
     assert_fails(&report, FailureKind::Fatal, "max_operations");
 }

@@ -14,8 +14,8 @@ use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
 use crate::support::{
-    TestServer, assert_echo_works, execution, failure, load, log_from, log_text, output_json, run,
-    runtime, runtime_with, serial,
+    TestServer, assert_echo_works, execution, failure, load, log_from, log_text, output_json, run, runtime,
+    runtime_with, serial,
 };
 
 // ---------------------------------------------------------------------------
@@ -33,10 +33,7 @@ fn random_bytes_are_not_wasm() {
     let error = load_error(b"#!/bin/sh\necho this is not WebAssembly\n");
     assert!(matches!(error, Error::NotWasm(_)), "{error:?}");
     let text = error.to_string();
-    assert!(
-        text.contains("not a WebAssembly file") && text.contains("magic bytes"),
-        "{text}"
-    );
+    assert!(text.contains("not a WebAssembly file") && text.contains("magic bytes"), "{text}");
 }
 
 #[test]
@@ -44,14 +41,8 @@ fn core_module_is_not_a_component() {
     let error = load_error(b"\0asm\x01\0\0\0");
     assert!(matches!(error, Error::CoreModule), "{error:?}");
     let text = error.to_string();
-    assert!(
-        text.contains("core WebAssembly module, not a component"),
-        "{text}"
-    );
-    assert!(
-        text.contains("wasm32-wasip2"),
-        "the message should say how to build a component: {text}"
-    );
+    assert!(text.contains("core WebAssembly module, not a component"), "{text}");
+    assert!(text.contains("wasm32-wasip2"), "the message should say how to build a component: {text}");
 }
 
 #[test]
@@ -60,14 +51,8 @@ fn component_of_another_world_is_rejected() {
     let error = load_error(&bytes);
     assert!(matches!(error, Error::WrongWorld(_)), "{error:?}");
     let text = error.to_string();
-    assert!(
-        text.contains("does not implement the dagr:plugin@0.1.0 world"),
-        "{text}"
-    );
-    assert!(
-        text.contains("dagr:plugin/task"),
-        "the message should name the missing export: {text}"
-    );
+    assert!(text.contains("does not implement the dagr:plugin@0.1.0 world"), "{text}");
+    assert!(text.contains("dagr:plugin/task"), "the message should name the missing export: {text}");
 }
 
 #[test]
@@ -76,10 +61,7 @@ fn component_with_an_unknown_import_is_rejected() {
     let error = load_error(&bytes);
     assert!(matches!(error, Error::WrongWorld(_)), "{error:?}");
     let text = error.to_string();
-    assert!(
-        text.contains("test:alien/clock"),
-        "the message should name the unknown import: {text}"
-    );
+    assert!(text.contains("test:alien/clock"), "the message should name the unknown import: {text}");
     assert!(text.contains("which dagr does not provide"), "{text}");
 }
 
@@ -97,17 +79,12 @@ async fn second_runtime_loads_compiled_code_from_the_cache() {
     let bytes = std::fs::read(builtins::ECHO_PATH).unwrap();
 
     let first = runtime_with_cache(cache.path());
-    assert_eq!(
-        first.load(&bytes).unwrap().code_source(),
-        CodeSource::Compiled
-    );
+    assert_eq!(first.load(&bytes).unwrap().code_source(), CodeSource::Compiled);
 
     let second = runtime_with_cache(cache.path());
     let plugin = second.load(&bytes).unwrap();
     assert_eq!(plugin.code_source(), CodeSource::Cached);
-    let report = second
-        .execute(&plugin, execution(json!({"cached": true})))
-        .await;
+    let report = second.execute(&plugin, execution(json!({"cached": true}))).await;
     assert_eq!(output_json(&report)["params"], json!({"cached": true}));
 }
 
@@ -116,24 +93,14 @@ async fn tampered_cache_artifact_is_recompiled_not_loaded() {
     let _serial = serial().await; // compiles twice
     let cache = tempfile::tempdir().unwrap();
     let bytes = std::fs::read(builtins::ECHO_PATH).unwrap();
-    assert_eq!(
-        runtime_with_cache(cache.path())
-            .load(&bytes)
-            .unwrap()
-            .code_source(),
-        CodeSource::Compiled
-    );
+    assert_eq!(runtime_with_cache(cache.path()).load(&bytes).unwrap().code_source(), CodeSource::Compiled);
 
     let artifacts: Vec<_> = std::fs::read_dir(cache.path())
         .unwrap()
         .map(|entry| entry.unwrap().path())
         .filter(|path| path.extension().is_some_and(|ext| ext == "cwasm"))
         .collect();
-    assert_eq!(
-        artifacts.len(),
-        1,
-        "one artifact per component: {artifacts:?}"
-    );
+    assert_eq!(artifacts.len(), 1, "one artifact per component: {artifacts:?}");
     let mut artifact = std::fs::read(&artifacts[0]).unwrap();
     let middle = artifact.len() / 2;
     artifact[middle] ^= 0x40;
@@ -141,27 +108,12 @@ async fn tampered_cache_artifact_is_recompiled_not_loaded() {
 
     let runtime = runtime_with_cache(cache.path());
     let plugin = runtime.load(&bytes).unwrap();
-    assert_eq!(
-        plugin.code_source(),
-        CodeSource::Compiled,
-        "a tampered artifact must not be loaded"
-    );
-    let report = runtime
-        .execute(&plugin, execution(json!({"after": "tampering"})))
-        .await;
-    assert_eq!(
-        output_json(&report)["params"],
-        json!({"after": "tampering"})
-    );
+    assert_eq!(plugin.code_source(), CodeSource::Compiled, "a tampered artifact must not be loaded");
+    let report = runtime.execute(&plugin, execution(json!({"after": "tampering"}))).await;
+    assert_eq!(output_json(&report)["params"], json!({"after": "tampering"}));
 
     // The recompiled artifact replaced the tampered one.
-    assert_eq!(
-        runtime_with_cache(cache.path())
-            .load(&bytes)
-            .unwrap()
-            .code_source(),
-        CodeSource::Cached
-    );
+    assert_eq!(runtime_with_cache(cache.path()).load(&bytes).unwrap().code_source(), CodeSource::Cached);
 }
 
 // ---------------------------------------------------------------------------
@@ -183,10 +135,7 @@ async fn infinite_loop_is_stopped_by_the_deadline() {
     let failure = failure(&report);
     assert_eq!(failure.kind, FailureKind::Timeout, "{failure}");
     assert!(failure.message.contains("deadline"), "{failure}");
-    assert!(
-        took < 2 * deadline,
-        "stopped after {took:?}, more than twice the deadline of {deadline:?}"
-    );
+    assert!(took < 2 * deadline, "stopped after {took:?}, more than twice the deadline of {deadline:?}");
     assert_echo_works(&runtime).await;
 }
 
@@ -199,17 +148,9 @@ async fn memory_bomb_hits_the_memory_cap() {
     let report = runtime.execute(&plugin, exec).await;
 
     let failure = failure(&report);
-    assert_eq!(
-        failure.kind,
-        FailureKind::MemoryLimit,
-        "{failure}\n{}",
-        log_text(&report)
-    );
+    assert_eq!(failure.kind, FailureKind::MemoryLimit, "{failure}\n{}", log_text(&report));
     assert!(failure.message.contains("memory"), "{failure}");
-    assert!(
-        failure.message.contains(&(32u64 << 20).to_string()),
-        "the message should give the cap: {failure}"
-    );
+    assert!(failure.message.contains(&(32u64 << 20).to_string()), "the message should give the cap: {failure}");
     assert_echo_works(&runtime).await;
 }
 
@@ -238,33 +179,16 @@ async fn files_outside_the_scratch_directory_cannot_be_read() {
 
     // The plugin's own file works, and it landed in the directory we gave.
     assert_eq!(output["own"], "mine");
-    assert_eq!(
-        std::fs::read_to_string(scratch.path().join("own-file.txt")).unwrap(),
-        "mine"
-    );
+    assert_eq!(std::fs::read_to_string(scratch.path().join("own-file.txt")).unwrap(), "mine");
     let attempts = output["attempts"].as_array().unwrap();
     assert_eq!(attempts.len(), outside.len());
     for (attempt, path) in attempts.iter().zip(outside) {
         assert_eq!(attempt["path"], path);
-        assert_eq!(
-            attempt["read"], false,
-            "{path} must not be readable: {attempt}"
-        );
+        assert_eq!(attempt["read"], false, "{path} must not be readable: {attempt}");
     }
-    assert!(
-        !output.to_string().contains("root:"),
-        "something of /etc/passwd leaked: {output}"
-    );
-    let root: Vec<&str> = output["root_listing"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
-    assert!(
-        !root.contains(&"etc"),
-        "the guest can list the host's root directory: {root:?}"
-    );
+    assert!(!output.to_string().contains("root:"), "something of /etc/passwd leaked: {output}");
+    let root: Vec<&str> = output["root_listing"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    assert!(!root.contains(&"etc"), "the guest can list the host's root directory: {root:?}");
     assert_echo_works(&runtime).await;
 }
 
@@ -281,11 +205,7 @@ async fn guest_sees_no_environment_variables_and_no_arguments() {
 }
 
 /// Runs the `http` plugin against `url` under `policy`.
-async fn http_attempt(
-    runtime: &Runtime,
-    url: &str,
-    policy: NetworkPolicy,
-) -> dagr_runtime::AttemptReport {
+async fn http_attempt(runtime: &Runtime, url: &str, policy: NetworkPolicy) -> dagr_runtime::AttemptReport {
     let plugin = load(runtime, builtins::HTTP_PATH);
     let mut exec = execution(json!({"url": url, "timeout_ms": 5000}));
     exec.network = policy;
@@ -296,22 +216,12 @@ async fn http_attempt(
 fn denied_reason(report: &dagr_runtime::AttemptReport) -> String {
     let failure = failure(report);
     assert_eq!(failure.kind, FailureKind::Fatal, "{failure}");
-    assert!(
-        failure
-            .message
-            .contains("denied by this task's network policy"),
-        "{failure}"
-    );
+    assert!(failure.message.contains("denied by this task's network policy"), "{failure}");
     let dagr = log_from(report, LogSource::Dagr);
     dagr.iter()
         .find(|line| line.contains("outgoing HTTP request to") && line.contains("denied"))
         .map(|line| line.to_string())
-        .unwrap_or_else(|| {
-            panic!(
-                "dagr did not log why the request was denied:\n{}",
-                log_text(report)
-            )
-        })
+        .unwrap_or_else(|| panic!("dagr did not log why the request was denied:\n{}", log_text(report)))
 }
 
 #[tokio::test]
@@ -321,10 +231,7 @@ async fn http_to_a_host_not_on_the_allowlist_is_denied() {
     let policy = NetworkPolicy::allow([server.host()]).unwrap();
     let report = http_attempt(&runtime, "http://example.org/", policy).await;
     let reason = denied_reason(&report);
-    assert!(
-        reason.contains("example.org:80 is not on this task's allowlist"),
-        "{reason}"
-    );
+    assert!(reason.contains("example.org:80 is not on this task's allowlist"), "{reason}");
     assert_echo_works(&runtime).await;
 }
 
@@ -377,11 +284,7 @@ async fn gigantic_output_is_refused() {
     let failure = failure(&report);
     assert_eq!(failure.kind, FailureKind::OutputTooLarge, "{failure}");
     // The output is a JSON string: the bytes plus two quotes.
-    let expected = format!(
-        "output of {} bytes exceeds the limit of {} bytes",
-        (4 << 20) + 2,
-        64 << 10
-    );
+    let expected = format!("output of {} bytes exceeds the limit of {} bytes", (4 << 20) + 2, 64 << 10);
     assert_eq!(failure.message, expected);
     assert_echo_works(&runtime).await;
 }
@@ -399,19 +302,13 @@ async fn gigantic_log_is_truncated_and_the_attempt_succeeds() {
     assert!(report.log_truncated);
     let marker = format!("log limit of {cap} bytes reached");
     assert!(
-        report
-            .log
-            .iter()
-            .any(|line| line.source == LogSource::Dagr && line.message.contains(&marker)),
+        report.log.iter().any(|line| line.source == LogSource::Dagr && line.message.contains(&marker)),
         "no log-limit marker in:\n{}",
         log_text(&report)
     );
     // All three channels were written to before the cap was reached.
     for source in [LogSource::Plugin, LogSource::Stdout, LogSource::Stderr] {
-        assert!(
-            !log_from(&report, source).is_empty(),
-            "nothing from {source:?}"
-        );
+        assert!(!log_from(&report, source).is_empty(), "nothing from {source:?}");
     }
     let total: usize = report.log.iter().map(|line| line.message.len() + 1).sum();
     assert!(total <= cap + 512, "the log holds {total} bytes, cap {cap}");
@@ -431,32 +328,20 @@ async fn panic_case(mode: &str) -> dagr_runtime::AttemptReport {
 async fn panic_is_a_trap_and_its_message_is_logged() {
     let report = panic_case("panic").await;
     let stderr = log_from(&report, LogSource::Stderr).join("\n");
-    assert!(
-        stderr.contains("the plugin panicked on purpose"),
-        "log:\n{}",
-        log_text(&report)
-    );
+    assert!(stderr.contains("the plugin panicked on purpose"), "log:\n{}", log_text(&report));
 }
 
 #[tokio::test]
 async fn unreachable_is_a_trap() {
     let report = panic_case("unreachable").await;
-    assert!(
-        failure(&report).message.contains("unreachable"),
-        "{}",
-        failure(&report)
-    );
+    assert!(failure(&report).message.contains("unreachable"), "{}", failure(&report));
 }
 
 #[tokio::test]
 async fn out_of_bounds_access_is_a_trap() {
     let report = panic_case("oob").await;
     let stderr = log_from(&report, LogSource::Stderr).join("\n");
-    assert!(
-        stderr.contains("index out of bounds"),
-        "log:\n{}",
-        log_text(&report)
-    );
+    assert!(stderr.contains("index out of bounds"), "log:\n{}", log_text(&report));
 }
 
 // ---------------------------------------------------------------------------
@@ -468,10 +353,7 @@ async fn secrets_are_redacted_from_log_and_output() {
     let runtime = runtime();
     let plugin = load(&runtime, builtins::PROBE_PATH);
     let mut exec = execution(json!({"secret": "api_token"}));
-    exec.secrets = Some(Arc::new(HashMap::from([(
-        "api_token".to_string(),
-        SECRET.to_string(),
-    )])));
+    exec.secrets = Some(Arc::new(HashMap::from([("api_token".to_string(), SECRET.to_string())])));
     let report = runtime.execute(&plugin, exec).await;
 
     let output = output_json(&report);
@@ -479,21 +361,12 @@ async fn secrets_are_redacted_from_log_and_output() {
     assert_eq!(output["secret"], "[REDACTED]");
     assert!(!report.result.as_ref().unwrap().contains(SECRET));
     for line in &report.log {
-        assert!(
-            !line.message.contains(SECRET),
-            "the secret leaked into the log: {line:?}"
-        );
+        assert!(!line.message.contains(SECRET), "the secret leaked into the log: {line:?}");
     }
     let plugin_log = log_from(&report, LogSource::Plugin).join("\n");
-    assert!(
-        plugin_log.contains("the secret api_token is Some(\"[REDACTED]\")"),
-        "{plugin_log}"
-    );
+    assert!(plugin_log.contains("the secret api_token is Some(\"[REDACTED]\")"), "{plugin_log}");
     let stdout = log_from(&report, LogSource::Stdout).join("\n");
-    assert!(
-        stdout.contains("stdout also says: Some(\"[REDACTED]\")"),
-        "{stdout}"
-    );
+    assert!(stdout.contains("stdout also says: Some(\"[REDACTED]\")"), "{stdout}");
 }
 
 // ---------------------------------------------------------------------------
@@ -507,11 +380,7 @@ async fn a_thousand_concurrent_sleeps_all_succeed() {
     let mut attempts = JoinSet::new();
     for _ in 0..1000 {
         let (runtime, plugin) = (runtime.clone(), plugin.clone());
-        attempts.spawn(async move {
-            runtime
-                .execute(&plugin, execution(json!({"ms": 200})))
-                .await
-        });
+        attempts.spawn(async move { runtime.execute(&plugin, execution(json!({"ms": 200}))).await });
     }
     let mut succeeded = 0;
     while let Some(report) = attempts.join_next().await {
@@ -560,16 +429,8 @@ async fn spinning_guests_time_out_and_do_not_starve_a_sleeping_one() {
     let mut timed_out = 0;
     while let Some(spinner) = spinners.join_next().await {
         let (report, done) = spinner.unwrap();
-        assert_eq!(
-            failure(&report).kind,
-            FailureKind::Timeout,
-            "{}",
-            failure(&report)
-        );
-        assert!(
-            done < 2 * deadline,
-            "a spinner was stopped after {done:?}, deadline {deadline:?}"
-        );
+        assert_eq!(failure(&report).kind, FailureKind::Timeout, "{}", failure(&report));
+        assert!(done < 2 * deadline, "a spinner was stopped after {done:?}, deadline {deadline:?}");
         timed_out += 1;
     }
     assert_eq!(timed_out, 100);
@@ -597,10 +458,7 @@ async fn cancelling_a_spinning_guest_stops_it() {
     let report = attempt.await.unwrap();
     let failure = failure(&report);
     assert_eq!(failure.kind, FailureKind::Cancelled, "{failure}");
-    assert!(
-        failure.message.contains("did not return by itself"),
-        "{failure}"
-    );
+    assert!(failure.message.contains("did not return by itself"), "{failure}");
     assert_echo_works(&runtime).await;
 }
 

@@ -16,9 +16,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use dagr_runtime::{
-    AttemptContext, AttemptReport, Execution, Failure, LogSource, Plugin, Runtime, RuntimeConfig,
-};
+use dagr_runtime::{AttemptContext, AttemptReport, Execution, Failure, LogSource, Plugin, Runtime, RuntimeConfig};
 use serde_json::{Value, json};
 
 /// Where every test runtime caches compiled code. It lives in cargo's
@@ -60,9 +58,7 @@ pub fn runtime_with(adjust: impl FnOnce(&mut RuntimeConfig)) -> Runtime {
 /// Loads the component at `path` (one of `dagr_builtins::*_PATH`).
 pub fn load(runtime: &Runtime, path: &str) -> Plugin {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("cannot read {path}: {e}"));
-    runtime
-        .load(&bytes)
-        .unwrap_or_else(|e| panic!("cannot load {path}: {e}"))
+    runtime.load(&bytes).unwrap_or_else(|e| panic!("cannot load {path}: {e}"))
 }
 
 /// An execution of an ad-hoc task with these params and default limits.
@@ -80,8 +76,7 @@ pub async fn run(runtime: &Runtime, path: &str, params: Value) -> AttemptReport 
 /// the attempt failed.
 pub fn output_json(report: &AttemptReport) -> Value {
     match &report.result {
-        Ok(text) => serde_json::from_str(text)
-            .unwrap_or_else(|e| panic!("output is not JSON ({e}): {text}")),
+        Ok(text) => serde_json::from_str(text).unwrap_or_else(|e| panic!("output is not JSON ({e}): {text}")),
         Err(failure) => panic!("the attempt failed: {failure}\nlog:\n{}", log_text(report)),
     }
 }
@@ -101,37 +96,21 @@ pub fn log_text(report: &AttemptReport) -> String {
     report
         .log
         .iter()
-        .map(|line| {
-            format!(
-                "{:?} {}: {}",
-                line.source,
-                line.level.as_str(),
-                line.message
-            )
-        })
+        .map(|line| format!("{:?} {}: {}", line.source, line.level.as_str(), line.message))
         .collect::<Vec<_>>()
         .join("\n")
 }
 
 /// The messages of the log lines from `source`.
 pub fn log_from(report: &AttemptReport, source: LogSource) -> Vec<&str> {
-    report
-        .log
-        .iter()
-        .filter(|line| line.source == source)
-        .map(|line| line.message.as_str())
-        .collect()
+    report.log.iter().filter(|line| line.source == source).map(|line| line.message.as_str()).collect()
 }
 
 /// Runs `echo` on `runtime` and checks its output: after a hostile guest,
 /// the same runtime must still work.
 pub async fn assert_echo_works(runtime: &Runtime) {
     let report = run(runtime, dagr_builtins::ECHO_PATH, json!({"still": "alive"})).await;
-    assert_eq!(
-        output_json(&report),
-        json!({"params": {"still": "alive"}, "inputs": {}}),
-        "echo after a hostile case"
-    );
+    assert_eq!(output_json(&report), json!({"params": {"still": "alive"}, "inputs": {}}), "echo after a hostile case");
 }
 
 /// Held by tests that measure time or keep every core busy, so that two of
@@ -150,10 +129,7 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The workspace root (the directory of the root `Cargo.toml`).
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from(".."))
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(".."))
 }
 
 /// The `dagr` executable that belongs to this build of the tests.
@@ -166,18 +142,14 @@ pub fn workspace_root() -> PathBuf {
 pub fn dagr_binary() -> &'static Path {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
     BINARY.get_or_init(|| {
-        let exe = std::env::current_exe()
-            .unwrap_or_else(|e| panic!("cannot find the test executable: {e}"));
+        let exe = std::env::current_exe().unwrap_or_else(|e| panic!("cannot find the test executable: {e}"));
         // target/<profile>/deps/all-<hash>
         let profile_dir = exe
             .parent()
             .and_then(Path::parent)
             .unwrap_or_else(|| panic!("unexpected test executable location {}", exe.display()));
         let target_dir = profile_dir.parent().unwrap_or(profile_dir);
-        let profile = profile_dir
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or("debug");
+        let profile = profile_dir.file_name().and_then(|n| n.to_str()).unwrap_or("debug");
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut build = std::process::Command::new(cargo);
         build
@@ -197,20 +169,10 @@ pub fn dagr_binary() -> &'static Path {
                 build.args(["--profile", other]);
             }
         }
-        let built = build
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run cargo to build dagr: {e}"));
-        assert!(
-            built.status.success(),
-            "cargo build -p dagr failed:\n{}",
-            String::from_utf8_lossy(&built.stderr)
-        );
+        let built = build.output().unwrap_or_else(|e| panic!("cannot run cargo to build dagr: {e}"));
+        assert!(built.status.success(), "cargo build -p dagr failed:\n{}", String::from_utf8_lossy(&built.stderr));
         let binary = profile_dir.join("dagr");
-        assert!(
-            binary.exists(),
-            "cargo built dagr, but {} does not exist",
-            binary.display()
-        );
+        assert!(binary.exists(), "cargo built dagr, but {} does not exist", binary.display());
         binary
     })
 }
@@ -242,33 +204,15 @@ impl TestServer {
         let requests = Arc::new(AtomicUsize::new(0));
         let counter = requests.clone();
         let app = axum::Router::new()
-            .route(
-                "/json",
-                get(|| async {
-                    (
-                        [("x-test", "yes")],
-                        axum::Json(json!({"hello": "world", "n": 42})),
-                    )
-                }),
-            )
+            .route("/json", get(|| async { ([("x-test", "yes")], axum::Json(json!({"hello": "world", "n": 42}))) }))
             .route(
                 "/echo",
                 post(|headers: HeaderMap, body: axum::body::Bytes| async move {
-                    let header = |name: &str| {
-                        headers
-                            .get(name)
-                            .and_then(|v| v.to_str().ok())
-                            .map(str::to_owned)
-                    };
+                    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
                     let custom: serde_json::Map<String, Value> = headers
                         .iter()
                         .filter(|(name, _)| name.as_str().starts_with("x-"))
-                        .map(|(name, value)| {
-                            (
-                                name.to_string(),
-                                json!(value.to_str().unwrap_or("<binary>")),
-                            )
-                        })
+                        .map(|(name, value)| (name.to_string(), json!(value.to_str().unwrap_or("<binary>"))))
                         .collect();
                     let body: Value = serde_json::from_slice(&body)
                         .unwrap_or_else(|_| json!(String::from_utf8_lossy(&body).into_owned()));
@@ -287,10 +231,7 @@ impl TestServer {
                     (status, format!("status {code} on purpose")).into_response()
                 }),
             )
-            .route(
-                "/bytes/{n}",
-                get(|UrlPath(n): UrlPath<usize>| async move { "z".repeat(n) }),
-            )
+            .route("/bytes/{n}", get(|UrlPath(n): UrlPath<usize>| async move { "z".repeat(n) }))
             .layer(axum::middleware::from_fn_with_state(
                 counter,
                 |State(counter): State<Arc<AtomicUsize>>,
@@ -303,18 +244,11 @@ impl TestServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .unwrap_or_else(|e| panic!("cannot bind a test server: {e}"));
-        let port = listener
-            .local_addr()
-            .map(|a| a.port())
-            .unwrap_or_else(|e| panic!("no local address: {e}"));
+        let port = listener.local_addr().map(|a| a.port()).unwrap_or_else(|e| panic!("no local address: {e}"));
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        TestServer {
-            port,
-            requests,
-            task,
-        }
+        TestServer { port, requests, task }
     }
 
     /// `http://127.0.0.1:<port><path>`.
