@@ -193,6 +193,27 @@ async fn files_outside_the_scratch_directory_cannot_be_read() {
 }
 
 #[tokio::test]
+async fn files_written_by_one_attempt_are_gone_in_the_next() {
+    let runtime = runtime();
+    let plugin = load(&runtime, builtins::PROBE_PATH);
+    let wrote = runtime
+        .execute(
+            &plugin,
+            execution(json!({"write": {"name": "note.txt", "content": "from attempt 1"}, "read": "note.txt"})),
+        )
+        .await;
+    assert_eq!(output_json(&wrote)["read"], "from attempt 1");
+    // Several attempts, so that any scratch directory the runtime keeps
+    // for reuse comes around again.
+    for _ in 0..3 {
+        let report = runtime.execute(&plugin, execution(json!({"read": "note.txt"}))).await;
+        let read = &output_json(&report)["read"];
+        assert!(read["error"].is_string(), "the next attempt could read the file: {read}");
+    }
+    assert_echo_works(&runtime).await;
+}
+
+#[tokio::test]
 async fn guest_sees_no_environment_variables_and_no_arguments() {
     // There is something to leak: cargo runs tests with a full environment.
     assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some() || std::env::var_os("PATH").is_some());

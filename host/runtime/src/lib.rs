@@ -41,6 +41,7 @@ mod limits;
 mod log;
 mod network;
 mod sandbox;
+mod scratch;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -67,6 +68,7 @@ use crate::cache::CodeCache;
 use crate::limits::{AttemptLimiter, MemoryLimitExceeded};
 use crate::log::{AttemptLog, CapturedOutput};
 use crate::sandbox::{HostState, HttpPolicyHooks, StoreState};
+use crate::scratch::ScratchDirs;
 
 /// Errors from building a runtime or loading a plugin.
 #[derive(Debug, thiserror::Error)]
@@ -198,7 +200,8 @@ pub struct Execution {
     pub network: NetworkPolicy,
     pub secrets: Option<Arc<dyn SecretSource>>,
     /// The directory the guest sees as `/scratch` (and `.`). `None` gives the
-    /// attempt a fresh empty directory that is removed afterwards.
+    /// attempt an empty directory of the runtime's: it is removed afterwards,
+    /// or, if the attempt left it empty, kept for a later attempt.
     pub scratch_dir: Option<PathBuf>,
     /// Cancelling it stops the attempt, which then fails with
     /// [`FailureKind::Cancelled`]. The task first sees `cancelled()` turn
@@ -381,6 +384,7 @@ struct RuntimeInner {
     engine: Engine,
     linker: Linker<StoreState>,
     cache: Option<CodeCache>,
+    scratch: ScratchDirs,
     slots: Arc<Semaphore>,
     guests: Option<tokio::runtime::Runtime>,
     stop_ticker: Arc<AtomicBool>,
@@ -473,6 +477,7 @@ impl Runtime {
                 engine,
                 linker,
                 cache,
+                scratch: ScratchDirs::new(config.scratch_root.clone()),
                 slots: Arc::new(Semaphore::new(config.max_concurrent_attempts as usize)),
                 guests: Some(guests),
                 stop_ticker,
@@ -647,7 +652,7 @@ impl Runtime {
         let Execution { context, params, inputs, limits, network, secrets, scratch_dir, cancel, observer } = exec;
         let log = AttemptLog::new(limits.max_log_bytes, observer.clone());
 
-        let scratch = match Scratch::prepare(scratch_dir, &self.inner.config.scratch_root) {
+        let scratch = match self.inner.scratch.take(scratch_dir) {
             Ok(scratch) => scratch,
             Err(message) => {
                 return finish(&log, Err(Failure::new(FailureKind::Internal, message)), started, None, None);
@@ -695,6 +700,8 @@ impl Runtime {
                 }
             }
         };
+        // Whether the guest's `run` returned, rather than being stopped.
+        let returned = outcome.is_ok();
         let mut result = match outcome {
             Ok(Ok(output)) => check_output(&log, output, &limits),
             Ok(Err(bindings::TaskError::Retryable(m))) => {
@@ -711,7 +718,7 @@ impl Runtime {
             _ => None,
         };
         drop(store);
-        drop(scratch);
+        self.inner.scratch.give_back(scratch, returned);
         let progress = progress.lock().unwrap_or_else(|e| e.into_inner()).take();
         finish(&log, result, started, progress, fuel_consumed)
     }
@@ -722,42 +729,6 @@ struct AbortOnDrop(tokio::task::AbortHandle);
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
-    }
-}
-
-/// The scratch directory of one attempt.
-enum Scratch {
-    /// Created for this attempt, removed when dropped.
-    Ephemeral(tempfile::TempDir),
-    /// Brought by the caller, who owns its lifetime.
-    Given(PathBuf),
-}
-
-impl Scratch {
-    fn prepare(given: Option<PathBuf>, root: &Path) -> std::result::Result<Scratch, String> {
-        match given {
-            Some(dir) => {
-                std::fs::create_dir_all(&dir)
-                    .map_err(|e| format!("cannot create the scratch directory {}: {e}", dir.display()))?;
-                Ok(Scratch::Given(dir))
-            }
-            None => {
-                std::fs::create_dir_all(root)
-                    .map_err(|e| format!("cannot create the scratch root {}: {e}", root.display()))?;
-                let dir = tempfile::Builder::new()
-                    .prefix("attempt-")
-                    .tempdir_in(root)
-                    .map_err(|e| format!("cannot create a scratch directory in {}: {e}", root.display()))?;
-                Ok(Scratch::Ephemeral(dir))
-            }
-        }
-    }
-
-    fn path(&self) -> &Path {
-        match self {
-            Scratch::Ephemeral(dir) => dir.path(),
-            Scratch::Given(dir) => dir,
-        }
     }
 }
 

@@ -1,0 +1,152 @@
+//! Per-attempt scratch directories.
+//!
+//! Every attempt sees a directory that is empty when it starts. Creating one
+//! and removing it costs two filesystem metadata operations per attempt,
+//! which on some disks (ext4 with online discard) take hundreds of
+//! microseconds, more than the rest of the attempt. Most tasks never touch
+//! their scratch directory, so a directory that is still empty when its
+//! attempt ends is kept and handed to a later attempt instead.
+//!
+//! A directory is reused only if
+//! - the attempt's `run` returned (output or task error): a guest stopped in
+//!   the middle of a host call may have a filesystem operation still queued
+//!   on a blocking thread, which could add an entry after the check below;
+//! - listing it shows no entry at all: nothing the previous attempt wrote
+//!   survives (the guest cannot change the directory's permissions; its
+//!   timestamps may differ from a new directory's, like any file's do).
+//!
+//! Anything else is removed before the attempt reports.
+//! Directories a caller brings ([`crate::Execution::scratch_dir`]) are the
+//! caller's and never reused or removed.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use tempfile::TempDir;
+
+/// Empty directories kept for later attempts, beyond which they are removed.
+const MAX_IDLE: usize = 32;
+
+/// Hands out scratch directories under one root.
+pub(crate) struct ScratchDirs {
+    root: PathBuf,
+    idle: Mutex<Vec<TempDir>>,
+}
+
+/// The scratch directory of one attempt.
+pub(crate) enum Scratch {
+    /// The runtime's: empty at the start, reused or removed at the end.
+    Owned(TempDir),
+    /// Brought by the caller, who owns its lifetime.
+    Given(PathBuf),
+}
+
+impl Scratch {
+    pub(crate) fn path(&self) -> &Path {
+        match self {
+            Scratch::Owned(dir) => dir.path(),
+            Scratch::Given(dir) => dir,
+        }
+    }
+}
+
+impl ScratchDirs {
+    pub(crate) fn new(root: PathBuf) -> Self {
+        ScratchDirs { root, idle: Mutex::new(Vec::new()) }
+    }
+
+    /// The scratch directory for an attempt: the caller's, created if
+    /// missing, or an empty one of ours.
+    pub(crate) fn take(&self, given: Option<PathBuf>) -> Result<Scratch, String> {
+        if let Some(dir) = given {
+            if !dir.is_dir() {
+                std::fs::create_dir_all(&dir)
+                    .map_err(|e| format!("cannot create the scratch directory {}: {e}", dir.display()))?;
+            }
+            return Ok(Scratch::Given(dir));
+        }
+        if let Some(dir) = self.lock().pop() {
+            return Ok(Scratch::Owned(dir));
+        }
+        let create = || tempfile::Builder::new().prefix("attempt-").tempdir_in(&self.root);
+        let dir = match create() {
+            Ok(dir) => dir,
+            Err(_) => {
+                // Most likely the root does not exist (yet, or any more).
+                std::fs::create_dir_all(&self.root)
+                    .map_err(|e| format!("cannot create the scratch root {}: {e}", self.root.display()))?;
+                create().map_err(|e| format!("cannot create a scratch directory in {}: {e}", self.root.display()))?
+            }
+        };
+        Ok(Scratch::Owned(dir))
+    }
+
+    /// Takes back an attempt's directory once nothing uses it any more.
+    /// `returned` says whether the guest's `run` returned (see the module
+    /// docs); if not, or if the directory is not empty, it is removed.
+    pub(crate) fn give_back(&self, scratch: Scratch, returned: bool) {
+        let Scratch::Owned(dir) = scratch else { return };
+        if returned && is_empty(dir.path()) {
+            let mut idle = self.lock();
+            if idle.len() < MAX_IDLE {
+                idle.push(dir);
+                return;
+            }
+        }
+        // Dropping a `TempDir` removes it with everything inside; a failure
+        // leaves a directory behind, which costs disk space, not safety.
+        drop(dir);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<TempDir>> {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn is_empty(dir: &Path) -> bool {
+    match std::fs::read_dir(dir) {
+        Ok(mut entries) => entries.next().is_none(),
+        Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_directories_are_reused_others_removed() {
+        let root = tempfile::tempdir().unwrap();
+        let dirs = ScratchDirs::new(root.path().join("scratch"));
+
+        let first = dirs.take(None).unwrap();
+        let first_path = first.path().to_path_buf();
+        dirs.give_back(first, true);
+        let second = dirs.take(None).unwrap();
+        assert_eq!(second.path(), first_path, "an untouched directory is reused");
+
+        std::fs::write(second.path().join("left-over"), b"x").unwrap();
+        dirs.give_back(second, true);
+        assert!(!first_path.exists(), "a directory with something in it is removed");
+        let third = dirs.take(None).unwrap();
+        assert_ne!(third.path(), first_path);
+        assert_eq!(std::fs::read_dir(third.path()).unwrap().count(), 0);
+
+        let third_path = third.path().to_path_buf();
+        dirs.give_back(third, false);
+        assert!(!third_path.exists(), "an interrupted attempt's directory is removed");
+    }
+
+    #[test]
+    fn given_directories_are_left_alone() {
+        let root = tempfile::tempdir().unwrap();
+        let dirs = ScratchDirs::new(root.path().join("scratch"));
+        let given = root.path().join("mine/nested");
+        let scratch = dirs.take(Some(given.clone())).unwrap();
+        assert!(given.is_dir());
+        std::fs::write(given.join("keep"), b"x").unwrap();
+        dirs.give_back(scratch, true);
+        assert!(given.join("keep").exists());
+        assert!(dirs.lock().is_empty());
+    }
+}
