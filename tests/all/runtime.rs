@@ -430,6 +430,10 @@ async fn spinning_guests_time_out_and_do_not_starve_a_sleeping_one() {
             (report, start.elapsed())
         })
     };
+    // The sleeper goes first into the runtime, then the spinners.
+    while runtime.busy_slots() == 0 {
+        tokio::task::yield_now().await;
+    }
     let mut spinners = JoinSet::new();
     for _ in 0..100 {
         let (runtime, iloop) = (runtime.clone(), iloop.clone());

@@ -451,6 +451,11 @@ impl Runtime {
         let guests = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(config.guest_threads.max(1))
             .thread_name("dagr-guest")
+            // Poll timers and sockets every few guest polls, not every 61
+            // (tokio's default): a guest poll can last a whole epoch tick, so
+            // among spinning guests a sleeping or waiting one would otherwise
+            // notice its wake-up tens of milliseconds late.
+            .event_interval(4)
             .enable_all()
             .on_thread_start(move || lower_thread_priority(nice))
             .build()
@@ -599,19 +604,40 @@ impl Runtime {
     }
 
     /// Makes the guest stop at the deadline, or [`CANCEL_GRACE`] after it
-    /// was cancelled, and yield to other guests on every tick in between.
+    /// was cancelled, and yield to other guests after every tick it runs.
+    ///
+    /// The epoch deadline is only renewed here, so a guest that comes back
+    /// from a long host call (a timer, a socket) finds it long passed. Such
+    /// a guest was not running: it gets a fresh tick instead of being sent
+    /// to the back of the run queue the moment it resumes, which among
+    /// spinning guests would delay it by a whole round.
     fn arm_epoch(&self, store: &mut Store<StoreState>, deadline: Instant, cancel: CancellationToken) {
         store.set_epoch_deadline(1);
+        let tick = self.inner.config.epoch_tick;
+        let renewed = Arc::new(Mutex::new(Instant::now()));
         let mut cancel_seen: Option<Instant> = None;
         store.epoch_deadline_callback(move |_| {
             let now = Instant::now();
             if cancel.is_cancelled() && now.duration_since(*cancel_seen.get_or_insert(now)) >= CANCEL_GRACE {
-                Err(Interrupted::Cancelled.into())
-            } else if now >= deadline {
-                Err(Interrupted::Deadline.into())
-            } else {
-                Ok(UpdateDeadline::Yield(1))
+                return Err(Interrupted::Cancelled.into());
             }
+            if now >= deadline {
+                return Err(Interrupted::Deadline.into());
+            }
+            let mut last = renewed.lock().unwrap_or_else(|e| e.into_inner());
+            if now.duration_since(*last) >= 2 * tick {
+                *last = now;
+                return Ok(UpdateDeadline::Continue(1));
+            }
+            drop(last);
+            let renewed = renewed.clone();
+            Ok(UpdateDeadline::YieldCustom(
+                1,
+                Box::pin(async move {
+                    yield_to_other_guests().await;
+                    *renewed.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+                }),
+            ))
         });
     }
 
@@ -630,11 +656,14 @@ impl Runtime {
                 return failed_before_start(Failure::new(FailureKind::Cancelled, "cancelled before it started"));
             }
         };
+        // The attempt starts when it has a slot: its deadline includes any
+        // wait for a guest thread (as `AttemptReport::elapsed` says).
+        let started = Instant::now();
         let runtime = self.clone();
         let plugin = plugin.clone();
         let task = self.guests().spawn(async move {
             let _permit = permit;
-            runtime.run_attempt(&plugin, exec).await
+            runtime.run_attempt(&plugin, exec, started).await
         });
         let guard = AbortOnDrop(task.abort_handle());
         let report = match task.await {
@@ -647,8 +676,7 @@ impl Runtime {
         report
     }
 
-    async fn run_attempt(&self, plugin: &Plugin, exec: Execution) -> AttemptReport {
-        let started = Instant::now();
+    async fn run_attempt(&self, plugin: &Plugin, exec: Execution, started: Instant) -> AttemptReport {
         let Execution { context, params, inputs, limits, network, secrets, scratch_dir, cancel, observer } = exec;
         let log = AttemptLog::new(limits.max_log_bytes, observer.clone());
 
@@ -688,8 +716,17 @@ impl Runtime {
                 let instance = plugin.inner.pre.instantiate_async(&mut store).await?;
                 instance.dagr_plugin_task().call_run(&mut store, &wit_context, &params, &inputs).await
             });
+            // A guest that waited in the run queue past its deadline is
+            // stopped at once instead of being resumed until the next tick:
+            // when many spin, that is what keeps the deadline tight.
+            let until_deadline = std::future::poll_fn(|cx| {
+                if Instant::now() >= deadline {
+                    return std::task::Poll::Ready(Err(Interrupted::Deadline.into()));
+                }
+                call.as_mut().poll(cx)
+            });
             tokio::select! {
-                outcome = &mut call => (outcome, false),
+                outcome = until_deadline => (outcome, false),
                 _ = tokio::time::sleep_until(deadline.into()) => (Err(Interrupted::Deadline.into()), false),
                 _ = cancel.cancelled() => {
                     let grace_end = (Instant::now() + CANCEL_GRACE).min(deadline);
@@ -722,6 +759,24 @@ impl Runtime {
         let progress = progress.lock().unwrap_or_else(|e| e.into_inner()).take();
         finish(&log, result, started, progress, fuel_consumed)
     }
+}
+
+/// Returns `Pending` once, waking itself: the guest thread's scheduler puts
+/// the task at the back of its queue (as wasmtime's own yield does;
+/// `tokio::task::yield_now` defers the wake-up, and such a task may run
+/// again first).
+async fn yield_to_other_guests() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if yielded {
+            std::task::Poll::Ready(())
+        } else {
+            yielded = true;
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        }
+    })
+    .await
 }
 
 struct AbortOnDrop(tokio::task::AbortHandle);
