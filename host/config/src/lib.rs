@@ -252,7 +252,9 @@ impl Config {
             }
             figment = figment.merge(Toml::file(path));
         }
-        figment = figment.merge(Env::prefixed("DAGR_").split("__").ignore(&["config", "server_url", "token", "log"]));
+        // Only `DAGR_<SECTION>__<KEY>` variables are configuration; other
+        // `DAGR_*` variables (DAGR_SERVER, DAGR_TOKEN, …) belong to tools.
+        figment = figment.merge(Env::prefixed("DAGR_").filter(|k| k.as_str().contains("__")).split("__"));
         figment.extract().map_err(|e| {
             let field = e.path.join(".");
             ConfigError { field: if field.is_empty() { "config".into() } else { field }, message: e.kind.to_string() }
