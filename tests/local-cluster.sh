@@ -20,7 +20,9 @@ BIN=${DAGR_BIN:-$ROOT/target/debug/dagr}
 die() { echo "local-cluster: $*" >&2; exit 1; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 pg_bin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
+# PostgreSQL refuses to run as root.
 as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+exec_pg() { if [ "$(id -u)" = 0 ]; then exec setpriv --reuid=postgres --regid=postgres --init-groups -- "$@"; else exec "$@"; fi; }
 alive() { [ -f "$DIR/$1.pid" ] && kill -0 "$(cat "$DIR/$1.pid")" 2>/dev/null; }
 
 wait_for_line() { # file pattern seconds
@@ -88,8 +90,9 @@ EOF
 }
 
 start_postgres() {
+  # The subshell execs into postgres, so $! is postgres itself.
   # shellcheck disable=SC2046
-  as_pg $(cat "$DIR/postgres.cmd") >>"$DIR/postgres.log" 2>&1 &
+  (exec_pg $(cat "$DIR/postgres.cmd") >>"$DIR/postgres.log" 2>&1) &
   echo $! >"$DIR/postgres.pid"; echo postgres >"$DIR/postgres.role"
   local i
   for i in $(seq 1 100); do "$(pg_bin)/pg_isready" -q -h 127.0.0.1 -p "$(cat "$DIR/postgres.port")" && return 0; sleep 0.1; done
@@ -99,7 +102,7 @@ start_postgres() {
 start_etcd() {
   : >"$DIR/etcd.log"
   # shellcheck disable=SC2046
-  $(cat "$DIR/etcd.cmd") >>"$DIR/etcd.log" 2>&1 &
+  (exec $(cat "$DIR/etcd.cmd") >>"$DIR/etcd.log" 2>&1) &
   echo $! >"$DIR/etcd.pid"; echo etcd >"$DIR/etcd.role"
   wait_for_line "$DIR/etcd.log" "ready to serve client requests" 30 || die "etcd did not start; see $DIR/etcd.log"
 }
