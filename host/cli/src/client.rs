@@ -136,6 +136,10 @@ pub fn run(server: &str, command: ClientCommand) -> ExitCode {
         );
     match result {
         Ok(code) => code,
+        // The reader went away (`dagr runs | head`): nothing to say.
+        Err(e) if e.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) => {
+            ExitCode::FAILURE
+        }
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
