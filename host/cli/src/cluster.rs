@@ -173,6 +173,8 @@ pub fn worker(args: RoleArgs) -> anyhow::Result<ExitCode> {
         for plugin in plugins.plugins() {
             worker.preload(plugin.clone());
         }
+        let guard = coordinator.lease_guard();
+        worker.guard_with(Arc::new(move || guard.is_safe()));
         fence_on_lease_loss(worker.clone(), coordinator.health());
         let reporter = ClusterReporter::start(coordinator.membership());
         let app = dagr_worker::service::router(WorkerService {

@@ -105,8 +105,14 @@ pub async fn run_all(cluster: &dyn Cluster, prefix: &str) -> Result<(), String> 
 
     // Self-fencing: the leader loses its lease → it stops acting at once,
     // the other takes over with a larger token, and the first comes back.
+    if !leader.lease_guard().is_safe() {
+        return Err("a healthy node's lease guard says it is not safe".into());
+    }
     cluster.expire(leader).await;
     eventually(&leader.health(), "the expired node self-fences", |h| !*h).await?;
+    if leader.lease_guard().is_safe() {
+        return Err("a fenced node's lease guard still says safe".into());
+    }
     let second = eventually(&follower.leadership(), "the follower takes over", |l| l.is_some()).await?;
     let second_token = second.ok_or("no token")?;
     if second_token <= first_token {

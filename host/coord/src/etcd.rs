@@ -13,11 +13,12 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::{Coordinator, FencingToken, Membership, NodeInfo, Result, SessionConfig};
+use crate::{Coordinator, FencingToken, LeaseGuard, Membership, NodeInfo, Result, SessionConfig};
 
 /// A node's session with etcd.
 pub struct EtcdCoordinator {
     node: NodeInfo,
+    guard: LeaseGuard,
     membership: watch::Receiver<Membership>,
     health: watch::Receiver<bool>,
     leadership: watch::Receiver<Option<FencingToken>>,
@@ -62,6 +63,7 @@ impl EtcdCoordinator {
         let (health_tx, health) = watch::channel(false);
         let (leadership_tx, leadership) = watch::channel(None);
         let lease = Arc::new(std::sync::Mutex::new(None));
+        let guard = LeaseGuard::new();
 
         let watcher = tokio::spawn(watch_membership(client.clone(), format!("{prefix}/nodes/"), membership_tx));
         let session = tokio::spawn(run_session(
@@ -72,9 +74,18 @@ impl EtcdCoordinator {
             health_tx,
             leadership_tx,
             lease.clone(),
+            guard.clone(),
         ));
-        let coordinator =
-            EtcdCoordinator { node, membership, health, leadership, tasks: vec![watcher, session], client, lease };
+        let coordinator = EtcdCoordinator {
+            node,
+            guard,
+            membership,
+            health,
+            leadership,
+            tasks: vec![watcher, session],
+            client,
+            lease,
+        };
         // Wait for the first registration, so that callers start healthy.
         let mut health = coordinator.health.clone();
         let _ = tokio::time::timeout(Duration::from_secs(30), health.wait_for(|h| *h)).await;
@@ -105,6 +116,10 @@ impl Coordinator for EtcdCoordinator {
 
     fn health(&self) -> watch::Receiver<bool> {
         self.health.clone()
+    }
+
+    fn lease_guard(&self) -> LeaseGuard {
+        self.guard.clone()
     }
 
     fn leadership(&self) -> watch::Receiver<Option<FencingToken>> {
@@ -186,6 +201,7 @@ async fn run_session(
     health: watch::Sender<bool>,
     leadership: watch::Sender<Option<FencingToken>>,
     current_lease: Arc<std::sync::Mutex<Option<i64>>>,
+    guard: LeaseGuard,
 ) {
     let ttl_secs = config.ttl.as_secs().max(1) as i64;
     let key = format!("{prefix}/nodes/{}", node.id);
@@ -220,6 +236,7 @@ async fn run_session(
         };
         *current_lease.lock().unwrap_or_else(|e| e.into_inner()) = Some(lease);
         let expires = asked + Duration::from_secs(ttl_secs as u64);
+        guard.extend(expires.into_std() - config.fence_margin());
         tracing::info!(node = %node.id, lease, "joined the cluster");
         health.send_replace(true);
 
@@ -232,8 +249,9 @@ async fn run_session(
                 leadership.clone(),
             ))
         });
-        let why = keep_alive(&mut client, lease, expires, &config).await;
+        let why = keep_alive(&mut client, lease, expires, &config, &guard).await;
         // Stop acting first, then clean up.
+        guard.revoke();
         health.send_replace(false);
         leadership.send_replace(None);
         if let Some(task) = campaign {
@@ -249,7 +267,13 @@ async fn run_session(
 }
 
 /// Renews the lease until that fails for too long. Returns why it stopped.
-async fn keep_alive(client: &mut Client, lease: i64, mut expires: Instant, config: &SessionConfig) -> String {
+async fn keep_alive(
+    client: &mut Client,
+    lease: i64,
+    mut expires: Instant,
+    config: &SessionConfig,
+    guard: &LeaseGuard,
+) -> String {
     let margin = config.fence_margin();
     let interval = (config.ttl / 3).max(Duration::from_millis(100));
     let mut channel = None;
@@ -280,6 +304,7 @@ async fn keep_alive(client: &mut Client, lease: i64, mut expires: Instant, confi
         match renewed {
             Ok(Ok(Some(response))) if response.ttl() > 0 => {
                 expires = sent + Duration::from_secs(response.ttl() as u64);
+                guard.extend(expires.into_std() - margin);
             }
             Ok(Ok(Some(_))) => return "the lease expired at the server".into(),
             _ => {

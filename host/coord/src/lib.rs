@@ -26,7 +26,9 @@ pub mod local;
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -120,6 +122,52 @@ impl SessionConfig {
     }
 }
 
+/// Whether this node's lease is still safe to act on. Cheap to read from
+/// any thread, without waiting for the coordinator's tasks to run: after a
+/// freeze (SIGSTOP), the first look already says no.
+#[derive(Debug, Clone)]
+pub struct LeaseGuard {
+    /// Nanoseconds since [`origin`] until which acting is safe; 0 = never.
+    safe_until: Arc<AtomicU64>,
+}
+
+fn origin() -> Instant {
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    *ORIGIN.get_or_init(Instant::now)
+}
+
+impl LeaseGuard {
+    /// A guard that is never safe until [`LeaseGuard::extend`]ed.
+    pub fn new() -> Self {
+        LeaseGuard { safe_until: Arc::new(AtomicU64::new(0)) }
+    }
+
+    /// A guard that is always safe (one node, no leases).
+    pub fn forever() -> Self {
+        LeaseGuard { safe_until: Arc::new(AtomicU64::new(u64::MAX)) }
+    }
+
+    pub fn is_safe(&self) -> bool {
+        (origin().elapsed().as_nanos() as u64) < self.safe_until.load(Ordering::Acquire)
+    }
+
+    /// Acting is safe until `until`.
+    pub fn extend(&self, until: Instant) {
+        let nanos = until.saturating_duration_since(origin()).as_nanos() as u64;
+        self.safe_until.store(nanos, Ordering::Release);
+    }
+
+    pub fn revoke(&self) {
+        self.safe_until.store(0, Ordering::Release);
+    }
+}
+
+impl Default for LeaseGuard {
+    fn default() -> Self {
+        LeaseGuard::new()
+    }
+}
+
 /// A node's view of the cluster.
 pub trait Coordinator: Send + Sync + 'static {
     fn node(&self) -> &NodeInfo;
@@ -127,6 +175,8 @@ pub trait Coordinator: Send + Sync + 'static {
     fn membership(&self) -> watch::Receiver<Membership>;
     /// True while this node's lease is safely alive.
     fn health(&self) -> watch::Receiver<bool>;
+    /// The same, as a guard that can be checked synchronously.
+    fn lease_guard(&self) -> LeaseGuard;
     /// `Some(token)` while this node is the leader.
     fn leadership(&self) -> watch::Receiver<Option<FencingToken>>;
     /// Leaves the cluster (revokes the lease) and stops the background work.

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
-use crate::{Coordinator, FencingToken, Membership, NodeInfo, SessionConfig};
+use crate::{Coordinator, FencingToken, LeaseGuard, Membership, NodeInfo, SessionConfig};
 
 /// The shared state of an in-process cluster.
 #[derive(Clone, Default)]
@@ -28,6 +28,7 @@ struct HubState {
 
 struct Member {
     info: NodeInfo,
+    guard: LeaseGuard,
     live: bool,
     campaign: bool,
     health: watch::Sender<bool>,
@@ -37,6 +38,7 @@ struct Member {
 /// One node's handle on a [`LocalHub`].
 pub struct LocalCoordinator {
     hub: LocalHub,
+    guard: LeaseGuard,
     node: NodeInfo,
     membership: watch::Receiver<Membership>,
     health: watch::Receiver<bool>,
@@ -58,15 +60,30 @@ impl LocalHub {
         let membership = state.membership.get_or_insert_with(|| watch::channel(Membership::default()).0).subscribe();
         let (health, health_rx) = watch::channel(true);
         let (leadership, leadership_rx) = watch::channel(None);
+        let guard = LeaseGuard::forever();
         state.nodes.insert(
             node.id.clone(),
-            Member { info: node.clone(), live: true, campaign: config.campaign, health, leadership },
+            Member {
+                info: node.clone(),
+                guard: guard.clone(),
+                live: true,
+                campaign: config.campaign,
+                health,
+                leadership,
+            },
         );
         if config.campaign {
             state.queue.push(node.id.clone());
         }
         state.publish();
-        Arc::new(LocalCoordinator { hub: self.clone(), node, membership, health: health_rx, leadership: leadership_rx })
+        Arc::new(LocalCoordinator {
+            hub: self.clone(),
+            guard,
+            node,
+            membership,
+            health: health_rx,
+            leadership: leadership_rx,
+        })
     }
 
     /// The node loses its lease: it self-fences and drops out of membership.
@@ -74,6 +91,7 @@ impl LocalHub {
         let mut state = self.lock();
         if let Some(member) = state.nodes.get_mut(id) {
             member.live = false;
+            member.guard.revoke();
             let _ = member.health.send(false);
             let _ = member.leadership.send(None);
         }
@@ -87,6 +105,7 @@ impl LocalHub {
         let campaign = match state.nodes.get_mut(id) {
             Some(member) if !member.live => {
                 member.live = true;
+                member.guard.extend(std::time::Instant::now() + std::time::Duration::from_secs(100 * 365 * 24 * 3600));
                 let _ = member.health.send(true);
                 member.campaign
             }
@@ -143,6 +162,10 @@ impl Coordinator for LocalCoordinator {
 
     fn health(&self) -> watch::Receiver<bool> {
         self.health.clone()
+    }
+
+    fn lease_guard(&self) -> LeaseGuard {
+        self.guard.clone()
     }
 
     fn leadership(&self) -> watch::Receiver<Option<FencingToken>> {

@@ -208,6 +208,12 @@ pub struct Execution {
     /// true and gets a short grace period to return by itself.
     pub cancel: CancellationToken,
     pub observer: Option<Arc<dyn AttemptObserver>>,
+    /// Checked on every epoch tick and before every outgoing request: once
+    /// it returns false the attempt stops at once, with no grace. A worker
+    /// passes "my lease is still safe", so that a worker resuming from a
+    /// freeze (SIGSTOP, a long GC pause of the host) stops its guests before
+    /// they can act, instead of waiting for its coordinator to notice.
+    pub keep_going: Option<Arc<dyn Fn() -> bool + Send + Sync>>,
 }
 
 impl Execution {
@@ -222,6 +228,7 @@ impl Execution {
             scratch_dir: None,
             cancel: CancellationToken::new(),
             observer: None,
+            keep_going: None,
         }
     }
 }
@@ -409,6 +416,8 @@ enum Interrupted {
     Deadline,
     #[error("the attempt was cancelled")]
     Cancelled,
+    #[error("the worker may no longer act")]
+    Fenced,
 }
 
 /// How long a cancelled attempt may take to notice `cancelled()` and return
@@ -529,7 +538,7 @@ impl Runtime {
         let cancel = CancellationToken::new();
         let mut store = self.new_store(&limits, &log, &cancel, NetworkPolicy::deny_all(), None, None, None)?;
         let deadline = Instant::now() + limits.deadline;
-        self.arm_epoch(&mut store, deadline, cancel);
+        self.arm_epoch(&mut store, deadline, cancel, None);
         let pre = pre.clone();
         // `describe` is synchronous for callers; run it on the guest threads.
         let guests = self.guests();
@@ -583,7 +592,7 @@ impl Runtime {
             wasi: wasi.build(),
             http: WasiHttpCtx::new(),
             table: ResourceTable::new(),
-            hooks: HttpPolicyHooks { policy: Arc::new(network), log: log.clone() },
+            hooks: HttpPolicyHooks { policy: Arc::new(network), log: log.clone(), keep_going: None },
             limiter: AttemptLimiter::new(limits.memory_bytes.min(self.inner.config.max_memory_bytes)),
             host: HostState {
                 log: log.clone(),
@@ -611,13 +620,22 @@ impl Runtime {
     /// a guest was not running: it gets a fresh tick instead of being sent
     /// to the back of the run queue the moment it resumes, which among
     /// spinning guests would delay it by a whole round.
-    fn arm_epoch(&self, store: &mut Store<StoreState>, deadline: Instant, cancel: CancellationToken) {
+    fn arm_epoch(
+        &self,
+        store: &mut Store<StoreState>,
+        deadline: Instant,
+        cancel: CancellationToken,
+        keep_going: Option<Arc<dyn Fn() -> bool + Send + Sync>>,
+    ) {
         store.set_epoch_deadline(1);
         let tick = self.inner.config.epoch_tick;
         let renewed = Arc::new(Mutex::new(Instant::now()));
         let mut cancel_seen: Option<Instant> = None;
         store.epoch_deadline_callback(move |_| {
             let now = Instant::now();
+            if keep_going.as_ref().is_some_and(|ok| !ok()) {
+                return Err(Interrupted::Fenced.into());
+            }
             if cancel.is_cancelled() && now.duration_since(*cancel_seen.get_or_insert(now)) >= CANCEL_GRACE {
                 return Err(Interrupted::Cancelled.into());
             }
@@ -677,7 +695,8 @@ impl Runtime {
     }
 
     async fn run_attempt(&self, plugin: &Plugin, exec: Execution, started: Instant) -> AttemptReport {
-        let Execution { context, params, inputs, limits, network, secrets, scratch_dir, cancel, observer } = exec;
+        let Execution { context, params, inputs, limits, network, secrets, scratch_dir, cancel, observer, keep_going } =
+            exec;
         let log = AttemptLog::new(limits.max_log_bytes, observer.clone());
 
         let scratch = match self.inner.scratch.take(scratch_dir) {
@@ -687,14 +706,17 @@ impl Runtime {
             }
         };
         let mut store = match self.new_store(&limits, &log, &cancel, network, Some(scratch.path()), secrets, observer) {
-            Ok(store) => store,
+            Ok(mut store) => {
+                store.data_mut().hooks.keep_going = keep_going.clone();
+                store
+            }
             Err(e) => {
                 return finish(&log, Err(Failure::new(FailureKind::Internal, e.to_string())), started, None, None);
             }
         };
         let progress = store.data().host.progress.clone();
         let deadline = started + limits.deadline;
-        self.arm_epoch(&mut store, deadline, cancel.clone());
+        self.arm_epoch(&mut store, deadline, cancel.clone(), keep_going);
 
         let wit_context = bindings::TaskContext {
             tenant: context.tenant,
@@ -859,6 +881,10 @@ fn classify_error(error: &wasmtime::Error, limits: &Limits, log: &AttemptLog) ->
                     format!("the attempt did not finish within its deadline of {:?}", limits.deadline),
                 ),
                 Interrupted::Cancelled => Failure::new(FailureKind::Cancelled, "the attempt was cancelled"),
+                Interrupted::Fenced => Failure::new(
+                    FailureKind::Cancelled,
+                    "the attempt was stopped: its worker may no longer act (its lease was lost)",
+                ),
             };
         }
         if let Some(exceeded) = cause.downcast_ref::<MemoryLimitExceeded>() {

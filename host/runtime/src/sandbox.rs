@@ -86,6 +86,8 @@ impl bindings::dagr::plugin::host::Host for StoreState {
 pub(crate) struct HttpPolicyHooks {
     pub(crate) policy: Arc<NetworkPolicy>,
     pub(crate) log: AttemptLog,
+    /// While it returns false, no request leaves (see `Execution::keep_going`).
+    pub(crate) keep_going: Option<Arc<dyn Fn() -> bool + Send + Sync>>,
 }
 
 type ResponseFuture = Box<
@@ -109,8 +111,17 @@ impl WasiHttpHooks for HttpPolicyHooks {
     ) -> ResponseFuture {
         let policy = self.policy.clone();
         let log = self.log.clone();
+        let fenced = self.keep_going.as_ref().is_some_and(|ok| !ok());
         Box::new(async move {
             use wasmtime_wasi_http::Error as HttpError;
+            if fenced {
+                log.push(
+                    LogSource::Dagr,
+                    LogLevel::Warn,
+                    "outgoing HTTP request refused: the worker may no longer act",
+                );
+                return Err(HttpError::HttpRequestDenied);
+            }
             let uri = request.uri().clone();
             let https = uri.scheme() == Some(&http::uri::Scheme::HTTPS);
             let Some(host) = uri.host() else {

@@ -30,6 +30,9 @@ use dagr_store::{LogRow, Store, now_ms};
 use tokio::sync::{OnceCell, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+/// A check that the worker may still act.
+pub type KeepGoing = Arc<dyn Fn() -> bool + Send + Sync>;
+
 /// Where component bytes come from, by sha256.
 pub trait PluginSource: Send + Sync {
     fn component(&self, sha256: &str) -> Option<Vec<u8>>;
@@ -60,6 +63,8 @@ struct Inner {
     running: Mutex<HashMap<AttemptKey, CancellationToken>>,
     /// Attempts stopped because this worker lost its lease: reported lost.
     abandoned: Mutex<std::collections::HashSet<AttemptKey>>,
+    /// "This worker may still act" (its lease is safe), checked by guests.
+    keep_going: Mutex<Option<KeepGoing>>,
     logs: LogWriter,
 }
 
@@ -80,6 +85,7 @@ impl Worker {
                 plugins: Mutex::new(HashMap::new()),
                 running: Mutex::new(HashMap::new()),
                 abandoned: Mutex::new(Default::default()),
+                keep_going: Mutex::new(None),
                 logs,
             }),
         }
@@ -102,6 +108,12 @@ impl Worker {
     /// Keys of the attempts running now.
     pub fn running_keys(&self) -> Vec<AttemptKey> {
         self.lock_running().keys().cloned().collect()
+    }
+
+    /// Makes every attempt stop at once when `keep_going` turns false (the
+    /// worker's lease is no longer safe); such attempts are reported lost.
+    pub fn guard_with(&self, keep_going: KeepGoing) {
+        *self.inner.keep_going.lock().unwrap_or_else(|e| e.into_inner()) = Some(keep_going);
     }
 
     /// Makes a loaded plugin available without going through the source.
@@ -229,6 +241,7 @@ impl Worker {
             }
         };
         let observer = Arc::new(AttemptLog::new(&spec.key, self.inner.logs.clone()));
+        let keep_going = self.inner.keep_going.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let exec = Execution {
             context: AttemptContext {
                 tenant: spec.tenant.clone(),
@@ -253,11 +266,16 @@ impl Worker {
             scratch_dir: None,
             cancel,
             observer: Some(observer.clone()),
+            keep_going: keep_going.clone(),
         };
         let report = self.inner.runtime.execute(&plugin, exec).await;
         observer.flush().await;
+        let fenced = keep_going.as_ref().is_some_and(|ok| !ok());
         finish(match report.result {
             Ok(output) => Outcome::Succeeded { output },
+            Err(failure) if fenced && failure.kind == dagr_runtime::FailureKind::Cancelled => {
+                Outcome::Failed { kind: FailureKind::WorkerLost, message: failure.message }
+            }
             Err(failure) => Outcome::Failed { kind: map_kind(failure.kind), message: failure.message },
         })
     }
