@@ -8,13 +8,11 @@
 //! - Golden cases: `tests/cases/<name>/workflow.yaml` is applied and the
 //!   answer compared with `tests/cases/<name>/error.json`; `DAGR_BLESS=1`
 //!   rewrites the expected files from what the server says.
-//! - A failed test prints the end of its server's log;
-//!   `DAGR_KEEP_TEST_DIRS=1` keeps the server's directory as well.
+//! - Servers are [`DagrServer`]s: a failed test prints the end of its
+//!   server's log, and `DAGR_KEEP_TEST_DIRS=1` keeps its data dir.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -22,149 +20,48 @@ use chrono::{DateTime, Utc};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::support::{dagr_binary, shared_cache_dir, workspace_root};
+use crate::server::DagrServer;
+use crate::support::workspace_root;
 
 /// How long any wait for the server may take before the test fails.
 const PATIENCE: Duration = Duration::from_secs(120);
 
 // Servers ---------------------------------------------------------------------------
 
-/// A `dagr serve` process on a free loopback port, with its own data dir.
-///
-/// This is not `crate::server::DagrServer` because that one passes the
-/// test's environment through: `DAGR_BLESS=1` (or any `DAGR_*` variable that
-/// is not a config key) makes the server refuse its config and exit. This
-/// one starts the server with no `DAGR_*` variable but those it sets, and
-/// reads the address from the server's "serving on" line (port 0, no race).
-struct Server {
-    /// Holds `data/` and `server.log`; taken in `drop` to keep it if asked.
-    dir: Option<tempfile::TempDir>,
-    child: Option<Child>,
-    base: String,
+/// Starts a server of its own (for tests that kill or restart it).
+async fn own_server() -> DagrServer {
+    tokio::task::spawn_blocking(DagrServer::start).await.unwrap()
 }
 
-impl Server {
-    async fn start() -> Server {
-        let dir = tempfile::Builder::new()
-            .prefix("dagr-e2e-")
-            .tempdir()
-            .unwrap_or_else(|e| panic!("cannot create a temp dir: {e}"));
-        let mut server = Server { dir: Some(dir), child: None, base: String::new() };
-        server.spawn().await;
+/// Kills the server (SIGKILL) and starts it again on the same data dir.
+async fn restart(server: DagrServer) -> DagrServer {
+    tokio::task::spawn_blocking(move || {
+        let mut server = server;
+        server.restart();
         server
-    }
-
-    fn dir(&self) -> &Path {
-        self.dir.as_ref().map(|d| d.path()).unwrap_or(Path::new("."))
-    }
-
-    fn log_path(&self) -> PathBuf {
-        self.dir().join("server.log")
-    }
-
-    /// Starts `dagr serve` on the data dir and waits until it answers.
-    async fn spawn(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.log_path())
-            .unwrap_or_else(|e| panic!("cannot open the server log: {e}"));
-        let mut command = Command::new(dagr_binary());
-        command.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"]).arg(self.dir().join("data"));
-        for (key, _) in std::env::vars_os() {
-            if key.to_string_lossy().starts_with("DAGR_") {
-                command.env_remove(key);
-            }
-        }
-        let mut child = command
-            // The compiled built-ins are shared with the rest of the suite,
-            // so a fresh data dir does not compile them again.
-            .env("DAGR_WORKER__CACHE_DIR", shared_cache_dir())
-            .env("DAGR_LOG", "info,sqlx=warn,wasmtime=warn,cranelift=warn")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", dagr_binary().display()));
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel::<String>();
-        // Reads stdout to its end, so that the pipe never fills up.
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(rest) = line.strip_prefix("dagr is serving on ") {
-                    let url = rest.split_whitespace().next().unwrap_or_default();
-                    let _ = tx.send(url.to_owned());
-                }
-            }
-        });
-        self.child = Some(child);
-        let announced = tokio::task::spawn_blocking(move || rx.recv_timeout(PATIENCE)).await.unwrap();
-        let Ok(base) = announced else {
-            let exit = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten());
-            panic!("dagr serve never said it was serving (exit: {exit:?}); log:\n{}", self.log_tail(60));
-        };
-        let client = reqwest::Client::new();
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let healthy = client.get(format!("{base}/healthz")).send().await.is_ok_and(|r| r.status().is_success());
-            if healthy {
-                break;
-            }
-            assert!(Instant::now() < deadline, "{base}/healthz never answered; log:\n{}", self.log_tail(60));
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        self.base = base;
-    }
-
-    /// `kill -9`: the process gets no chance to clean up.
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// Kills the process (SIGKILL) and starts a new one on the same data
-    /// dir (on another port).
-    async fn restart(&mut self) {
-        self.kill();
-        self.spawn().await;
-    }
-
-    fn log_tail(&self, lines: usize) -> String {
-        let text = std::fs::read_to_string(self.log_path()).unwrap_or_default();
-        let all: Vec<&str> = text.lines().collect();
-        all[all.len().saturating_sub(lines)..].join("\n")
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.kill();
-        if !std::thread::panicking() {
-            return;
-        }
-        eprintln!("--- the last lines of dagr serve's log ({}):\n{}", self.base, self.log_tail(40));
-        if std::env::var_os("DAGR_KEEP_TEST_DIRS").is_some_and(|v| v == "1")
-            && let Some(dir) = self.dir.take()
-        {
-            eprintln!("--- kept the server's directory: {}", dir.keep().display());
-        }
-    }
+    })
+    .await
+    .unwrap()
 }
 
 /// The server most tests share: started by the first test that needs it,
 /// stopped when the last test holding it is done.
-async fn shared() -> Arc<Server> {
-    static SHARED: tokio::sync::Mutex<Weak<Server>> = tokio::sync::Mutex::const_new(Weak::new());
+async fn shared() -> Arc<DagrServer> {
+    static SHARED: tokio::sync::Mutex<Weak<DagrServer>> = tokio::sync::Mutex::const_new(Weak::new());
     let mut slot = SHARED.lock().await;
     if let Some(server) = slot.upgrade() {
         return server;
     }
-    let server = Arc::new(Server::start().await);
+    let server = Arc::new(own_server().await);
     *slot = Arc::downgrade(&server);
     server
+}
+
+/// The last lines of a server's log.
+fn log_tail(server: &DagrServer, lines: usize) -> String {
+    let log = server.log();
+    let all: Vec<&str> = log.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 // A client ----------------------------------------------------------------------------
@@ -175,7 +72,7 @@ struct Api {
     base: String,
     http: reqwest::Client,
     /// Keeps the shared server up while the test runs.
-    shared: Option<Arc<Server>>,
+    shared: Option<Arc<DagrServer>>,
 }
 
 impl Api {
@@ -187,9 +84,9 @@ impl Api {
     }
 
     /// A client of a server the test owns.
-    fn of(server: &Server) -> Api {
+    fn of(server: &DagrServer) -> Api {
         Api {
-            base: server.base.clone(),
+            base: server.base_url(),
             http: reqwest::Client::builder().timeout(PATIENCE).build().unwrap(),
             shared: None,
         }
@@ -299,7 +196,7 @@ impl Drop for Api {
         if std::thread::panicking()
             && let Some(server) = &self.shared
         {
-            eprintln!("--- the last lines of the shared dagr serve's log ({}):\n{}", self.base, server.log_tail(40));
+            eprintln!("--- the last lines of the shared dagr serve's log ({}):\n{}", self.base, log_tail(server, 40));
         }
     }
 }
@@ -889,7 +786,7 @@ async fn wait_scheduled_after(api: &Api, workflow: &str, t: DateTime<Utc>) {
 
 #[tokio::test]
 async fn missed_cron_times_are_caught_up_after_a_restart() {
-    let mut server = Server::start().await;
+    let mut server = own_server().await;
     let api = Api::of(&server);
     for (name, catch_up) in [("catch-up", true), ("latest-only", false)] {
         api.apply(&format!(
@@ -910,7 +807,7 @@ tasks:
     let killed_at = Utc::now();
     server.kill();
     tokio::time::sleep(Duration::from_secs(6)).await;
-    server.restart().await;
+    let server = restart(server).await;
     let restarted_at = Utc::now();
     let api = Api::of(&server);
     for name in ["catch-up", "latest-only"] {
@@ -957,7 +854,7 @@ tasks:
 
 #[tokio::test]
 async fn a_run_survives_kill_9_of_the_server() {
-    let mut server = Server::start().await;
+    let server = own_server().await;
     let api = Api::of(&server);
     api.apply(
         r#"
@@ -971,7 +868,7 @@ tasks:
     .await;
     let id = api.trigger("e2e-crash", json!({})).await;
     api.wait_task(&id, "nap", "running").await;
-    server.restart().await;
+    let server = restart(server).await;
     let api = Api::of(&server);
     let run = api.finished(&id).await;
     assert_eq!(state(&run), "succeeded", "{run:#}");
