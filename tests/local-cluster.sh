@@ -18,6 +18,8 @@ DIR=${DAGR_CLUSTER_DIR:-$ROOT/.local-cluster}
 BIN=${DAGR_BIN:-$ROOT/target/debug/dagr}
 
 die() { echo "local-cluster: $*" >&2; exit 1; }
+# Every node of the cluster shares one compiled-code cache.
+export DAGR_WORKER__CACHE_DIR=${DAGR_WORKER__CACHE_DIR:-$DIR/cache}
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 pg_bin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
 # PostgreSQL refuses to run as root.

@@ -14,6 +14,7 @@ mod support;
 
 mod cli;
 mod cli_client;
+mod cluster;
 mod e2e;
 mod plugins;
 mod runtime;

@@ -9,20 +9,13 @@ use dagr_protocol::api::{ApiError, ErrorDetail};
 #[derive(Debug)]
 pub enum AppError {
     /// The request itself is malformed or invalid (400).
-    BadRequest {
-        code: &'static str,
-        message: String,
-        location: Option<String>,
-        details: Vec<ErrorDetail>,
-    },
+    BadRequest { code: &'static str, message: String, location: Option<String>, details: Vec<ErrorDetail> },
     /// No such thing, or not the caller's (404).
     NotFound(String),
     /// The request is fine but conflicts with the current state (409).
     Conflict(String),
     /// The body is larger than allowed (413).
     TooLarge(String),
-    /// Accepted, but not done yet (202), with a message.
-    Accepted(String),
     /// A failure of dagr itself (500). The message is logged, not returned.
     Internal(String),
 }
@@ -31,25 +24,11 @@ pub type ApiResult<T> = Result<T, AppError>;
 
 impl AppError {
     pub fn bad(code: &'static str, message: impl Into<String>) -> Self {
-        AppError::BadRequest {
-            code,
-            message: message.into(),
-            location: None,
-            details: Vec::new(),
-        }
+        AppError::BadRequest { code, message: message.into(), location: None, details: Vec::new() }
     }
 
-    pub fn bad_at(
-        code: &'static str,
-        location: impl Into<String>,
-        message: impl Into<String>,
-    ) -> Self {
-        AppError::BadRequest {
-            code,
-            message: message.into(),
-            location: Some(location.into()),
-            details: Vec::new(),
-        }
+    pub fn bad_at(code: &'static str, location: impl Into<String>, message: impl Into<String>) -> Self {
+        AppError::BadRequest { code, message: message.into(), location: Some(location.into()), details: Vec::new() }
     }
 
     pub fn invalid(code: &'static str, invalid: &dagr_core::Invalid) -> Self {
@@ -57,14 +36,11 @@ impl AppError {
         let details = invalid
             .issues
             .iter()
-            .map(|i| ErrorDetail {
-                location: i.location.clone(),
-                message: i.message.clone(),
-            })
+            .map(|i| ErrorDetail { location: i.location.clone(), message: i.message.clone() })
             .collect();
         AppError::BadRequest {
             code,
-            message: first.to_string(),
+            message: first.message.clone(),
             location: (!first.location.is_empty()).then(|| first.location.clone()),
             details,
         }
@@ -84,33 +60,16 @@ impl From<dagr_store::Error> for AppError {
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
         let (status, body) = match self {
-            AppError::BadRequest {
-                code,
-                message,
-                location,
-                details,
-            } => (
-                StatusCode::BAD_REQUEST,
-                ApiError {
-                    code: code.into(),
-                    message,
-                    location,
-                    details,
-                },
-            ),
+            AppError::BadRequest { code, message, location, details } => {
+                (StatusCode::BAD_REQUEST, ApiError { code: code.into(), message, location, details })
+            }
             AppError::NotFound(message) => (StatusCode::NOT_FOUND, error("not_found", message)),
             AppError::Conflict(message) => (StatusCode::CONFLICT, error("conflict", message)),
-            AppError::TooLarge(message) => {
-                (StatusCode::PAYLOAD_TOO_LARGE, error("too_large", message))
-            }
-            AppError::Accepted(message) => (StatusCode::ACCEPTED, error("accepted", message)),
+            AppError::TooLarge(message) => (StatusCode::PAYLOAD_TOO_LARGE, error("too_large", message)),
             AppError::Internal(message) => {
                 let request = uuid::Uuid::new_v4();
                 tracing::error!(%request, %message, "internal error");
-                (
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    error("internal", format!("internal error (request {request})")),
-                )
+                (StatusCode::INTERNAL_SERVER_ERROR, error("internal", format!("internal error (request {request})")))
             }
         };
         (status, axum::Json(body)).into_response()
@@ -118,10 +77,5 @@ impl IntoResponse for AppError {
 }
 
 fn error(code: &str, message: String) -> ApiError {
-    ApiError {
-        code: code.into(),
-        message,
-        location: None,
-        details: Vec::new(),
-    }
+    ApiError { code: code.into(), message, location: None, details: Vec::new() }
 }

@@ -35,11 +35,7 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, AppError> {
     serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let message = e.inner().to_string();
-        if path == "." {
-            AppError::bad("bad_body", message)
-        } else {
-            AppError::bad_at("bad_body", path, message)
-        }
+        if path == "." { AppError::bad("bad_body", message) } else { AppError::bad_at("bad_body", path, message) }
     })
 }
 
@@ -48,10 +44,7 @@ pub async fn body_bytes<S: Send + Sync>(req: Request, state: &S) -> Result<Bytes
         if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
             AppError::TooLarge(format!("the request body is too large: {}", e.body_text()))
         } else {
-            AppError::bad(
-                "bad_body",
-                format!("cannot read the request body: {}", e.body_text()),
-            )
+            AppError::bad("bad_body", format!("cannot read the request body: {}", e.body_text()))
         }
     })
 }
@@ -71,9 +64,7 @@ where
         let de = serde_urlencoded::Deserializer::new(form_urlencoded_parse(query));
         serde_path_to_error::deserialize(de)
             .map(Query)
-            .map_err(|e| {
-                AppError::bad_at("bad_query", format!("?{}", e.path()), e.inner().to_string())
-            })
+            .map_err(|e| AppError::bad_at("bad_query", format!("?{}", e.path()), e.inner().to_string()))
     }
 }
 

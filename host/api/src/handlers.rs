@@ -37,10 +37,7 @@ fn created<T>(value: T) -> Answer<T> {
 /// Liveness: answers while the server runs.
 #[utoipa::path(get, path = "/healthz", tag = "system", responses((status = 200, body = Health)))]
 pub async fn healthz() -> axum::Json<Health> {
-    axum::Json(Health {
-        status: "ok".into(),
-        version: env!("CARGO_PKG_VERSION").into(),
-    })
+    axum::Json(Health { status: "ok".into(), version: env!("CARGO_PKG_VERSION").into() })
 }
 
 // Workflows ---------------------------------------------------------------------
@@ -57,10 +54,7 @@ pub fn validate_definition(
         None => WorkflowSpec::parse_any(text),
     }
     .map_err(|e| AppError::invalid("invalid_definition", &e))?;
-    let catalog = TenantCatalog {
-        directory: state.plugins.as_ref(),
-        tenant,
-    };
+    let catalog = TenantCatalog { directory: state.plugins.as_ref(), tenant };
     Workflow::validate(spec, &catalog).map_err(|e| AppError::invalid("invalid_definition", &e))
 }
 
@@ -82,12 +76,8 @@ pub async fn apply_workflow(
     request: Request,
 ) -> Answer<Applied> {
     let bytes = body_bytes(request, &()).await?;
-    let text = std::str::from_utf8(&bytes)
-        .map_err(|_| AppError::bad("bad_body", "the definition is not UTF-8"))?;
-    let format = match headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-    {
+    let text = std::str::from_utf8(&bytes).map_err(|_| AppError::bad("bad_body", "the definition is not UTF-8"))?;
+    let format = match headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) {
         Some(t) if t.contains("json") => Some(Format::Json),
         Some(t) if t.contains("yaml") => Some(Format::Yaml),
         _ => None,
@@ -96,13 +86,7 @@ pub async fn apply_workflow(
     let now = now_ms();
     let applied = state
         .store
-        .apply_workflow(
-            &tenant.0,
-            workflow.name(),
-            &workflow.spec.content_hash(),
-            &workflow.spec.canonical_json(),
-            now,
-        )
+        .apply_workflow(&tenant.0, workflow.name(), &workflow.spec.content_hash(), &workflow.spec.canonical_json(), now)
         .await?;
     state.control.workflow_changed(&tenant.0, workflow.name());
     let next_run = workflow
@@ -110,32 +94,16 @@ pub async fn apply_workflow(
         .as_ref()
         .and_then(|s| s.next_after(Utc::now()))
         .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
-    let body = Applied {
-        name: workflow.name().into(),
-        version: applied.version,
-        created: applied.created,
-        next_run,
-    };
-    if applied.created {
-        created(body)
-    } else {
-        ok(body)
-    }
+    let body = Applied { name: workflow.name().into(), version: applied.version, created: applied.created, next_run };
+    if applied.created { created(body) } else { ok(body) }
 }
 
 /// Lists the tenant's workflows.
 #[utoipa::path(get, path = "/v1/workflows", tag = "workflows", responses((status = 200, body = Vec<WorkflowSummary>)))]
-pub async fn list_workflows(
-    State(state): State<ApiState>,
-    tenant: Tenant,
-) -> Answer<Vec<WorkflowSummary>> {
+pub async fn list_workflows(State(state): State<ApiState>, tenant: Tenant) -> Answer<Vec<WorkflowSummary>> {
     let mut out = Vec::new();
     for row in state.store.list_workflows(&tenant.0).await? {
-        let Some(version) = state
-            .store
-            .get_version(&tenant.0, &row.name, row.latest_version)
-            .await?
-        else {
+        let Some(version) = state.store.get_version(&tenant.0, &row.name, row.latest_version).await? else {
             continue;
         };
         let spec: Value = serde_json::from_str(&version.spec).unwrap_or(Value::Null);
@@ -212,11 +180,7 @@ pub async fn delete_workflow(
     tenant: Tenant,
     Path(name): Path<String>,
 ) -> ApiResult<StatusCode> {
-    if !state
-        .store
-        .delete_workflow(&tenant.0, &name, now_ms())
-        .await?
-    {
+    if !state.store.delete_workflow(&tenant.0, &name, now_ms()).await? {
         return Err(AppError::NotFound(format!("there is no workflow `{name}`")));
     }
     state.control.workflow_changed(&tenant.0, &name);
@@ -237,11 +201,7 @@ pub async fn list_versions(
     let versions = state.store.list_versions(&tenant.0, &name).await?;
     ok(versions
         .into_iter()
-        .map(|v| VersionSummary {
-            version: v.version,
-            hash: v.hash,
-            created_at: time(v.created_at),
-        })
+        .map(|v| VersionSummary { version: v.version, hash: v.hash, created_at: time(v.created_at) })
         .collect())
 }
 
@@ -260,9 +220,7 @@ pub fn parse_time(text: &str) -> Result<DateTime<Utc>, String> {
             return Ok(Utc.from_utc_datetime(&t));
         }
     }
-    Err(format!(
-        "`{text}` is not a time: use RFC 3339 (2026-01-31T00:00:00Z) or a date (2026-01-31)"
-    ))
+    Err(format!("`{text}` is not a time: use RFC 3339 (2026-01-31T00:00:00Z) or a date (2026-01-31)"))
 }
 
 fn new_run(
@@ -304,8 +262,7 @@ fn new_run(
 fn stored_workflow(version: &dagr_store::VersionRow) -> ApiResult<Workflow> {
     let spec = WorkflowSpec::parse(&version.spec, Format::Json)
         .map_err(|e| AppError::internal(format!("stored definition: {e}")))?;
-    Workflow::validate(spec, &TrustedCatalog)
-        .map_err(|e| AppError::internal(format!("stored definition: {e}")))
+    Workflow::validate(spec, &TrustedCatalog).map_err(|e| AppError::internal(format!("stored definition: {e}")))
 }
 
 /// Triggers a run of the latest version, with param overrides.
@@ -322,26 +279,15 @@ pub async fn trigger_run(
 ) -> Answer<RunSummary> {
     let (_, version) = workflow_version(&state, &tenant.0, &name, None).await?;
     let workflow = stored_workflow(&version)?;
-    let params = workflow
-        .resolve_params(&req.params)
-        .map_err(|e| AppError::invalid("invalid_params", &e))?;
+    let params = workflow.resolve_params(&req.params).map_err(|e| AppError::invalid("invalid_params", &e))?;
     let logical_time = match &req.logical_time {
-        Some(text) => parse_time(text)
-            .map_err(|m| AppError::bad_at("invalid_time", "logical_time", m))?
-            .timestamp_millis(),
+        Some(text) => {
+            parse_time(text).map_err(|m| AppError::bad_at("invalid_time", "logical_time", m))?.timestamp_millis()
+        }
         None => now_ms(),
     };
     let params = serde_json::to_string(&params).map_err(AppError::internal)?;
-    let run = new_run(
-        &tenant.0,
-        &workflow,
-        Some(version.version),
-        RunKind::Manual,
-        logical_time,
-        &params,
-        None,
-        None,
-    );
+    let run = new_run(&tenant.0, &workflow, Some(version.version), RunKind::Manual, logical_time, &params, None, None);
     let summary = run_summary(&run.run);
     state.store.create_runs(vec![run], Some("admit")).await?;
     state.control.wake();
@@ -368,17 +314,13 @@ pub struct RunsQuery {
 async fn runs_page(state: &ApiState, tenant: &str, q: RunsQuery) -> Answer<RunList> {
     if let Some(s) = &q.state {
         if dagr_core::RunState::parse(s).is_none() {
-            return Err(AppError::bad_at(
-                "bad_query",
-                "?state",
-                format!("unknown state `{s}`"),
-            ));
+            return Err(AppError::bad_at("bad_query", "?state", format!("unknown state `{s}`")));
         }
     }
     let kind = match &q.kind {
-        Some(k) => Some(RunKind::parse(k).ok_or_else(|| {
-            AppError::bad_at("bad_query", "?kind", format!("unknown kind `{k}`"))
-        })?),
+        Some(k) => Some(
+            RunKind::parse(k).ok_or_else(|| AppError::bad_at("bad_query", "?kind", format!("unknown kind `{k}`")))?,
+        ),
         None => None,
     };
     let before = match &q.before {
@@ -386,20 +328,14 @@ async fn runs_page(state: &ApiState, tenant: &str, q: RunsQuery) -> Answer<RunLi
             let (at, id) = cursor
                 .split_once('_')
                 .and_then(|(at, id)| at.parse::<i64>().ok().map(|at| (at, id.to_owned())))
-                .ok_or_else(|| {
-                    AppError::bad_at("bad_query", "?before", "not a cursor from a previous page")
-                })?;
+                .ok_or_else(|| AppError::bad_at("bad_query", "?before", "not a cursor from a previous page"))?;
             Some((at, id))
         }
         None => None,
     };
     let limit = q.limit.unwrap_or(50);
     if !(1..=1000).contains(&limit) {
-        return Err(AppError::bad_at(
-            "bad_query",
-            "?limit",
-            "must be between 1 and 1000",
-        ));
+        return Err(AppError::bad_at("bad_query", "?limit", "must be between 1 and 1000"));
     }
     let filter = RunFilter {
         tenant: tenant.into(),
@@ -411,22 +347,14 @@ async fn runs_page(state: &ApiState, tenant: &str, q: RunsQuery) -> Answer<RunLi
         limit,
     };
     let rows = state.store.list_runs(&filter).await?;
-    let next = (rows.len() as i64 == limit)
-        .then(|| rows.last().map(|r| format!("{}_{}", r.created_at, r.id)))
-        .flatten();
-    ok(RunList {
-        runs: rows.iter().map(run_summary).collect(),
-        next,
-    })
+    let next =
+        (rows.len() as i64 == limit).then(|| rows.last().map(|r| format!("{}_{}", r.created_at, r.id))).flatten();
+    ok(RunList { runs: rows.iter().map(run_summary).collect(), next })
 }
 
 /// Lists runs, newest first, with filters and pagination.
 #[utoipa::path(get, path = "/v1/runs", tag = "runs", params(RunsQuery), responses((status = 200, body = RunList), (status = 400, body = ApiError)))]
-pub async fn list_runs(
-    State(state): State<ApiState>,
-    tenant: Tenant,
-    Query(q): Query<RunsQuery>,
-) -> Answer<RunList> {
+pub async fn list_runs(State(state): State<ApiState>, tenant: Tenant, Query(q): Query<RunsQuery>) -> Answer<RunList> {
     runs_page(&state, &tenant.0, q).await
 }
 
@@ -460,14 +388,7 @@ async fn find_run(state: &ApiState, tenant: &str, id: &str) -> ApiResult<RunRow>
 async fn run_workflow(state: &ApiState, run: &RunRow) -> Option<Workflow> {
     let text = match (&run.spec, run.version) {
         (Some(spec), _) => spec.clone(),
-        (None, Some(v)) => {
-            state
-                .store
-                .get_version(&run.tenant, &run.workflow, v)
-                .await
-                .ok()??
-                .spec
-        }
+        (None, Some(v)) => state.store.get_version(&run.tenant, &run.workflow, v).await.ok()??.spec,
         _ => return None,
     };
     let spec = WorkflowSpec::parse(&text, Format::Json).ok()?;
@@ -479,32 +400,19 @@ async fn run_workflow(state: &ApiState, run: &RunRow) -> Option<Workflow> {
     get, path = "/v1/runs/{id}", tag = "runs", params(("id" = String, Path)),
     responses((status = 200, body = RunDetail), (status = 404, body = ApiError))
 )]
-pub async fn get_run(
-    State(state): State<ApiState>,
-    tenant: Tenant,
-    Path(id): Path<String>,
-) -> Answer<RunDetail> {
+pub async fn get_run(State(state): State<ApiState>, tenant: Tenant, Path(id): Path<String>) -> Answer<RunDetail> {
     let run = find_run(&state, &tenant.0, &id).await?;
     let workflow = run_workflow(&state, &run).await;
     let tasks = state.store.run_tasks(&id).await?;
     ok(RunDetail {
         run: run_summary(&run),
         params: serde_json::from_str(&run.params).unwrap_or(Value::Null),
-        tasks: tasks
-            .iter()
-            .map(|t| task_view(t, workflow.as_ref()))
-            .collect(),
+        tasks: tasks.iter().map(|t| task_view(t, workflow.as_ref())).collect(),
     })
 }
 
 /// Writes a command for the engine and waits (briefly) for its outcome.
-async fn act(
-    state: &ApiState,
-    tenant: &str,
-    run_id: &str,
-    kind: &str,
-    payload: Value,
-) -> Answer<ActionResult> {
+async fn act(state: &ApiState, tenant: &str, run_id: &str, kind: &str, payload: Value) -> Answer<ActionResult> {
     let run = find_run(state, tenant, run_id).await?;
     let id = state
         .store
@@ -518,21 +426,19 @@ async fn act(
         })
         .await?;
     state.control.wake();
-    let outcome = state
-        .control
-        .wait_command(id, state.config.action_wait)
-        .await;
+    let outcome = state.control.wait_command(id, state.config.action_wait).await;
     let run = find_run(state, tenant, run_id).await?;
     match outcome {
-        Some(o) if o.ok => ok(ActionResult {
-            ok: true,
-            message: o.message,
-            run: run_summary(&run),
-        }),
+        Some(o) if o.ok => ok(ActionResult { ok: true, message: o.message, run: run_summary(&run) }),
         Some(o) => Err(AppError::Conflict(o.message)),
-        None => Err(AppError::Accepted(format!(
-            "{kind} was accepted; the engine has not applied it yet"
-        ))),
+        None => Ok((
+            StatusCode::ACCEPTED,
+            axum::Json(ActionResult {
+                ok: false,
+                message: format!("{kind} was accepted; the engine has not applied it yet"),
+                run: run_summary(&run),
+            }),
+        )),
     }
 }
 
@@ -540,15 +446,19 @@ macro_rules! run_action {
     ($fn:ident, $path:literal, $kind:literal, $doc:literal) => {
         #[doc = $doc]
         #[utoipa::path(
-            post, path = $path, tag = "runs", params(("id" = String, Path)),
-            responses(
-                (status = 200, body = ActionResult),
-                (status = 404, body = ApiError),
-                (status = 409, body = ApiError, description = "Not possible in the run's state"),
-                (status = 202, body = ApiError, description = "Accepted, not yet applied"),
-            )
-        )]
-        pub async fn $fn(State(state): State<ApiState>, tenant: Tenant, Path(id): Path<String>) -> Answer<ActionResult> {
+                    post, path = $path, tag = "runs", params(("id" = String, Path)),
+                    responses(
+                        (status = 200, body = ActionResult),
+                        (status = 404, body = ApiError),
+                        (status = 409, body = ApiError, description = "Not possible in the run's state"),
+                        (status = 202, body = ActionResult, description = "Accepted, not yet applied (`ok` is false)"),
+                    )
+                )]
+        pub async fn $fn(
+            State(state): State<ApiState>,
+            tenant: Tenant,
+            Path(id): Path<String>,
+        ) -> Answer<ActionResult> {
             act(&state, &tenant.0, &id, $kind, Value::Null).await
         }
     };
@@ -560,18 +470,8 @@ run_action!(
     "kill",
     "Kills a run: running attempts are cancelled, nothing else starts."
 );
-run_action!(
-    pause_run,
-    "/v1/runs/{id}/pause",
-    "pause",
-    "Pauses a run: no new task starts; running ones finish."
-);
-run_action!(
-    resume_run,
-    "/v1/runs/{id}/resume",
-    "resume",
-    "Resumes a paused run."
-);
+run_action!(pause_run, "/v1/runs/{id}/pause", "pause", "Pauses a run: no new task starts; running ones finish.");
+run_action!(resume_run, "/v1/runs/{id}/resume", "resume", "Resumes a paused run.");
 run_action!(
     rerun_run,
     "/v1/runs/{id}/rerun",
@@ -607,12 +507,7 @@ pub async fn run_events(
     find_run(&state, &tenant.0, &id).await?;
     let events = state
         .store
-        .events(
-            &tenant.0,
-            Some(&id),
-            q.after.unwrap_or(0),
-            q.limit.unwrap_or(1000).clamp(1, 10_000),
-        )
+        .events(&tenant.0, Some(&id), q.after.unwrap_or(0), q.limit.unwrap_or(1000).clamp(1, 10_000))
         .await?;
     ok(events
         .into_iter()
@@ -684,14 +579,7 @@ pub async fn rerun_task(
     Json(req): Json<RerunTaskRequest>,
 ) -> Answer<ActionResult> {
     find_task(&state, &tenant.0, &id, &task).await?;
-    act(
-        &state,
-        &tenant.0,
-        &id,
-        "rerun_task",
-        json!({"task": task, "downstream": req.downstream}),
-    )
-    .await
+    act(&state, &tenant.0, &id, "rerun_task", json!({"task": task, "downstream": req.downstream})).await
 }
 
 /// Marks a failed task succeeded, so that its downstream proceeds.
@@ -706,14 +594,7 @@ pub async fn force_success(
     Path((id, task)): Path<(String, String)>,
 ) -> Answer<ActionResult> {
     find_task(&state, &tenant.0, &id, &task).await?;
-    act(
-        &state,
-        &tenant.0,
-        &id,
-        "force_success",
-        json!({"task": task}),
-    )
-    .await
+    act(&state, &tenant.0, &id, "force_success", json!({"task": task})).await
 }
 
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
@@ -746,11 +627,7 @@ pub async fn task_logs(
     let (_, row) = find_task(&state, &tenant.0, &id, &task).await?;
     let attempt = q.attempt.unwrap_or(row.attempts.max(1));
     if attempt < 1 || (row.attempts > 0 && attempt > row.attempts) {
-        return Err(AppError::bad_at(
-            "bad_query",
-            "?attempt",
-            format!("task `{task}` has {} attempts", row.attempts),
-        ));
+        return Err(AppError::bad_at("bad_query", "?attempt", format!("task `{task}` has {} attempts", row.attempts)));
     }
     let after = q.after.unwrap_or(0);
     let view = move |l: dagr_store::LogRow| LogLineView {
@@ -762,10 +639,7 @@ pub async fn task_logs(
         message: l.message,
     };
     if !q.follow.unwrap_or(false) {
-        let lines = state
-            .store
-            .logs(&id, row.idx, attempt, after, 100_000)
-            .await?;
+        let lines = state.store.logs(&id, row.idx, attempt, after, 100_000).await?;
         return Ok(axum::Json(lines.into_iter().map(view).collect::<Vec<_>>()).into_response());
     }
     let store = state.store.clone();
@@ -791,31 +665,20 @@ pub async fn task_logs(
                         chunk.push_str(&serde_json::to_string(&view(line)).unwrap_or_default());
                         chunk.push('\n');
                     }
-                    return Some((
-                        Ok::<_, std::io::Error>(bytes::Bytes::from(chunk)),
-                        (next, false),
-                    ));
+                    return Some((Ok::<_, std::io::Error>(bytes::Bytes::from(chunk)), (next, false)));
                 }
                 // Nothing new: is the attempt over?
                 let finished = match store.attempts(&id, Some(idx)).await {
-                    Ok(attempts) => attempts
-                        .iter()
-                        .find(|a| a.number == attempt)
-                        .is_some_and(|a| a.state != "running"),
+                    Ok(attempts) => attempts.iter().find(|a| a.number == attempt).is_some_and(|a| a.state != "running"),
                     Err(_) => true,
                 };
                 let task_waiting = match store.run_tasks(&id).await {
-                    Ok(tasks) => tasks
-                        .iter()
-                        .any(|t| t.idx == idx && t.attempts < attempt && !is_final(&t.state)),
+                    Ok(tasks) => tasks.iter().any(|t| t.idx == idx && t.attempts < attempt && !is_final(&t.state)),
                     Err(_) => false,
                 };
                 if finished && !task_waiting {
                     // One last read: lines written just before the end.
-                    let tail = store
-                        .logs(&id, idx, attempt, after, 1000)
-                        .await
-                        .unwrap_or_default();
+                    let tail = store.logs(&id, idx, attempt, after, 1000).await.unwrap_or_default();
                     if tail.is_empty() {
                         return None;
                     }
@@ -825,18 +688,11 @@ pub async fn task_logs(
             }
         }
     });
-    Ok((
-        [(header::CONTENT_TYPE, "application/x-ndjson")],
-        Body::from_stream(stream),
-    )
-        .into_response())
+    Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(stream)).into_response())
 }
 
 fn is_final(state: &str) -> bool {
-    matches!(
-        state,
-        "succeeded" | "failed" | "upstream_failed" | "skipped" | "killed"
-    )
+    matches!(state, "succeeded" | "failed" | "upstream_failed" | "skipped" | "killed")
 }
 
 // Backfills ----------------------------------------------------------------------
@@ -853,28 +709,16 @@ pub async fn create_backfill(
     Json(req): Json<BackfillRequest>,
 ) -> Answer<BackfillView> {
     if req.parallel == 0 {
-        return Err(AppError::bad_at(
-            "invalid_backfill",
-            "parallel",
-            "must be at least 1",
-        ));
+        return Err(AppError::bad_at("invalid_backfill", "parallel", "must be at least 1"));
     }
-    let from =
-        parse_time(&req.from).map_err(|m| AppError::bad_at("invalid_backfill", "from", m))?;
+    let from = parse_time(&req.from).map_err(|m| AppError::bad_at("invalid_backfill", "from", m))?;
     let to = parse_time(&req.to).map_err(|m| AppError::bad_at("invalid_backfill", "to", m))?;
     let (_, version) = workflow_version(&state, &tenant.0, &req.workflow, None).await?;
     let workflow = stored_workflow(&version)?;
-    let params = workflow
-        .resolve_params(&req.params)
-        .map_err(|e| AppError::invalid("invalid_params", &e))?;
+    let params = workflow.resolve_params(&req.params).map_err(|e| AppError::invalid("invalid_params", &e))?;
     let params = serde_json::to_string(&params).map_err(AppError::internal)?;
-    let times = backfill_times(
-        workflow.schedule.as_ref(),
-        from,
-        to,
-        state.config.max_backfill_runs,
-    )
-    .map_err(|m| AppError::bad_at("invalid_backfill", "to", m))?;
+    let times = backfill_times(workflow.schedule.as_ref(), from, to, state.config.max_backfill_runs)
+        .map_err(|m| AppError::bad_at("invalid_backfill", "to", m))?;
     if times.is_empty() {
         return Err(AppError::bad_at(
             "invalid_backfill",
@@ -910,10 +754,7 @@ pub async fn create_backfill(
             )
         })
         .collect();
-    let by_id: HashMap<String, RunRow> = runs
-        .iter()
-        .map(|r| (r.run.id.clone(), r.run.clone()))
-        .collect();
+    let by_id: HashMap<String, RunRow> = runs.iter().map(|r| (r.run.id.clone(), r.run.clone())).collect();
     let outcome = state.store.create_runs(runs, Some("admit")).await?;
     state.control.wake();
     let mut created_runs = Vec::new();
@@ -925,9 +766,7 @@ pub async fn create_backfill(
                     created_runs.push(run_summary(row));
                 }
             }
-            Created::Exists { .. } => {
-                skipped.push(times[i].to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
-            }
+            Created::Exists { .. } => skipped.push(times[i].to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
         }
     }
     created(BackfillView {
@@ -945,10 +784,7 @@ pub async fn create_backfill(
 
 /// The tenant's backfills, newest first (without their runs).
 #[utoipa::path(get, path = "/v1/backfills", tag = "backfills", responses((status = 200, body = Vec<BackfillView>)))]
-pub async fn list_backfills(
-    State(state): State<ApiState>,
-    tenant: Tenant,
-) -> Answer<Vec<BackfillView>> {
+pub async fn list_backfills(State(state): State<ApiState>, tenant: Tenant) -> Answer<Vec<BackfillView>> {
     let rows = state.store.list_backfills(&tenant.0).await?;
     ok(rows
         .into_iter()
@@ -1035,8 +871,7 @@ pub async fn create_job(
     let name = req.name.clone().unwrap_or_else(|| "job".into());
     let timeout = match &req.timeout {
         Some(t) => Some(HumanDuration(
-            dagr_core::units::parse_duration(t)
-                .map_err(|m| AppError::bad_at("invalid_job", "timeout", m))?,
+            dagr_core::units::parse_duration(t).map_err(|m| AppError::bad_at("invalid_job", "timeout", m))?,
         )),
         None => None,
     };
@@ -1044,9 +879,7 @@ pub async fn create_job(
     let mut tasks: Vec<Value> = match (&req.plugin, &req.tasks) {
         (Some(plugin), None) => {
             let short = plugin.split('@').next().unwrap_or("task").to_owned();
-            vec![
-                json!({"name": short, "plugin": plugin, "params": req.params.clone().unwrap_or(json!({}))}),
-            ]
+            vec![json!({"name": short, "plugin": plugin, "params": req.params.clone().unwrap_or(json!({}))})]
         }
         (None, Some(tasks)) => {
             if req.params.is_some() {
@@ -1059,58 +892,35 @@ pub async fn create_job(
             tasks.clone()
         }
         (Some(_), Some(_)) => {
-            return Err(AppError::bad(
-                "invalid_job",
-                "give either `plugin` (one task) or `tasks` (a DAG), not both",
-            ));
+            return Err(AppError::bad("invalid_job", "give either `plugin` (one task) or `tasks` (a DAG), not both"));
         }
         (None, None) => {
-            return Err(AppError::bad(
-                "invalid_job",
-                "give `plugin` (one task) or `tasks` (a DAG)",
-            ));
+            return Err(AppError::bad("invalid_job", "give `plugin` (one task) or `tasks` (a DAG)"));
         }
     };
     if tasks.len() > state.config.max_job_tasks {
         return Err(AppError::bad_at(
             "invalid_job",
             "tasks",
-            format!(
-                "a job may have at most {} tasks",
-                state.config.max_job_tasks
-            ),
+            format!("a job may have at most {} tasks", state.config.max_job_tasks),
         ));
     }
     if let Some(t) = timeout {
         for task in &mut tasks {
             if let Value::Object(map) = task {
-                map.entry("timeout")
-                    .or_insert_with(|| serde_json::to_value(t).unwrap_or(Value::Null));
+                map.entry("timeout").or_insert_with(|| serde_json::to_value(t).unwrap_or(Value::Null));
             }
         }
     }
     let spec_value = json!({"name": name, "tasks": tasks});
     let spec: WorkflowSpec = {
         let text = spec_value.to_string();
-        WorkflowSpec::parse(&text, Format::Json)
-            .map_err(|e| AppError::invalid("invalid_job", &e))?
+        WorkflowSpec::parse(&text, Format::Json).map_err(|e| AppError::invalid("invalid_job", &e))?
     };
-    let catalog = TenantCatalog {
-        directory: state.plugins.as_ref(),
-        tenant: &tenant.0,
-    };
-    let workflow =
-        Workflow::validate(spec, &catalog).map_err(|e| AppError::invalid("invalid_job", &e))?;
-    let run = new_run(
-        &tenant.0,
-        &workflow,
-        None,
-        RunKind::Job,
-        now_ms(),
-        "{}",
-        Some(workflow.spec.canonical_json()),
-        None,
-    );
+    let catalog = TenantCatalog { directory: state.plugins.as_ref(), tenant: &tenant.0 };
+    let workflow = Workflow::validate(spec, &catalog).map_err(|e| AppError::invalid("invalid_job", &e))?;
+    let run =
+        new_run(&tenant.0, &workflow, None, RunKind::Job, now_ms(), "{}", Some(workflow.spec.canonical_json()), None);
     let run_id = run.run.id.clone();
     state.store.create_runs(vec![run], Some("admit")).await?;
     state.control.wake();
@@ -1124,8 +934,9 @@ pub async fn create_job(
         });
     }
     let wait = match &q.wait_timeout {
-        Some(t) => dagr_core::units::parse_duration(t)
-            .map_err(|m| AppError::bad_at("bad_query", "?wait_timeout", m))?,
+        Some(t) => {
+            dagr_core::units::parse_duration(t).map_err(|m| AppError::bad_at("bad_query", "?wait_timeout", m))?
+        }
         None => Duration::from_secs(60),
     }
     .min(state.config.max_job_wait);
@@ -1133,51 +944,26 @@ pub async fn create_job(
     let run = find_run(&state, &tenant.0, &run_id).await?;
     let tasks = state.store.run_tasks(&run_id).await?;
     let idxs: Vec<i64> = tasks.iter().map(|t| t.idx).collect();
-    let outputs: HashMap<i64, String> = state
-        .store
-        .outputs(&run_id, &idxs)
-        .await?
-        .into_iter()
-        .collect();
+    let outputs: HashMap<i64, String> = state.store.outputs(&run_id, &idxs).await?.into_iter().collect();
     let mut out = Map::new();
     let mut errors = Map::new();
     for t in &tasks {
         if let Some(o) = outputs.get(&t.idx) {
-            out.insert(
-                t.name.clone(),
-                serde_json::from_str(o).unwrap_or(Value::String(o.clone())),
-            );
+            out.insert(t.name.clone(), serde_json::from_str(o).unwrap_or(Value::String(o.clone())));
         }
         if t.state != "succeeded" && is_final(&t.state) {
             errors.insert(t.name.clone(), json!({"state": t.state, "error": t.error}));
         }
     }
-    let output = if single {
-        out.values().next().cloned()
-    } else {
-        None
-    };
-    let body = JobResult {
-        run_id,
-        state: run.state,
-        outputs: if single { Map::new() } else { out },
-        output,
-        errors,
-    };
-    if finished.is_some() {
-        ok(body)
-    } else {
-        Ok((StatusCode::ACCEPTED, axum::Json(body)))
-    }
+    let output = if single { out.values().next().cloned() } else { None };
+    let body = JobResult { run_id, state: run.state, outputs: if single { Map::new() } else { out }, output, errors };
+    if finished.is_some() { ok(body) } else { Ok((StatusCode::ACCEPTED, axum::Json(body))) }
 }
 
 // Plugins -------------------------------------------------------------------------
 
 /// The plugins the tenant may use, with what they describe about themselves.
 #[utoipa::path(get, path = "/v1/plugins", tag = "plugins", responses((status = 200, body = Vec<PluginDescriptor>)))]
-pub async fn list_plugins(
-    State(state): State<ApiState>,
-    tenant: Tenant,
-) -> Answer<Vec<PluginDescriptor>> {
+pub async fn list_plugins(State(state): State<ApiState>, tenant: Tenant) -> Answer<Vec<PluginDescriptor>> {
     ok(state.plugins.list(&tenant.0))
 }

@@ -43,11 +43,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Tenant {
     type Rejection = AppError;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        Ok(parts
-            .extensions
-            .get::<Tenant>()
-            .cloned()
-            .unwrap_or_else(|| Tenant(DEFAULT_TENANT.into())))
+        Ok(parts.extensions.get::<Tenant>().cloned().unwrap_or_else(|| Tenant(DEFAULT_TENANT.into())))
     }
 }
 
@@ -173,10 +169,7 @@ pub fn router(state: ApiState) -> axum::Router {
         )
         .fallback(|| async { AppError::NotFound("no such endpoint; see /openapi.json".into()) })
         .method_not_allowed_fallback(|| async {
-            AppError::bad(
-                "method_not_allowed",
-                "this endpoint does not support that method; see /openapi.json",
-            )
+            AppError::bad("method_not_allowed", "this endpoint does not support that method; see /openapi.json")
         })
         .layer(DefaultBodyLimit::max(max_body))
         .with_state(state)

@@ -6,10 +6,7 @@ use dagr_protocol::api::{AttemptView, RunSummary, TaskView};
 use dagr_store::{AttemptRow, RunRow, TaskRow};
 
 pub fn time(ms: i64) -> String {
-    Utc.timestamp_millis_opt(ms)
-        .single()
-        .unwrap_or_default()
-        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    Utc.timestamp_millis_opt(ms).single().unwrap_or_default().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
 pub fn run_summary(row: &RunRow) -> RunSummary {
@@ -37,12 +34,7 @@ pub fn task_view(row: &TaskRow, workflow: Option<&Workflow>) -> TaskView {
         failures: row.failures,
         forced: row.forced,
         depends_on: def
-            .map(|t| {
-                t.deps
-                    .iter()
-                    .filter_map(|&d| workflow.map(|w| w.tasks[d].name.clone()))
-                    .collect()
-            })
+            .map(|t| t.deps.iter().filter_map(|&d| workflow.map(|w| w.tasks[d].name.clone())).collect())
             .unwrap_or_default(),
         started_at: row.started_at.map(time),
         finished_at: row.finished_at.map(time),

@@ -412,6 +412,8 @@ pub fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 128
         && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        // `.` and `..` would vanish from URL paths.
+        && name.chars().any(|c| c != '.')
 }
 
 /// How long to wait before retry number `failures` (1 = first retry).

@@ -542,7 +542,7 @@ impl Engine {
         }
         for run in step.retire {
             if self.runs.get(&run).is_some_and(|r| r.machine.state().is_terminal()) {
-                self.drop_run(&run);
+                self.retire_run(&run);
             }
         }
     }
@@ -681,7 +681,21 @@ impl Engine {
         }
     }
 
-    /// Forgets a run: finished, fenced, or handed over to another master.
+    /// Forgets a finished run. Its attempts still in flight (cancelled by a
+    /// kill) stay tracked, so that their ends are recorded when they report.
+    fn retire_run(&mut self, run_id: &str) {
+        let Some(run) = self.runs.remove(run_id) else { return };
+        if matches!(run.machine.state(), RunState::Running | RunState::Paused) {
+            self.count_active(&run, -1);
+        }
+        let key = run.workflow_key();
+        if let Some(queue) = self.waiting.get_mut(&key) {
+            queue.retain(|r| r.as_ref() != run_id);
+        }
+    }
+
+    /// Forgets a run this master may no longer drive (fenced, or handed
+    /// over): its in-flight attempts are the new owner's to track.
     fn drop_run(&mut self, run_id: &str) {
         let Some(run) = self.runs.remove(run_id) else { return };
         if matches!(run.machine.state(), RunState::Running | RunState::Paused) {

@@ -220,6 +220,7 @@ pub struct BackfillView {
     pub from: String,
     pub to: String,
     pub parallel: i64,
+    /// Logical times in the range (runs created plus skipped).
     pub total: i64,
     pub created_at: String,
     /// Runs created (one per logical time).

@@ -113,9 +113,9 @@ impl FailureKind {
     }
 
     /// Whether the failure counts against the task's retry budget. A lost
-    /// worker or an internal error is not the task's fault.
+    /// worker, an internal error or a cancellation is not the task's fault.
     pub fn charged(self) -> bool {
-        !matches!(self, FailureKind::WorkerLost | FailureKind::Internal)
+        !matches!(self, FailureKind::WorkerLost | FailureKind::Internal | FailureKind::Cancelled)
     }
 
     pub fn parse(text: &str) -> Option<FailureKind> {

@@ -37,6 +37,49 @@ pub async fn run_all(store: &dyn Store, prefix: &str) -> Result<()> {
     cycles_are_unique(store, prefix).await?;
     fencing(store, prefix).await?;
     commands_logs_events(store, prefix).await?;
+    big_batches(store, prefix).await?;
+    Ok(())
+}
+
+/// Batches larger than one statement are split correctly.
+async fn big_batches(store: &dyn Store, p: &str) -> Result<()> {
+    let tenant = format!("{p}t");
+    let id = format!("{p}big");
+    let names: Vec<String> = (0..1234).map(|i| format!("t{i}")).collect();
+    store
+        .create_runs(vec![NewRun { run: run(&id, &tenant, "wf", RunKind::Manual, 9), tasks: names.clone() }], None)
+        .await?;
+    let tasks = store.run_tasks(&id).await?;
+    check(
+        tasks.len() == 1234 && tasks.iter().enumerate().all(|(i, t)| t.idx == i as i64 && t.name == names[i]),
+        "1234 tasks created in order",
+    )?;
+    let writes = (0..1234)
+        .map(|i| TaskWrite {
+            run_id: id.clone(),
+            idx: i,
+            name: format!("t{i}"),
+            state: if i % 2 == 0 { "succeeded".into() } else { "failed".into() },
+            attempts: i,
+            failures: 0,
+            forced: false,
+            retry_at: None,
+            error: None,
+            started_at: Some(i),
+            finished_at: Some(i + 1),
+        })
+        .collect();
+    let outputs =
+        (0..1234).map(|i| OutputWrite::Set { run_id: id.clone(), idx: i, output: format!("{{\"i\":{i}}}") }).collect();
+    store.commit(WriteBatch { tasks: writes, outputs, ..Default::default() }).await?;
+    let tasks = store.run_tasks(&id).await?;
+    check(
+        tasks.iter().all(|t| t.attempts == t.idx && (t.state == "succeeded") == (t.idx % 2 == 0)),
+        "1234 task updates applied",
+    )?;
+    let all: Vec<i64> = (0..1234).collect();
+    let outs = store.outputs(&id, &all).await?;
+    check(outs.len() == 1234 && outs.iter().all(|(i, o)| *o == format!("{{\"i\":{i}}}")), "1234 outputs stored")?;
     Ok(())
 }
 

@@ -10,7 +10,7 @@ use std::sync::Once;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::any::{AnyArguments, AnyPoolOptions, AnyRow};
+use sqlx::any::{AnyArguments, AnyConnectOptions, AnyPoolOptions, AnyRow};
 use sqlx::query::Query;
 use sqlx::{Any, AnyPool, Executor, Row};
 
@@ -56,8 +56,11 @@ pub struct SqlStore {
 
 static DRIVERS: Once = Once::new();
 
-/// Most bind parameters in one statement (SQLite allows 32766).
+/// Most bind parameters in one IN list (SQLite allows 32766).
 const MAX_PARAMS: usize = 30_000;
+
+/// Most bind parameters in one multi-row statement.
+const MAX_STATEMENT_PARAMS: usize = 4096;
 
 impl SqlStore {
     /// Opens (creating if needed) the SQLite database at `path` and migrates it.
@@ -76,6 +79,7 @@ impl SqlStore {
                 Synchronous::Full => "FULL",
             }
         );
+        let options = quiet(&url)?;
         let connect = |max: u32| {
             let pragmas = pragmas.clone();
             AnyPoolOptions::new()
@@ -89,7 +93,7 @@ impl SqlStore {
                         Ok(())
                     })
                 })
-                .connect(&url)
+                .connect_with(options.clone())
         };
         let write = connect(1).await?;
         sqlx::migrate!("./migrations/sqlite").run(&write).await?;
@@ -103,7 +107,7 @@ impl SqlStore {
         let pool = AnyPoolOptions::new()
             .max_connections(max_connections.max(2))
             .acquire_timeout(Duration::from_secs(30))
-            .connect(url)
+            .connect_with(quiet(url)?)
             .await?;
         sqlx::migrate!("./migrations/postgres").run(&pool).await?;
         Ok(SqlStore { write: pool.clone(), read: pool, backend: Backend::Postgres })
@@ -132,6 +136,15 @@ impl SqlStore {
     }
 }
 
+/// Connect options that do not log statements: dagr's batches are big, and
+/// one slow one would print thousands of placeholders.
+fn quiet(url: &str) -> Result<AnyConnectOptions> {
+    use sqlx::ConnectOptions;
+    Ok(AnyConnectOptions::from_str(url)?
+        .log_statements(log::LevelFilter::Off)
+        .log_slow_statements(log::LevelFilter::Off, Duration::from_secs(60)))
+}
+
 /// A bind value; lets one helper build multi-row statements.
 #[derive(Debug, Clone)]
 enum Arg {
@@ -153,8 +166,10 @@ fn bind_all<'q>(mut query: Query<'q, Any, AnyArguments<'q>>, args: Vec<Arg>) -> 
     query
 }
 
-/// `($1,$2),($3,$4)` for `rows` rows of `cols` columns.
-fn values(rows: usize, cols: usize) -> String {
+/// `(?,?),(?,?)` (SQLite) or `($1,$2),($3,$4)` for `rows` rows of `cols`
+/// columns. SQLite gets anonymous parameters: it resolves `$N` names by a
+/// linear search while parsing, which makes big statements quadratic.
+fn values(backend: Backend, rows: usize, cols: usize) -> String {
     let mut sql = String::with_capacity(rows * cols * 5);
     let mut n = 0;
     for r in 0..rows {
@@ -167,27 +182,42 @@ fn values(rows: usize, cols: usize) -> String {
                 sql.push(',');
             }
             n += 1;
-            sql.push('$');
-            sql.push_str(&n.to_string());
+            match backend {
+                Backend::Sqlite => sql.push('?'),
+                Backend::Postgres => {
+                    sql.push('$');
+                    sql.push_str(&n.to_string());
+                }
+            }
         }
         sql.push(')');
     }
     sql
 }
 
-/// Runs `head VALUES (...) tail` over `rows`, chunked under the parameter limit.
+/// Rows per multi-row statement: powers of two, so that a handful of
+/// statement texts cover every batch size (and stay prepared).
+fn chunk_rows(remaining: usize, cols: usize) -> usize {
+    let cap = (MAX_STATEMENT_PARAMS / cols).clamp(1, 512).min(remaining);
+    1 << (usize::BITS - 1 - cap.leading_zeros())
+}
+
+/// Runs `head VALUES (...) tail` over `rows`, in chunks.
 async fn insert_rows(
     conn: &mut sqlx::AnyConnection,
+    backend: Backend,
     head: &str,
     tail: &str,
     cols: usize,
     rows: Vec<Vec<Arg>>,
 ) -> Result<()> {
-    let per_chunk = (MAX_PARAMS / cols).max(1);
     let mut rows = rows.into_iter().peekable();
+    let mut remaining = rows.len();
     while rows.peek().is_some() {
-        let chunk: Vec<Vec<Arg>> = rows.by_ref().take(per_chunk).collect();
-        let sql = format!("{head} VALUES {} {tail}", values(chunk.len(), cols));
+        let n = chunk_rows(remaining, cols);
+        remaining -= n;
+        let chunk: Vec<Vec<Arg>> = rows.by_ref().take(n).collect();
+        let sql = format!("{head} VALUES {} {tail}", values(backend, chunk.len(), cols));
         let args: Vec<Arg> = chunk.into_iter().flatten().collect();
         bind_all(sqlx::query(&sql), args).execute(&mut *conn).await?;
     }
@@ -337,8 +367,8 @@ fn backfill_from(row: &AnyRow) -> Result<BackfillRow> {
 
 impl SqlStore {
     /// Inserts one run and its tasks; `None` if a run for that cycle exists.
-    async fn insert_run(conn: &mut sqlx::AnyConnection, new: &NewRun) -> Result<bool> {
-        let sql = format!("INSERT INTO runs ({RUN_COLUMNS}) VALUES {} ON CONFLICT DO NOTHING", values(1, 17));
+    async fn insert_run(conn: &mut sqlx::AnyConnection, backend: Backend, new: &NewRun) -> Result<bool> {
+        let sql = format!("INSERT INTO runs ({RUN_COLUMNS}) VALUES {} ON CONFLICT DO NOTHING", values(backend, 1, 17));
         let inserted = bind_all(sqlx::query(&sql), run_args(&new.run)).execute(&mut *conn).await?.rows_affected();
         if inserted == 0 {
             return Ok(false);
@@ -356,7 +386,7 @@ impl SqlStore {
                 ]
             })
             .collect();
-        insert_rows(&mut *conn, "INSERT INTO tasks (run_id, idx, name, state)", "", 4, rows).await?;
+        insert_rows(&mut *conn, backend, "INSERT INTO tasks (run_id, idx, name, state)", "", 4, rows).await?;
         Ok(true)
     }
 
@@ -526,7 +556,7 @@ impl Store for SqlStore {
         let mut tx = self.write.begin().await?;
         let mut out = Vec::with_capacity(runs.len());
         for new in &runs {
-            if !Self::insert_run(&mut *tx, new).await? {
+            if !Self::insert_run(&mut *tx, self.backend, new).await? {
                 out.push(Created::Exists { id: Self::existing_cycle_run(&mut *tx, &new.run).await? });
                 continue;
             }
@@ -774,7 +804,7 @@ impl Store for SqlStore {
         }
 
         for new in &batch.new_runs {
-            if Self::insert_run(&mut *tx, new).await? {
+            if Self::insert_run(&mut *tx, self.backend, new).await? {
                 if let Some(kind) = &batch.new_run_command {
                     sqlx::query(
                         "INSERT INTO commands (tenant, run_id, slot, kind, payload, created_at) VALUES ($1, $2, $3, $4, '{}', $5)",
@@ -834,6 +864,7 @@ impl Store for SqlStore {
                 .collect();
             insert_rows(
                 &mut *tx,
+                self.backend,
                 "INSERT INTO tasks (run_id, idx, name, state, attempts, failures, forced, retry_at, error, started_at, finished_at)",
                 "ON CONFLICT (run_id, idx) DO UPDATE SET state = excluded.state, attempts = excluded.attempts, \
                  failures = excluded.failures, forced = excluded.forced, retry_at = excluded.retry_at, \
@@ -867,6 +898,7 @@ impl Store for SqlStore {
                 .collect();
             insert_rows(
                 &mut *tx,
+                self.backend,
                 "INSERT INTO task_outputs (run_id, idx, output)",
                 "ON CONFLICT (run_id, idx) DO UPDATE SET output = excluded.output",
                 3,
@@ -904,6 +936,7 @@ impl Store for SqlStore {
                 .collect();
             insert_rows(
                 &mut *tx,
+                self.backend,
                 &format!("INSERT INTO attempts ({ATTEMPT_COLUMNS})"),
                 "ON CONFLICT (run_id, task_idx, number) DO UPDATE SET state = excluded.state, \
                  failure_kind = excluded.failure_kind, message = excluded.message, charged = excluded.charged, \
@@ -929,7 +962,15 @@ impl Store for SqlStore {
                     ]
                 })
                 .collect();
-            insert_rows(&mut *tx, "INSERT INTO events (tenant, at, kind, run_id, task, data)", "", 6, rows).await?;
+            insert_rows(
+                &mut *tx,
+                self.backend,
+                "INSERT INTO events (tenant, at, kind, run_id, task, data)",
+                "",
+                6,
+                rows,
+            )
+            .await?;
         }
 
         let now = batch.runs.first().map(|r| r.updated_at).unwrap_or_else(now_ms);
@@ -1007,6 +1048,7 @@ impl Store for SqlStore {
         let mut tx = self.write.begin().await?;
         insert_rows(
             &mut *tx,
+            self.backend,
             "INSERT INTO logs (run_id, task_idx, attempt, seq, at, source, level, message)",
             "ON CONFLICT DO NOTHING",
             8,

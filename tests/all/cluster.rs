@@ -1,0 +1,635 @@
+//! Cluster mode with real failures: real `dagr master`, `dagr worker` and
+//! `dagr api` processes on PostgreSQL and etcd, started by
+//! `tests/local-cluster.sh`, killed with SIGKILL, frozen with SIGSTOP,
+//! cut off from etcd, and with PostgreSQL restarted under them.
+//!
+//! Tasks use the `ledger` test component, which reports the start and end
+//! of every execution to an HTTP ledger in this test process *before* it
+//! does any work; the ledger proves that no task instance ran twice
+//! (overlapping) and none was lost.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support;
+
+/// Cluster tests are heavy (several processes each): one at a time.
+async fn exclusive() -> tokio::sync::MutexGuard<'static, ()> {
+    static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    LOCK.lock().await
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+/// A cluster started by `tests/local-cluster.sh`, stopped on drop.
+pub struct Cluster {
+    pub dir: PathBuf,
+    pub api: String,
+    http: reqwest::Client,
+}
+
+impl Cluster {
+    pub async fn up(masters: usize, workers: usize, ttl: &str) -> Cluster {
+        let dir = tempfile::Builder::new().prefix("dagr-cluster-").tempdir().unwrap().keep();
+        let args = ["up", "--masters", &masters.to_string(), "--workers", &workers.to_string(), "--ttl", ttl]
+            .map(String::from)
+            .to_vec();
+        let dir2 = dir.clone();
+        let out = tokio::task::spawn_blocking(move || script(&dir2, &args)).await.unwrap();
+        let api = out.lines().last().unwrap_or_default().trim().to_owned();
+        assert!(api.starts_with("http://"), "local-cluster up did not print the API URL: {out}");
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
+        Cluster { dir, api, http }
+    }
+
+    fn run(&self, args: &[&str]) -> String {
+        script(&self.dir, &args.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
+    pub fn kill(&self, node: &str) {
+        self.run(&["kill", node]);
+    }
+
+    pub fn stop(&self, node: &str) {
+        self.run(&["stop", node]);
+    }
+
+    pub fn cont(&self, node: &str) {
+        self.run(&["cont", node]);
+    }
+
+    pub async fn restart(&self, node: &str) {
+        let dir = self.dir.clone();
+        let node = node.to_owned();
+        tokio::task::spawn_blocking(move || script(&dir, &["restart".into(), node])).await.unwrap();
+    }
+
+    pub async fn add(&self, role: &str) -> String {
+        let dir = self.dir.clone();
+        let role = role.to_owned();
+        tokio::task::spawn_blocking(move || script(&dir, &["add".into(), role])).await.unwrap().trim().to_owned()
+    }
+
+    /// The internal address of a node, from its log.
+    pub fn addr(&self, node: &str) -> String {
+        let log = std::fs::read_to_string(self.dir.join(format!("{node}.log"))).unwrap_or_default();
+        let line = log.lines().rev().find(|l| l.contains("listening on http://")).unwrap_or_default();
+        line.split("listening on ").nth(1).and_then(|r| r.split_whitespace().next()).unwrap_or_default().to_owned()
+    }
+
+    pub async fn metrics(&self, master: &str) -> Value {
+        match self.http.get(format!("{}/metrics", self.addr(master))).send().await {
+            Ok(r) => r.json().await.unwrap_or(Value::Null),
+            Err(_) => Value::Null,
+        }
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> Value {
+        let r = self.http.post(format!("{}{path}", self.api)).json(&body).send().await.unwrap();
+        let status = r.status();
+        let v: Value = r.json().await.unwrap();
+        assert!(status.is_success(), "POST {path}: {status} {v}");
+        v
+    }
+
+    pub async fn get(&self, path: &str) -> Value {
+        for _ in 0..20 {
+            if let Ok(r) = self.http.get(format!("{}{path}", self.api)).send().await {
+                if r.status().is_success() {
+                    return r.json().await.unwrap();
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        panic!("GET {path} kept failing");
+    }
+
+    pub async fn apply(&self, spec: &Value) {
+        let r = self.http.post(format!("{}/v1/workflows", self.api)).json(spec).send().await.unwrap();
+        assert!(r.status().is_success(), "apply: {}", r.text().await.unwrap());
+    }
+
+    pub async fn trigger(&self, workflow: &str) -> String {
+        self.post(&format!("/v1/workflows/{workflow}/runs"), json!({})).await["id"].as_str().unwrap().to_owned()
+    }
+
+    /// Waits until every run is finished; returns their details.
+    pub async fn wait_all(&self, runs: &[String], timeout: Duration) -> Vec<Value> {
+        let until = Instant::now() + timeout;
+        loop {
+            let mut details = Vec::new();
+            for id in runs {
+                details.push(self.get(&format!("/v1/runs/{id}")).await);
+            }
+            let open: Vec<String> = details
+                .iter()
+                .filter(|d| !matches!(d["state"].as_str(), Some("succeeded" | "failed" | "killed")))
+                .map(|d| format!("{} {}", d["id"], d["state"]))
+                .collect();
+            if open.is_empty() {
+                return details;
+            }
+            assert!(
+                Instant::now() < until,
+                "runs did not finish in {timeout:?} (stuck: {open:?}); logs in {}",
+                self.dir.display()
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if std::env::var("DAGR_KEEP_TEST_DIRS").is_ok_and(|v| v == "1") {
+            eprintln!("keeping the cluster's directory {}", self.dir.display());
+            return;
+        }
+        let _ = Command::new(support::workspace_root().join("tests/local-cluster.sh"))
+            .arg("down")
+            .env("DAGR_CLUSTER_DIR", &self.dir)
+            .output();
+    }
+}
+
+fn script(dir: &std::path::Path, args: &[String]) -> String {
+    let extra = format!(
+        "[plugins]\nextra = [{:?}]\n[master]\npoll_interval = \"200ms\"\n[worker]\nslots = 32\n",
+        dagr_builtins::LEDGER_PATH
+    );
+    let out = Command::new(support::workspace_root().join("tests/local-cluster.sh"))
+        .args(args)
+        .env("DAGR_CLUSTER_DIR", dir)
+        .env("DAGR_BIN", support::dagr_binary())
+        .env("DAGR_CLUSTER_EXTRA", extra)
+        // Compile the plugins once for every node of every test cluster.
+        .env("DAGR_WORKER__CACHE_DIR", support::workspace_root().join("target/dagr-test-cache"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "local-cluster.sh {args:?} failed: {text}{}", String::from_utf8_lossy(&out.stderr));
+    text
+}
+
+/// One report to the ledger.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub event: String,
+    pub run: String,
+    pub task: String,
+    pub attempt: i64,
+    pub at: i64,
+}
+
+/// The ledger: an HTTP server in this process that records executions.
+#[derive(Clone)]
+pub struct Ledger {
+    pub port: u16,
+    entries: Arc<Mutex<Vec<Entry>>>,
+}
+
+impl Ledger {
+    pub async fn start() -> Ledger {
+        let entries: Arc<Mutex<Vec<Entry>>> = Arc::default();
+        let state = entries.clone();
+        let app = axum::Router::new().route(
+            "/ledger",
+            axum::routing::post(move |axum::Json(v): axum::Json<Value>| {
+                let state = state.clone();
+                async move {
+                    state.lock().unwrap().push(Entry {
+                        event: v["event"].as_str().unwrap_or_default().into(),
+                        run: v["run"].as_str().unwrap_or_default().into(),
+                        task: v["task"].as_str().unwrap_or_default().into(),
+                        attempt: v["attempt"].as_i64().unwrap_or(0),
+                        at: now_ms(),
+                    });
+                    "ok"
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Ledger { port, entries }
+    }
+
+    pub fn entries(&self) -> Vec<Entry> {
+        self.entries.lock().unwrap().clone()
+    }
+
+    /// A workflow of ledger tasks: `tasks` as (name, deps).
+    pub fn workflow(&self, name: &str, tasks: &[(String, Vec<String>)], ms: u64) -> Value {
+        let url = format!("http://127.0.0.1:{}/ledger", self.port);
+        let tasks: Vec<Value> = tasks
+            .iter()
+            .map(|(t, deps)| {
+                json!({
+                    "name": t, "plugin": "ledger", "depends_on": deps,
+                    "params": {"url": url, "ms": ms},
+                    "allow_hosts": [format!("127.0.0.1:{}", self.port)],
+                    "retries": 2,
+                    "retry_backoff": {"kind": "fixed", "delay": "200ms"}
+                })
+            })
+            .collect();
+        json!({"name": name, "tasks": tasks})
+    }
+}
+
+/// root → n parallel tasks → sink.
+pub fn fan(n: usize) -> Vec<(String, Vec<String>)> {
+    let mut tasks = vec![("root".to_owned(), vec![])];
+    for i in 0..n {
+        tasks.push((format!("t{i}"), vec!["root".to_owned()]));
+    }
+    tasks.push(("sink".to_owned(), (0..n).map(|i| format!("t{i}")).collect()));
+    tasks
+}
+
+/// What the checks found.
+#[derive(Debug, Default)]
+pub struct Audit {
+    pub task_instances: usize,
+    pub executions: usize,
+    /// Executions that were repeated because their worker died or lost its lease.
+    pub repeated_after_worker_loss: usize,
+}
+
+/// Checks the exactly-once properties over finished runs:
+/// - every run succeeded and every task in it succeeded exactly once;
+/// - in the ledger, the executions of one task instance never overlap;
+/// - an execution is repeated only when the previous one was lost with its
+///   worker (`worker-lost`); with `strict`, never.
+pub async fn audit(cluster: &Cluster, ledger: &Ledger, runs: &[Value], strict: bool) -> Audit {
+    let entries = ledger.entries();
+    let mut by_key: HashMap<(String, String), Vec<Entry>> = HashMap::new();
+    for e in entries {
+        by_key.entry((e.run.clone(), e.task.clone())).or_default().push(e);
+    }
+    let mut audit = Audit::default();
+    for run in runs {
+        let id = run["id"].as_str().unwrap();
+        assert_eq!(run["state"], "succeeded", "run {id} did not succeed: {run}");
+        for task in run["tasks"].as_array().unwrap() {
+            let name = task["name"].as_str().unwrap();
+            audit.task_instances += 1;
+            assert_eq!(task["state"], "succeeded", "{id}/{name}: {task}");
+            let detail = cluster.get(&format!("/v1/runs/{id}/tasks/{name}")).await;
+            let attempts = detail["attempts_detail"].as_array().unwrap();
+            let succeeded = attempts.iter().filter(|a| a["state"] == "succeeded").count();
+            assert_eq!(succeeded, 1, "{id}/{name} succeeded {succeeded} times: {attempts:?}");
+            let by_number: BTreeMap<i64, &Value> =
+                attempts.iter().map(|a| (a["number"].as_i64().unwrap(), a)).collect();
+
+            // Executions, by attempt: start, end (ledger end, or when the
+            // master declared the attempt lost).
+            let events = by_key.get(&(id.to_owned(), name.to_owned())).cloned().unwrap_or_default();
+            let mut starts: BTreeMap<i64, i64> = BTreeMap::new();
+            let mut ends: BTreeMap<i64, i64> = BTreeMap::new();
+            for e in &events {
+                match e.event.as_str() {
+                    "start" => {
+                        let previous = starts.insert(e.attempt, e.at);
+                        assert!(previous.is_none(), "{id}/{name} attempt {} started twice", e.attempt);
+                    }
+                    _ => {
+                        ends.insert(e.attempt, e.at);
+                    }
+                }
+            }
+            assert!(!starts.is_empty(), "{id}/{name} succeeded but never started in the ledger");
+            audit.executions += starts.len();
+            let mut previous_end: Option<(i64, i64)> = None;
+            for (&attempt, &start) in &starts {
+                let record = by_number
+                    .get(&attempt)
+                    .unwrap_or_else(|| panic!("{id}/{name}: no attempt {attempt} in {attempts:?}"));
+                if let Some((prev_attempt, end)) = previous_end {
+                    assert!(
+                        start >= end,
+                        "{id}/{name}: attempt {attempt} started at {start} while attempt {prev_attempt} ran until {end}"
+                    );
+                    let prev = by_number[&prev_attempt];
+                    let lost = prev["failure_kind"] == "worker-lost";
+                    assert!(
+                        !strict && (lost || prev["state"] == "failed"),
+                        "{id}/{name} ran again (attempt {attempt}) after attempt {prev_attempt}: {prev}"
+                    );
+                    if lost {
+                        audit.repeated_after_worker_loss += 1;
+                    }
+                }
+                let end = match ends.get(&attempt) {
+                    Some(&end) => end,
+                    None => {
+                        assert_eq!(
+                            record["failure_kind"], "worker-lost",
+                            "{id}/{name} attempt {attempt} has no end in the ledger but was not lost with its worker: {record}"
+                        );
+                        chrono::DateTime::parse_from_rfc3339(record["finished_at"].as_str().unwrap())
+                            .unwrap()
+                            .timestamp_millis()
+                    }
+                };
+                previous_end = Some((attempt, end));
+            }
+        }
+    }
+    audit
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_master_runs_complete_on_the_others_exactly_once() {
+    let _one = exclusive().await;
+    let ledger = Ledger::start().await;
+    let cluster = Cluster::up(2, 2, "3s").await;
+    cluster.apply(&ledger.workflow("fan", &fan(10), 600)).await;
+    let mut runs = Vec::new();
+    for _ in 0..6 {
+        runs.push(cluster.trigger("fan").await);
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    cluster.kill("m1");
+    let details = cluster.wait_all(&runs, Duration::from_secs(90)).await;
+    let audit = audit(&cluster, &ledger, &details, true).await;
+    assert_eq!(audit.task_instances, 6 * 12);
+    assert_eq!(audit.executions, 6 * 12, "no task ran twice");
+    let claimed = cluster.metrics("m2").await["runs_claimed"].as_u64().unwrap_or(0);
+    assert!(claimed > 0, "m2 took nothing over: {}", cluster.metrics("m2").await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_master_is_fenced_when_it_wakes_up() {
+    let _one = exclusive().await;
+    let ledger = Ledger::start().await;
+    let cluster = Cluster::up(2, 2, "2s").await;
+    cluster.apply(&ledger.workflow("fan", &fan(16), 300)).await;
+    let mut runs = Vec::new();
+    for _ in 0..8 {
+        runs.push(cluster.trigger("fan").await);
+    }
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let before = cluster.metrics("m1").await;
+    assert!(before["owned_slots"].as_u64().unwrap_or(0) > 0, "m1 owns nothing: {before}");
+    cluster.stop("m1");
+    // Past the lease: m2 takes m1's slots over while m1 is frozen.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    cluster.cont("m1");
+    let details = cluster.wait_all(&runs, Duration::from_secs(90)).await;
+    let audit = audit(&cluster, &ledger, &details, true).await;
+    assert_eq!(audit.executions, audit.task_instances, "no task ran twice");
+    // What the stale master tried to write after waking up was refused.
+    let mut after = Value::Null;
+    for _ in 0..20 {
+        after = cluster.metrics("m1").await;
+        if after["fenced_writes"].as_u64().unwrap_or(0) > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let fenced = after["fenced_writes"].as_u64().unwrap_or(0);
+    eprintln!("stale master: {fenced} fenced writes, metrics {after}");
+    assert!(fenced > 0, "the frozen master tried no write that was refused: {after}");
+    assert!(cluster.metrics("m2").await["runs_claimed"].as_u64().unwrap_or(0) > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_worker_s_attempt_runs_again_elsewhere_within_ttl_plus_two_seconds() {
+    let _one = exclusive().await;
+    let ledger = Ledger::start().await;
+    let cluster = Cluster::up(1, 2, "3s").await;
+    cluster.apply(&ledger.workflow("long", &[("only".to_owned(), vec![])], 4000)).await;
+    let run = cluster.trigger("long").await;
+    let started = wait_for(&ledger, &run, "only", 1, Duration::from_secs(30)).await;
+    let detail = cluster.get(&format!("/v1/runs/{run}/tasks/only")).await;
+    let worker = detail["attempts_detail"][0]["worker"].as_str().unwrap().to_owned();
+    assert!(started > 0);
+    let killed_at = now_ms();
+    cluster.kill(&worker);
+    let again = wait_for(&ledger, &run, "only", 2, Duration::from_secs(30)).await;
+    let delay = again - killed_at;
+    eprintln!("worker {worker} killed; attempt 2 started {delay} ms later");
+    assert!(delay <= 5_000, "attempt 2 started {delay} ms after the kill (TTL 3 s + 2 s allowed)");
+    let details = cluster.wait_all(std::slice::from_ref(&run), Duration::from_secs(60)).await;
+    audit(&cluster, &ledger, &details, false).await;
+    let detail = cluster.get(&format!("/v1/runs/{run}/tasks/only")).await;
+    let first = &detail["attempts_detail"][0];
+    assert_eq!(first["failure_kind"], "worker-lost");
+    assert_eq!(first["charged"], false);
+    assert_ne!(detail["attempts_detail"][1]["worker"], worker);
+    assert_eq!(detail["failures"], 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_self_fence_while_etcd_is_down_and_recover() {
+    let _one = exclusive().await;
+    let ledger = Ledger::start().await;
+    let cluster = Cluster::up(2, 2, "2s").await;
+    cluster.apply(&ledger.workflow("fan", &fan(12), 500)).await;
+    let mut runs = Vec::new();
+    for _ in 0..4 {
+        runs.push(cluster.trigger("fan").await);
+    }
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    cluster.kill("etcd");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Workers stopped acting: they report themselves unhealthy.
+    let http = reqwest::Client::new();
+    for w in ["w1", "w2"] {
+        let status: Value =
+            http.get(format!("{}/internal/status", cluster.addr(w))).send().await.unwrap().json().await.unwrap();
+        assert_eq!(status["healthy"], false, "{w} still acts without etcd: {status}");
+    }
+    let m = cluster.metrics("m1").await;
+    assert_eq!(m["owned_slots"], 0, "m1 still owns slots without etcd: {m}");
+    cluster.restart("etcd").await;
+    for _ in 0..4 {
+        runs.push(cluster.trigger("fan").await);
+    }
+    let details = cluster.wait_all(&runs, Duration::from_secs(120)).await;
+    let audit = audit(&cluster, &ledger, &details, false).await;
+    eprintln!("{audit:?}");
+    assert_eq!(audit.task_instances, 8 * 14);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_complete_across_a_postgres_restart() {
+    let _one = exclusive().await;
+    let ledger = Ledger::start().await;
+    let cluster = Cluster::up(1, 1, "3s").await;
+    cluster.apply(&ledger.workflow("fan", &fan(8), 400)).await;
+    let mut runs = Vec::new();
+    for _ in 0..4 {
+        runs.push(cluster.trigger("fan").await);
+    }
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    cluster.restart("postgres").await;
+    let details = cluster.wait_all(&runs, Duration::from_secs(120)).await;
+    let audit = audit(&cluster, &ledger, &details, false).await;
+    assert_eq!(audit.task_instances, 4 * 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_master_takes_about_a_quarter_of_the_slots_and_gives_them_back() {
+    let _one = exclusive().await;
+    let cluster = Cluster::up(3, 1, "2s").await;
+    let owned = |names: &'static [&'static str]| {
+        let c = &cluster;
+        async move {
+            let mut out = BTreeMap::new();
+            for n in names {
+                out.insert(*n, c.metrics(n).await["owned_slots"].as_u64().unwrap_or(0));
+            }
+            out
+        }
+    };
+    let settled = |m: &BTreeMap<&str, u64>| m.values().sum::<u64>() == 1024 && m.values().all(|&v| v > 0);
+    let mut three = BTreeMap::new();
+    for _ in 0..40 {
+        three = owned(&["m1", "m2", "m3"]).await;
+        if settled(&three) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(settled(&three), "{three:?}");
+    let m4 = cluster.add("master").await;
+    assert_eq!(m4, "m4");
+    let mut four = BTreeMap::new();
+    for _ in 0..40 {
+        four = owned(&["m1", "m2", "m3", "m4"]).await;
+        if settled(&four) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(settled(&four), "{four:?}");
+    let moved: u64 = ["m1", "m2", "m3"].iter().map(|m| three[m] - four[m]).sum();
+    eprintln!("3 masters {three:?} → 4 masters {four:?}: {moved} slots moved");
+    assert_eq!(moved, four["m4"], "only slots for the new master moved");
+    assert!((180..=330).contains(&moved), "about 1024/4 should move, {moved} did");
+    cluster.kill("m4");
+    let mut back = BTreeMap::new();
+    for _ in 0..60 {
+        back = owned(&["m1", "m2", "m3"]).await;
+        if back == three {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(back, three, "removing m4 gave back exactly its slots");
+}
+
+/// Alibaba production DAGs from the datasets, as ledger workflows.
+fn alibaba(count: usize) -> Vec<(String, Vec<(String, Vec<String>)>)> {
+    let dir = support::workspace_root().join("../shared/datasets/dags/alibaba-v2018");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.path()).collect();
+    files.sort();
+    files
+        .into_iter()
+        .filter_map(|path| {
+            let dag: Value = serde_json::from_str(&std::fs::read_to_string(&path).ok()?).ok()?;
+            let tasks = dag["tasks"].as_array()?;
+            if tasks.len() > 40 {
+                return None;
+            }
+            let name = |id: &str| {
+                id.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '-' }).collect::<String>()
+            };
+            let out = tasks
+                .iter()
+                .map(|t| {
+                    let deps = t["deps"]
+                        .as_array()
+                        .map(|d| d.iter().filter_map(|x| x.as_str()).map(name).collect())
+                        .unwrap_or_default();
+                    (name(t["id"].as_str().unwrap_or("t")), deps)
+                })
+                .collect();
+            Some((path.file_stem()?.to_string_lossy().replace('_', "-"), out))
+        })
+        .take(count)
+        .collect()
+}
+
+/// The chaos soak: random SIGKILL, SIGSTOP/SIGCONT and restarts of masters
+/// and workers while DAGs from the datasets run. `DAGR_CHAOS_SECS` sets its
+/// length (default 30 s, the short form for CI; `tests/chaos.sh` runs long).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_soak() {
+    let _one = exclusive().await;
+    let secs: u64 = std::env::var("DAGR_CHAOS_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(30);
+    let ledger = Ledger::start().await;
+    let cluster = Cluster::up(3, 3, "2s").await;
+    let dags = alibaba(12);
+    for (name, tasks) in &dags {
+        cluster.apply(&ledger.workflow(name, tasks, 60)).await;
+    }
+    let mut runs = Vec::new();
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut next = || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let until = Instant::now() + Duration::from_secs(secs);
+    let mut actions = Vec::new();
+    let mut i = 0;
+    while Instant::now() < until {
+        for _ in 0..3 {
+            let (name, _) = &dags[i % dags.len()];
+            i += 1;
+            runs.push(cluster.trigger(name).await);
+        }
+        let node = match next() % 6 {
+            0..=2 => format!("m{}", 1 + next() % 3),
+            _ => format!("w{}", 1 + next() % 3),
+        };
+        match next() % 3 {
+            0 => {
+                cluster.kill(&node);
+                tokio::time::sleep(Duration::from_millis(500 + next() % 2000)).await;
+                cluster.restart(&node).await;
+                actions.push(format!("kill+restart {node}"));
+            }
+            1 => {
+                cluster.stop(&node);
+                tokio::time::sleep(Duration::from_millis(1000 + next() % 3000)).await;
+                cluster.cont(&node);
+                actions.push(format!("stop/cont {node}"));
+            }
+            _ => {
+                tokio::time::sleep(Duration::from_millis(1000)).await;
+            }
+        }
+    }
+    eprintln!("chaos for {secs} s: {} runs, actions: {actions:?}", runs.len());
+    let details = cluster.wait_all(&runs, Duration::from_secs(240)).await;
+    let audit = audit(&cluster, &ledger, &details, false).await;
+    eprintln!("chaos audit: {audit:?}");
+    assert!(audit.task_instances > 0);
+}
+
+async fn wait_for(ledger: &Ledger, run: &str, task: &str, attempt: i64, timeout: Duration) -> i64 {
+    let until = Instant::now() + timeout;
+    loop {
+        if let Some(e) = ledger
+            .entries()
+            .iter()
+            .find(|e| e.run == run && e.task == task && e.attempt == attempt && e.event == "start")
+        {
+            return e.at;
+        }
+        assert!(Instant::now() < until, "attempt {attempt} of {task} never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
