@@ -18,6 +18,7 @@ pub mod api;
 pub mod control;
 pub mod plugins;
 pub mod sharding;
+pub mod tenancy;
 pub mod wire;
 
 /// Number of hash slots runs are sharded into. Fixed for the life of an
