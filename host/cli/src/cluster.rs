@@ -131,6 +131,7 @@ pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
             max_output_bytes: settings.max_output,
             max_log_bytes: settings.max_log,
             poll_interval: settings.poll_interval,
+            fence_writes: true,
         };
         let engine = Engine::start(config, store.clone(), dispatcher, plugins).await?;
         let owned = drive_ownership(engine.clone(), coordinator.clone());

@@ -17,6 +17,8 @@ use tokio::sync::oneshot;
 /// A running node.
 pub struct Node {
     pub addr: SocketAddr,
+    /// Held while the node runs: the data directory's lock.
+    _lock: std::fs::File,
     pub engine: EngineHandle,
     pub worker: Worker,
     stop: Option<oneshot::Sender<()>>,
@@ -27,6 +29,7 @@ impl Node {
     /// Starts every role and the HTTP API on `settings.listen` (port 0
     /// picks a free one).
     pub async fn start(settings: &Settings) -> anyhow::Result<Node> {
+        let lock = lock_data_dir(&settings.data_dir)?;
         let store = open_store(settings).await?;
         let runtime = make_runtime(settings, settings.slots)?;
         let builtins = load_plugins(&runtime, settings).await?;
@@ -44,6 +47,9 @@ impl Node {
             max_memory: settings.max_memory,
             max_output_bytes: settings.max_output,
             max_log_bytes: settings.max_log,
+            // The data directory is locked to this process: with SQLite
+            // nobody else can write, so the epoch check can be skipped.
+            fence_writes: !settings.store_url.starts_with("sqlite://"),
             ..EngineConfig::default()
         };
         let engine = Engine::start(engine_config, store.clone(), dispatcher, builtins.clone()).await?;
@@ -72,7 +78,7 @@ impl Node {
                 tracing::error!(error = %e, "the HTTP server stopped");
             }
         });
-        Ok(Node { addr, engine, worker, stop: Some(stop), server })
+        Ok(Node { addr, _lock: lock, engine, worker, stop: Some(stop), server })
     }
 
     /// Stops the API and the engine.
@@ -83,6 +89,29 @@ impl Node {
         let _ = (&mut self.server).await;
         self.engine.shutdown().await;
         self.worker.cancel_all();
+    }
+}
+
+/// Makes sure no other `dagr serve` uses this data directory.
+fn lock_data_dir(dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create the data directory {}", dir.display()))?;
+    let path = dir.join("dagr.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => {
+            anyhow::bail!(
+                "another dagr process uses the data directory {} (it holds {})",
+                dir.display(),
+                path.display()
+            )
+        }
+        Err(std::fs::TryLockError::Error(e)) => Err(e).with_context(|| format!("cannot lock {}", path.display())),
     }
 }
 

@@ -459,14 +459,17 @@ impl Engine {
         let mut fenced: HashSet<String> = HashSet::new();
         if !batch.is_empty() {
             // Every write for a run is fenced by the epoch this master holds.
-            let mut touched: HashSet<&str> = HashSet::new();
-            touched.extend(batch.runs.iter().map(|r| r.id.as_str()));
-            touched.extend(batch.tasks.iter().map(|t| t.run_id.as_str()));
-            touched.extend(batch.attempts.iter().map(|a| a.run_id.as_str()));
-            touched.extend(batch.events.iter().filter_map(|e| e.run_id.as_deref()));
-            let fences: Vec<(String, i64)> =
-                touched.into_iter().filter_map(|id| self.runs.get(id).map(|r| (id.to_owned(), r.row.epoch))).collect();
-            batch.fences = fences;
+            if self.config.fence_writes {
+                let mut touched: HashSet<&str> = HashSet::new();
+                touched.extend(batch.runs.iter().map(|r| r.id.as_str()));
+                touched.extend(batch.tasks.iter().map(|t| t.run_id.as_str()));
+                touched.extend(batch.attempts.iter().map(|a| a.run_id.as_str()));
+                touched.extend(batch.events.iter().filter_map(|e| e.run_id.as_deref()));
+                batch.fences = touched
+                    .into_iter()
+                    .filter_map(|id| self.runs.get(id).map(|r| (id.to_owned(), r.row.epoch)))
+                    .collect();
+            }
             if !batch.new_runs.is_empty() || !batch.schedule_cursors.is_empty() {
                 batch.singleton = self.leader.map(|t| (SCHEDULER.to_owned(), t));
             }

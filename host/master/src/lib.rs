@@ -86,6 +86,9 @@ pub struct EngineConfig {
     pub max_log_bytes: u64,
     /// How often the engine looks for commands even when not woken.
     pub poll_interval: Duration,
+    /// Check the ownership epoch in every write (cluster mode). A single
+    /// node that holds its store exclusively may skip the check.
+    pub fence_writes: bool,
 }
 
 impl Default for EngineConfig {
@@ -98,6 +101,7 @@ impl Default for EngineConfig {
             max_output_bytes: 1 << 20,
             max_log_bytes: 1 << 20,
             poll_interval: Duration::from_secs(1),
+            fence_writes: true,
         }
     }
 }
