@@ -38,6 +38,102 @@ pub async fn run_all(store: &dyn Store, prefix: &str) -> Result<()> {
     fencing(store, prefix).await?;
     commands_logs_events(store, prefix).await?;
     big_batches(store, prefix).await?;
+    tenancy(store, prefix).await?;
+    Ok(())
+}
+
+/// Tenants, tokens, secrets, audit and the recent-runs count.
+async fn tenancy(store: &dyn Store, p: &str) -> Result<()> {
+    use crate::tenancy::*;
+    let name = format!("{p}acme");
+    let other = format!("{p}other");
+    let tenant = TenantRow { name: name.clone(), limits: "{}".into(), created_at: 1, updated_at: 1 };
+    check(store.create_tenant(&tenant).await?, "tenant created")?;
+    check(!store.create_tenant(&TenantRow { limits: "{\"x\":1}".into(), ..tenant.clone() }).await?, "no twin")?;
+    check(store.get_tenant(&name).await?.as_ref() == Some(&tenant), "tenant kept as created")?;
+    check(store.update_tenant(&name, "{\"max_concurrent\":2}", 5).await?, "limits updated")?;
+    check(!store.update_tenant(&format!("{p}nobody"), "{}", 5).await?, "no update of a missing tenant")?;
+    let got = store.get_tenant(&name).await?;
+    check(got.is_some_and(|t| t.limits == "{\"max_concurrent\":2}" && t.updated_at == 5), "new limits read back")?;
+    check(store.list_tenants().await?.iter().any(|t| t.name == name), "tenant listed")?;
+
+    let token = TokenRow {
+        id: format!("{p}tok1"),
+        tenant: name.clone(),
+        hash: "ab".repeat(32),
+        scopes: "read,write".into(),
+        label: "ci".into(),
+        created_at: 10,
+        revoked_at: None,
+        created_by: None,
+    };
+    check(store.create_token(&token).await?, "token created")?;
+    check(!store.create_token(&TokenRow { tenant: other.clone(), ..token.clone() }).await?, "token ids are unique")?;
+    check(store.get_token(&token.id).await?.as_ref() == Some(&token), "token read back")?;
+    let second =
+        TokenRow { id: format!("{p}tok2"), created_at: 11, created_by: Some(token.id.clone()), ..token.clone() };
+    store.create_token(&second).await?;
+    let listed = store.list_tokens(&name).await?;
+    check(listed.len() == 2 && listed[0] == token && listed[1] == second, "a tenant's tokens, oldest first")?;
+    check(store.list_tokens(&other).await?.is_empty(), "tokens belong to their tenant")?;
+    check(!store.revoke_token(&other, &token.id, 20).await?, "another tenant cannot revoke a token")?;
+    check(store.revoke_token(&name, &token.id, 20).await?, "token revoked")?;
+    check(!store.revoke_token(&name, &token.id, 21).await?, "revoking twice changes nothing")?;
+    check(store.get_token(&token.id).await?.is_some_and(|t| t.revoked_at == Some(20)), "revocation time kept")?;
+
+    store.put_secret(&name, "db", "one", 30).await?;
+    store.put_secret(&name, "api", "two", 31).await?;
+    store.put_secret(&name, "db", "three", 32).await?;
+    store.put_secret(&other, "db", "theirs", 33).await?;
+    let metas = store.list_secrets(&name).await?;
+    check(
+        metas
+            == vec![
+                SecretMeta { name: "api".into(), updated_at: 31 },
+                SecretMeta { name: "db".into(), updated_at: 32 },
+            ],
+        "secret names by name, with the last write time",
+    )?;
+    let all = store.tenant_secrets(&name).await?;
+    check(all == vec![("api".into(), "two".into()), ("db".into(), "three".into())], "a tenant's secrets")?;
+    check(!store.delete_secret(&name, "nope").await?, "deleting a missing secret")?;
+    check(store.delete_secret(&name, "db").await?, "secret deleted")?;
+    check(store.tenant_secrets(&other).await? == vec![("db".into(), "theirs".into())], "secrets are per tenant")?;
+
+    let entry = |tenant: &str, action: &str| NewAudit {
+        tenant: tenant.into(),
+        at: 40,
+        token_id: token.id.clone(),
+        action: action.into(),
+        target: "wf".into(),
+        detail: "{}".into(),
+    };
+    let first = store.append_audit(entry(&name, "apply")).await?;
+    store.append_audit(entry(&other, "apply")).await?;
+    let third = store.append_audit(entry(&name, "trigger")).await?;
+    check(first < third, "audit sequence grows")?;
+    let records = store.list_audit(&name, 0, 10).await?;
+    check(
+        records.len() == 2 && records[0].action == "apply" && records[1].action == "trigger",
+        "a tenant's audit in order",
+    )?;
+    check(records[0].seq == first && records[0].token_id == token.id, "audit records keep their token")?;
+    let page = store.list_audit(&name, first, 10).await?;
+    check(page.len() == 1 && page[0].seq == third, "audit pages by sequence")?;
+    check(store.list_audit(&name, 0, 1).await?.len() == 1, "audit limit")?;
+
+    let runs = [("m1", RunKind::Manual, 1000), ("j1", RunKind::Job, 2000), ("s1", RunKind::Schedule, 3000)];
+    for (id, kind, at) in runs {
+        let id = format!("{p}rate-{id}");
+        store.create_runs(vec![NewRun { run: run(&id, &name, "wf", kind, at), tasks: vec![] }], None).await?;
+    }
+    let manual_and_jobs = [RunKind::Manual, RunKind::Job];
+    let recent = store.count_runs_since(&name, &manual_and_jobs, 1000).await?;
+    check(recent == RecentRuns { count: 2, oldest: Some(1000) }, "manual and job runs counted")?;
+    let recent = store.count_runs_since(&name, &manual_and_jobs, 1500).await?;
+    check(recent == RecentRuns { count: 1, oldest: Some(2000) }, "only runs since the time")?;
+    let none = store.count_runs_since(&other, &manual_and_jobs, 0).await?;
+    check(none == RecentRuns { count: 0, oldest: None }, "runs of another tenant are not counted")?;
     Ok(())
 }
 

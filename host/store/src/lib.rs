@@ -13,11 +13,15 @@
 //!   commands — commits in one transaction, so a crash leaves either all of
 //!   a step or none of it. A batch may be *fenced*: its writes for a run
 //!   apply only while the run's ownership epoch is the one the writer holds.
+//! - [`TenancyStore`], a supertrait of [`Store`]: tenants and their limits,
+//!   API tokens (only hashes), secrets and the audit log.
 //! - Rows are plain structs ([`RunRow`], [`TaskRow`], …); times are
 //!   milliseconds since the Unix epoch.
 
 pub mod conformance;
 mod sql;
+mod sql_tenancy;
+pub mod tenancy;
 
 use std::fmt;
 
@@ -25,6 +29,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 pub use crate::sql::{SqlStore, Synchronous, now_ms};
+pub use crate::tenancy::TenancyStore;
 
 /// Errors of the store.
 #[derive(Debug, thiserror::Error)]
@@ -351,7 +356,7 @@ pub struct Committed {
 
 /// dagr's storage. Implemented by [`SqlStore`] on SQLite and PostgreSQL.
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait Store: TenancyStore + Send + Sync + 'static {
     // Workflows ----------------------------------------------------------
 
     /// Stores a definition as the next version, unless it is identical to

@@ -49,8 +49,8 @@ enum Backend {
 #[derive(Debug, Clone)]
 pub struct SqlStore {
     /// SQLite has one writer; all writes go through this pool of one.
-    write: AnyPool,
-    read: AnyPool,
+    pub(crate) write: AnyPool,
+    pub(crate) read: AnyPool,
     backend: Backend,
 }
 
