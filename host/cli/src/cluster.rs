@@ -132,6 +132,7 @@ pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
             max_log_bytes: settings.max_log,
             poll_interval: settings.poll_interval,
             fence_writes: true,
+            policy: Arc::new(dagr_master::Unlimited),
         };
         let engine = Engine::start(config, store.clone(), dispatcher, plugins).await?;
         let owned = drive_ownership(engine.clone(), coordinator.clone());

@@ -753,6 +753,43 @@ fn check_host_pattern(host: &str) -> Option<String> {
     if ok { None } else { Some(format!("`{host}` is not a valid host name")) }
 }
 
+/// Whether allowlist entry `entry` is within allowlist entry `by`: the same
+/// host (or an IP literal), or under `by`'s `*.` wildcard; and `by`'s port,
+/// if it names one, is `entry`'s port too. Used to keep a task's
+/// `allow_hosts` within its tenant's.
+pub fn host_covered(entry: &str, by: &str) -> bool {
+    fn split(s: &str) -> (String, Option<&str>) {
+        let s = s.trim();
+        if let Some(rest) = s.strip_prefix('[') {
+            if let Some(end) = rest.find(']') {
+                return (rest[..end].to_ascii_lowercase(), rest[end + 1..].strip_prefix(':'));
+            }
+        }
+        if s.matches(':').count() > 1 {
+            return (s.to_ascii_lowercase(), None);
+        }
+        match s.rsplit_once(':') {
+            Some((h, p)) => (h.to_ascii_lowercase(), Some(p)),
+            None => (s.to_ascii_lowercase(), None),
+        }
+    }
+    let (host, port) = split(entry);
+    let (by_host, by_port) = split(by);
+    if by_port.is_some() && by_port != port {
+        return false;
+    }
+    if host == by_host {
+        return true;
+    }
+    match by_host.strip_prefix("*.") {
+        Some(suffix) => {
+            let name = host.strip_prefix("*.").unwrap_or(&host);
+            name.len() > suffix.len() && name.ends_with(&format!(".{suffix}"))
+        }
+        None => false,
+    }
+}
+
 /// Finds a dependency cycle, as a path that starts and ends at the same task.
 fn find_cycle(tasks: &[Task]) -> Option<Vec<usize>> {
     #[derive(Clone, Copy, PartialEq)]
@@ -902,6 +939,19 @@ mod tests {
         let a = WorkflowSpec::parse("name: x\ntasks:\n- {name: a, plugin: echo, retries: 0}\n", Format::Yaml).unwrap();
         let b = WorkflowSpec::parse(r#"{"tasks":[{"plugin":"echo","name":"a"}],"name":"x"}"#, Format::Json).unwrap();
         assert_eq!(a.content_hash(), b.content_hash());
+    }
+
+    #[test]
+    fn host_coverage() {
+        assert!(host_covered("api.example.org", "api.example.org"));
+        assert!(host_covered("api.example.org:443", "api.example.org"));
+        assert!(!host_covered("api.example.org", "api.example.org:443"));
+        assert!(host_covered("a.b.example.org", "*.example.org"));
+        assert!(host_covered("*.b.example.org", "*.example.org"));
+        assert!(!host_covered("example.org", "*.example.org"));
+        assert!(!host_covered("evil.org", "*.example.org"));
+        assert!(host_covered("127.0.0.1:8080", "127.0.0.1"));
+        assert!(!host_covered("127.0.0.2", "127.0.0.1"));
     }
 
     #[test]

@@ -25,7 +25,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::{broadcast, mpsc};
 
 use crate::ready::{ReadyQueue, ReadyTask};
-use crate::{Ack, Adoption, Dispatcher, EngineConfig, EngineHandle, EngineMetrics, Input};
+use crate::{Ack, Adoption, Dispatcher, EngineConfig, EngineHandle, EngineMetrics, Input, TenantLimits};
 
 /// Outputs up to this size stay in memory for dependents; larger ones are
 /// read back from the store when needed.
@@ -47,6 +47,7 @@ struct TaskExtra {
 
 /// A run the engine drives.
 struct ActiveRun {
+    tenant: Arc<str>,
     row: RunRow,
     machine: RunMachine,
     params: BTreeMap<String, Value>,
@@ -66,6 +67,7 @@ impl ActiveRun {
 /// An attempt handed to a worker and not yet reported back.
 struct InFlight {
     workflow: WorkflowKey,
+    tenant: Arc<str>,
     worker: String,
 }
 
@@ -118,6 +120,10 @@ pub struct Engine {
     running_by_workflow: HashMap<WorkflowKey, usize>,
     /// Ready tasks held back by their workflow's `concurrency`.
     parked: HashMap<WorkflowKey, VecDeque<ReadyTask>>,
+    /// Attempts running per tenant, and ready tasks held back by the
+    /// tenant's `max_concurrent`.
+    running_by_tenant: HashMap<Arc<str>, usize>,
+    parked_by_tenant: HashMap<Arc<str>, VecDeque<ReadyTask>>,
     /// Running or paused runs per workflow (for `max_active_runs`) and per backfill.
     active_by_workflow: HashMap<WorkflowKey, usize>,
     active_by_backfill: HashMap<String, usize>,
@@ -181,6 +187,8 @@ impl Engine {
             in_flight: HashMap::new(),
             running_by_workflow: HashMap::new(),
             parked: HashMap::new(),
+            running_by_tenant: HashMap::new(),
+            parked_by_tenant: HashMap::new(),
             active_by_workflow: HashMap::new(),
             active_by_backfill: HashMap::new(),
             waiting: HashMap::new(),
@@ -242,6 +250,7 @@ impl Engine {
             let Some(run) = self.runs.get(attempt.run_id.as_str()) else { continue };
             let epoch = run.row.epoch;
             let workflow = run.workflow_key();
+            let tenant = run.tenant.clone();
             let adoption = if attempt.worker.is_empty() {
                 Adoption::Unknown
             } else {
@@ -250,8 +259,9 @@ impl Engine {
             match adoption {
                 Adoption::Running => {
                     self.metrics.attempts_adopted.fetch_add(1, Ordering::Relaxed);
-                    *self.running_by_workflow.entry(workflow.clone()).or_default() += 1;
-                    self.in_flight.insert(key, InFlight { workflow, worker: attempt.worker.clone() });
+                    self.count_running(&workflow, &tenant);
+                    self.in_flight
+                        .insert(key, InFlight { workflow, tenant: tenant.clone(), worker: attempt.worker.clone() });
                     let mut adopted = attempt.clone();
                     adopted.epoch = epoch;
                     step.batch.attempts.push(adopted);
@@ -259,8 +269,9 @@ impl Engine {
                 Adoption::Finished(mut result) => {
                     self.metrics.attempts_adopted.fetch_add(1, Ordering::Relaxed);
                     result.epoch = epoch;
-                    *self.running_by_workflow.entry(workflow.clone()).or_default() += 1;
-                    self.in_flight.insert(key, InFlight { workflow, worker: attempt.worker.clone() });
+                    self.count_running(&workflow, &tenant);
+                    self.in_flight
+                        .insert(key, InFlight { workflow, tenant: tenant.clone(), worker: attempt.worker.clone() });
                     self.apply_result(result, step, now, true);
                 }
                 Adoption::Unknown => {
@@ -667,7 +678,16 @@ impl Engine {
                 self.arm(t.retry_at.unwrap_or(now), Timer::Retry { run: row.id.clone(), task: i });
             }
         }
-        let run = ActiveRun { row, machine, params, timezone, extra, outputs: HashMap::new(), backfill_parallel };
+        let run = ActiveRun {
+            tenant: Arc::from(row.tenant.as_str()),
+            row,
+            machine,
+            params,
+            timezone,
+            extra,
+            outputs: HashMap::new(),
+            backfill_parallel,
+        };
         if matches!(state, RunState::Running | RunState::Paused) {
             self.count_active(&run, 1);
         }
@@ -716,13 +736,29 @@ impl Engine {
         }
     }
 
-    /// A worker slot and a workflow concurrency slot are free again.
+    fn count_running(&mut self, workflow: &WorkflowKey, tenant: &Arc<str>) {
+        *self.running_by_workflow.entry(workflow.clone()).or_default() += 1;
+        *self.running_by_tenant.entry(tenant.clone()).or_default() += 1;
+    }
+
+    /// A worker slot, a workflow and a tenant concurrency slot are free again.
     fn release(&mut self, flight: &InFlight) {
         self.dispatcher.released(&flight.worker);
         if let Some(n) = self.running_by_workflow.get_mut(&flight.workflow) {
             *n = n.saturating_sub(1);
         }
+        if let Some(n) = self.running_by_tenant.get_mut(&flight.tenant) {
+            *n = n.saturating_sub(1);
+        }
         self.unpark(&flight.workflow);
+        if let Some(parked) = self.parked_by_tenant.get_mut(&flight.tenant) {
+            if let Some(item) = parked.pop_front() {
+                self.ready.restore(item);
+            }
+            if parked.is_empty() {
+                self.parked_by_tenant.remove(&flight.tenant);
+            }
+        }
     }
 
     // Applying the machines' actions ------------------------------------------
@@ -840,7 +876,7 @@ impl Engine {
                 }
                 Action::Dispatch { task } => {
                     let priority = run.machine.workflow().tasks[task].priority;
-                    self.ready.push(run_id.clone(), task, priority);
+                    self.ready.push(run.tenant.clone(), run_id.clone(), task, priority);
                 }
                 Action::Cancel { task, attempt } => {
                     let key = AttemptKey { run_id: run.row.id.clone(), task: task as u32, number: attempt };
@@ -1138,6 +1174,13 @@ impl Engine {
                     continue;
                 }
             }
+            let tenant_cap = self.config.policy.limits(&run.row.tenant).and_then(|l| l.max_concurrent);
+            if let Some(cap) = tenant_cap {
+                if self.running_by_tenant.get(&run.tenant).copied().unwrap_or(0) >= cap as usize {
+                    self.parked_by_tenant.entry(run.tenant.clone()).or_default().push_back(item);
+                    continue;
+                }
+            }
             let group = run.machine.workflow().tasks[item.task].worker_group.clone();
             let Some(worker) = self.dispatcher.pick(group.as_deref()) else {
                 // No worker has room (for this group): wait for one.
@@ -1181,13 +1224,22 @@ impl Engine {
                 }
             }
         }
+        // A plugin published a moment ago (through another node) may not be
+        // in the directory's snapshot yet: refresh once before failing.
+        if let Some(run) = self.runs.get(run_id) {
+            let plugin = &run.machine.workflow().tasks[task].plugin;
+            if self.plugins.resolve(&run.row.tenant, &plugin.name, plugin.version.as_deref()).is_err() {
+                self.plugins.refresh().await;
+            }
+        }
         let Some(run) = self.runs.get_mut(run_id) else {
             return true;
         };
         let Ok((attempt, actions)) = run.machine.start_attempt(task) else {
             return true;
         };
-        let spec = build_spec(run, task, attempt, self.plugins.as_ref(), &self.config);
+        let limits = self.config.policy.limits(&run.row.tenant);
+        let spec = build_spec(run, task, attempt, self.plugins.as_ref(), &self.config, limits.as_ref());
         let workflow = run.workflow_key();
         let key = AttemptKey { run_id: run.row.id.clone(), task: task as u32, number: attempt };
         let task_name = run.machine.workflow().tasks[task].name.clone();
@@ -1210,8 +1262,9 @@ impl Engine {
         match spec {
             Ok(spec) => {
                 step.batch.attempts.push(started);
-                *self.running_by_workflow.entry(workflow.clone()).or_default() += 1;
-                self.in_flight.insert(key, InFlight { workflow, worker: worker.clone() });
+                let tenant = self.runs.get(run_id).map(|r| r.tenant.clone()).unwrap_or_else(|| Arc::from(""));
+                self.count_running(&workflow, &tenant);
+                self.in_flight.insert(key, InFlight { workflow, tenant, worker: worker.clone() });
                 step.dispatches.push((spec, worker));
             }
             Err((kind, message)) => {
@@ -1398,6 +1451,7 @@ fn build_spec(
     attempt: u32,
     plugins: &dyn PluginDirectory,
     config: &EngineConfig,
+    limits: Option<&TenantLimits>,
 ) -> Result<AttemptSpec, (FailureKind, String)> {
     let workflow = run.machine.workflow();
     let t = &workflow.tasks[task];
@@ -1439,11 +1493,28 @@ fn build_spec(
         logical_time: logical_time.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         idempotency_key: format!("{}/{}", run.row.id, t.name),
         priority: t.priority,
-        deadline_ms: t.timeout.unwrap_or(config.default_timeout).as_millis() as u64,
-        memory_bytes: t.memory.unwrap_or(config.default_memory).min(config.max_memory),
+        deadline_ms: {
+            let asked = t.timeout.unwrap_or(config.default_timeout).as_millis() as u64;
+            limits.and_then(|l| l.max_duration_ms).map_or(asked, |max| asked.min(max))
+        },
+        memory_bytes: {
+            let asked = t.memory.unwrap_or(config.default_memory).min(config.max_memory);
+            limits.and_then(|l| l.max_memory).map_or(asked, |max| asked.min(max))
+        },
         max_output_bytes: config.max_output_bytes,
         max_log_bytes: config.max_log_bytes,
-        allow_hosts: t.allow_hosts.clone(),
+        // A task's hosts stay within its tenant's allowlist, even if the
+        // tenant's list shrank after the workflow was applied.
+        allow_hosts: match limits {
+            None => t.allow_hosts.clone(),
+            Some(l) => t
+                .allow_hosts
+                .iter()
+                .filter(|h| l.allow_hosts.iter().any(|by| dagr_core::definition::host_covered(h, by)))
+                .cloned()
+                .collect(),
+        },
+        scratch_bytes: limits.and_then(|l| l.scratch_bytes),
     })
 }
 

@@ -71,8 +71,27 @@ pub trait Dispatcher: Send + Sync + 'static {
     async fn adopt(&self, key: &AttemptKey, worker: &str, epoch: i64) -> Adoption;
 }
 
+/// The limits the engine enforces per tenant at dispatch: concurrent
+/// attempts, memory and duration caps, the network allowlist and the
+/// scratch quota.
+pub trait TenantPolicy: Send + Sync + 'static {
+    /// `None`: no tenant limits apply (tasks get what they ask for).
+    fn limits(&self, tenant: &str) -> Option<TenantLimits>;
+}
+
+/// No tenant limits at all.
+pub struct Unlimited;
+
+impl TenantPolicy for Unlimited {
+    fn limits(&self, _tenant: &str) -> Option<TenantLimits> {
+        None
+    }
+}
+
+pub use dagr_protocol::tenancy::TenantLimits;
+
 /// Settings of the engine.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct EngineConfig {
     /// This master's id, recorded with the attempts it dispatches.
     pub node_id: String,
@@ -89,6 +108,8 @@ pub struct EngineConfig {
     /// Check the ownership epoch in every write (cluster mode). A single
     /// node that holds its store exclusively may skip the check.
     pub fence_writes: bool,
+    /// Per-tenant limits.
+    pub policy: Arc<dyn TenantPolicy>,
 }
 
 impl Default for EngineConfig {
@@ -102,6 +123,7 @@ impl Default for EngineConfig {
             max_log_bytes: 1 << 20,
             poll_interval: Duration::from_secs(1),
             fence_writes: true,
+            policy: Arc::new(Unlimited),
         }
     }
 }

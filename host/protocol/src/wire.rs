@@ -52,6 +52,9 @@ pub struct AttemptSpec {
     pub max_output_bytes: u64,
     pub max_log_bytes: u64,
     pub allow_hosts: Vec<String>,
+    /// Most bytes the attempt may keep in its scratch directory.
+    #[serde(default)]
+    pub scratch_bytes: Option<u64>,
 }
 
 /// Why an attempt failed. The runtime's kinds plus what the control plane

@@ -13,9 +13,11 @@
 //!   written before its result is reported.
 
 mod builtins;
+mod registry;
 pub mod service;
 
 pub use crate::builtins::{BuiltinPlugins, semver_key};
+pub use crate::registry::Registry;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -34,8 +36,11 @@ use tokio_util::sync::CancellationToken;
 pub type KeepGoing = Arc<dyn Fn() -> bool + Send + Sync>;
 
 /// Where component bytes come from, by sha256.
+#[async_trait::async_trait]
 pub trait PluginSource: Send + Sync {
-    fn component(&self, sha256: &str) -> Option<Vec<u8>>;
+    /// The component with this sha256; `Ok(None)` if there is none, `Err`
+    /// if it cannot be read now.
+    async fn component(&self, sha256: &str) -> Result<Option<Vec<u8>>, String>;
 }
 
 /// Receives finished attempts.
@@ -130,22 +135,37 @@ impl Worker {
         self.inner.running.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Loads (once) and returns the plugin with this hash.
+    /// Loads (once) and returns the plugin with this hash. A failure is not
+    /// kept: the next attempt tries again (the store may be back, the
+    /// component published by then).
     async fn plugin(&self, sha256: &str) -> Result<Plugin, String> {
         let cell = self.lock_plugins().entry(sha256.to_owned()).or_default().clone();
-        cell.get_or_init(|| async {
-            let Some(bytes) = self.inner.source.component(sha256) else {
-                return Err(format!("no component with sha256 {sha256} is available to this worker"));
-            };
-            let runtime = self.inner.runtime.clone();
-            match tokio::task::spawn_blocking(move || runtime.load(&bytes)).await {
-                Ok(Ok(plugin)) => Ok(plugin),
-                Ok(Err(e)) => Err(format!("the component does not load: {e}")),
-                Err(e) => Err(format!("loading the component failed: {e}")),
+        let loaded = cell
+            .get_or_init(|| async {
+                let bytes = match self.inner.source.component(sha256).await {
+                    Ok(Some(bytes)) => bytes,
+                    Ok(None) => return Err(format!("no component with sha256 {sha256} is available to this worker")),
+                    Err(message) => return Err(message),
+                };
+                let runtime = self.inner.runtime.clone();
+                match tokio::task::spawn_blocking(move || runtime.load(&bytes)).await {
+                    Ok(Ok(plugin)) if plugin.sha256() == sha256 => Ok(plugin),
+                    Ok(Ok(plugin)) => {
+                        Err(format!("the component fetched for sha256 {sha256} has sha256 {}", plugin.sha256()))
+                    }
+                    Ok(Err(e)) => Err(format!("the component does not load: {e}")),
+                    Err(e) => Err(format!("loading the component failed: {e}")),
+                }
+            })
+            .await
+            .clone();
+        if loaded.is_err() {
+            let mut plugins = self.lock_plugins();
+            if plugins.get(sha256).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
+                plugins.remove(sha256);
             }
-        })
-        .await
-        .clone()
+        }
+        loaded
     }
 
     /// Claims a slot for an attempt about to start; false when full.
@@ -240,6 +260,17 @@ impl Worker {
                 return finish(Outcome::Failed { kind: FailureKind::BadParams, message });
             }
         };
+        // Each attempt gets its own scratch directory under its tenant's.
+        let scratch = self.inner.runtime.config().scratch_root.join(path_safe(&spec.tenant)).join(format!(
+            "{}-{}-{}",
+            path_safe(&spec.key.run_id),
+            spec.key.task,
+            spec.key.number
+        ));
+        let quota_hit = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let watcher = spec
+            .scratch_bytes
+            .map(|quota| tokio::spawn(watch_scratch(scratch.clone(), quota, cancel.clone(), quota_hit.clone())));
         let observer = Arc::new(AttemptLog::new(&spec.key, self.inner.logs.clone()));
         let keep_going = self.inner.keep_going.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let exec = Execution {
@@ -263,12 +294,30 @@ impl Worker {
             },
             network,
             secrets: self.inner.secrets.as_ref().and_then(|s| s.secrets_for(&spec.tenant)),
-            scratch_dir: None,
-            cancel,
+            scratch_dir: Some(scratch.clone()),
+            cancel: cancel.clone(),
             observer: Some(observer.clone()),
             keep_going: keep_going.clone(),
         };
         let report = self.inner.runtime.execute(&plugin, exec).await;
+        if let Some(watcher) = watcher {
+            watcher.abort();
+        }
+        let removed = scratch.clone();
+        let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(removed)).await;
+        if quota_hit.load(Ordering::Relaxed) {
+            let quota = spec.scratch_bytes.unwrap_or(0);
+            observer.log(&LogLine::new(
+                dagr_runtime::LogSource::Dagr,
+                dagr_runtime::LogLevel::Error,
+                format!("the attempt was stopped: its scratch directory grew past the tenant's scratch_bytes limit of {quota} bytes"),
+            ));
+            observer.flush().await;
+            return finish(Outcome::Failed {
+                kind: FailureKind::Fatal,
+                message: format!("scratch quota exceeded: the tenant's scratch_bytes limit is {quota} bytes"),
+            });
+        }
         observer.flush().await;
         let fenced = keep_going.as_ref().is_some_and(|ok| !ok());
         finish(match report.result {
@@ -279,6 +328,46 @@ impl Worker {
             Err(failure) => Outcome::Failed { kind: map_kind(failure.kind), message: failure.message },
         })
     }
+}
+
+/// A name that is safe as one path component.
+fn path_safe(name: &str) -> String {
+    name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect()
+}
+
+/// How often a scratch directory is measured against its quota. A guest
+/// can overshoot the quota by what it writes in this time.
+const SCRATCH_CHECK: Duration = Duration::from_millis(50);
+
+/// Stops the attempt when its scratch directory grows past `quota` bytes.
+async fn watch_scratch(
+    dir: std::path::PathBuf,
+    quota: u64,
+    cancel: CancellationToken,
+    hit: Arc<std::sync::atomic::AtomicBool>,
+) {
+    loop {
+        tokio::time::sleep(SCRATCH_CHECK).await;
+        let measured = dir.clone();
+        let size = tokio::task::spawn_blocking(move || dir_size(&measured)).await.unwrap_or(0);
+        if size > quota {
+            hit.store(true, Ordering::Relaxed);
+            cancel.cancel();
+            return;
+        }
+    }
+}
+
+fn dir_size(dir: &std::path::Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => dir_size(&e.path()),
+            Ok(_) => e.metadata().map(|m| m.len()).unwrap_or(0),
+            Err(_) => 0,
+        })
+        .sum()
 }
 
 fn map_kind(kind: dagr_runtime::FailureKind) -> FailureKind {
