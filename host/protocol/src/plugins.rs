@@ -1,5 +1,6 @@
 //! The plugin directory: which plugins a tenant may use.
 
+use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 /// What dagr knows about one plugin version.
@@ -19,9 +20,30 @@ pub struct PluginDescriptor {
 }
 
 /// Looks plugins up. `version: None` means the latest.
+///
+/// Lookups are synchronous (the validator calls them); a directory that
+/// caches a shared registry answers from its snapshot, which
+/// [`refresh`](Self::refresh) brings up to date.
+#[async_trait]
 pub trait PluginDirectory: Send + Sync {
     fn list(&self, tenant: &str) -> Vec<PluginDescriptor>;
     fn resolve(&self, tenant: &str, name: &str, version: Option<&str>) -> Result<PluginDescriptor, String>;
+
+    /// Re-reads what may have changed elsewhere (a plugin published through
+    /// another node, a moment ago). Errors are logged, not returned: the
+    /// previous snapshot stays in use.
+    async fn refresh(&self) {}
+}
+
+/// What `dagr plugin inspect` (the child process that validates and
+/// compiles an upload under CPU and memory limits) prints on stdout.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InspectOutcome {
+    /// The component implements the world; what it describes.
+    Valid { name: String, version: String, description: String, params_schema: Option<serde_json::Value> },
+    /// It does not load; the runtime's message says why.
+    Invalid { message: String },
 }
 
 /// A [`PluginDirectory`] seen by one tenant, as the validator's catalog.

@@ -119,6 +119,13 @@ pub struct RuntimeConfig {
     pub scratch_root: PathBuf,
     /// Niceness added to guest threads so that the OS favours the host's.
     pub guest_nice: i32,
+    /// Take instances from a pool reserved up front (fast instantiation, but
+    /// several GiB of address space per memory slot), or allocate each one
+    /// on demand with small reservations (bounds-checked memory). Off only
+    /// for processes that run under an address-space limit, like the one
+    /// that compiles uploads (`dagr plugin inspect`). Code compiled one way
+    /// is not reused by the other: the cache keys them apart.
+    pub pooling: bool,
 }
 
 impl Default for RuntimeConfig {
@@ -132,6 +139,7 @@ impl Default for RuntimeConfig {
             cache_dir: None,
             scratch_root: std::env::temp_dir().join("dagr-scratch"),
             guest_nice: 10,
+            pooling: true,
         }
     }
 }
@@ -1005,8 +1013,15 @@ fn build_engine(config: &RuntimeConfig) -> Result<Engine> {
         .table_elements(100_000);
 
     let mut wasm = wasmtime::Config::new();
-    wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool))
-        .epoch_interruption(true)
+    if config.pooling {
+        wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    } else {
+        wasm.allocation_strategy(InstanceAllocationStrategy::OnDemand)
+            .memory_reservation(0)
+            .memory_guard_size(64 << 10)
+            .memory_reservation_for_growth(16 << 20);
+    }
+    wasm.epoch_interruption(true)
         .consume_fuel(config.fuel)
         .wasm_component_model(true)
         .max_wasm_stack(1 << 20)

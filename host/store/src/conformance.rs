@@ -38,6 +38,7 @@ pub async fn run_all(store: &dyn Store, prefix: &str) -> Result<()> {
     fencing(store, prefix).await?;
     commands_logs_events(store, prefix).await?;
     big_batches(store, prefix).await?;
+    plugin_registry(store, prefix).await?;
     tenancy(store, prefix).await?;
     Ok(())
 }
@@ -438,5 +439,74 @@ async fn commands_logs_events(store: &dyn Store, p: &str) -> Result<()> {
     };
     store.insert_backfill(b.clone()).await?;
     check(store.get_backfill(&b.id).await?.as_ref() == Some(&b), "backfill stored")?;
+    Ok(())
+}
+
+/// Plugin blobs are content-addressed; published versions are immutable,
+/// per tenant; deleting the last version that uses a blob removes it.
+async fn plugin_registry(store: &dyn Store, p: &str) -> Result<()> {
+    let (t1, t2) = (format!("{p}reg-a"), format!("{p}reg-b"));
+    let bytes_a: Vec<u8> = (0..=255u8).cycle().take(1 << 20).collect();
+    let bytes_b = b"\0asm other bytes".to_vec();
+    let (sha_a, sha_b) = (format!("{p}aaaa"), format!("{p}bbbb"));
+    check(store.plugin_blob(&sha_a).await?.is_none(), "no blob before it is stored")?;
+    store.put_plugin_blob(&sha_a, &bytes_a, 1).await?;
+    store.put_plugin_blob(&sha_a, &bytes_a, 2).await?;
+    store.put_plugin_blob(&sha_b, &bytes_b, 3).await?;
+    check(store.plugin_blob(&sha_a).await?.as_deref() == Some(&bytes_a[..]), "a 1 MiB blob round-trips byte for byte")?;
+
+    let row = |tenant: &str, version: &str, sha256: &str| PluginRow {
+        tenant: tenant.into(),
+        name: "thing".into(),
+        version: version.into(),
+        sha256: sha256.into(),
+        description: "does a thing".into(),
+        params_schema: Some(r#"{"type":"object"}"#.into()),
+        size: 42,
+        created_at: 7,
+    };
+    let g0 = store.plugins_generation().await?;
+    check(store.insert_plugin(&row(&t1, "1.0.0", &sha_a)).await? == PluginInsert::Created, "a new version is created")?;
+    let g1 = store.plugins_generation().await?;
+    check(g1 != g0, "publishing changes the generation")?;
+    check(
+        store.insert_plugin(&row(&t1, "1.0.0", &sha_a)).await? == PluginInsert::Unchanged,
+        "the same version with the same bytes is unchanged",
+    )?;
+    check(store.plugins_generation().await? == g1, "an unchanged publish keeps the generation")?;
+    check(
+        store.insert_plugin(&row(&t1, "1.0.0", &sha_b)).await? == PluginInsert::Conflict { sha256: sha_a.clone() },
+        "the same version with other bytes conflicts, naming the published sha256",
+    )?;
+    check(
+        store.insert_plugin(&row(&t1, "2.0.0", &format!("{p}none"))).await? == PluginInsert::MissingBlob,
+        "a version needs its blob",
+    )?;
+    let mut no_schema = row(&t1, "1.1.0", &sha_b);
+    no_schema.params_schema = None;
+    check(store.insert_plugin(&no_schema).await? == PluginInsert::Created, "a second version")?;
+    check(store.insert_plugin(&row(&t2, "1.0.0", &sha_a)).await? == PluginInsert::Created, "tenants share a blob")?;
+
+    let mine = |rows: Vec<PluginRow>| rows.into_iter().filter(|r| r.tenant == t1 || r.tenant == t2).collect::<Vec<_>>();
+    let listed = mine(store.list_plugins().await?);
+    check(
+        listed == vec![row(&t1, "1.0.0", &sha_a), no_schema.clone(), row(&t2, "1.0.0", &sha_a)],
+        "every version is listed with its metadata, by tenant, name and version",
+    )?;
+
+    let g2 = store.plugins_generation().await?;
+    check(store.delete_plugin(&t1, "thing", "1.0.0").await?, "a version is deleted")?;
+    check(store.plugins_generation().await? != g2, "deleting changes the generation")?;
+    check(store.plugin_blob(&sha_a).await?.is_some(), "a blob another version uses stays")?;
+    let g3 = store.plugins_generation().await?;
+    check(!store.delete_plugin(&t1, "thing", "1.0.0").await?, "deleting a missing version says so")?;
+    check(store.plugins_generation().await? == g3, "deleting nothing keeps the generation")?;
+    check(store.delete_plugin(&t2, "thing", "1.0.0").await?, "the other tenant's version is deleted")?;
+    check(store.plugin_blob(&sha_a).await?.is_none(), "a blob no version uses is removed")?;
+    check(mine(store.list_plugins().await?) == vec![no_schema], "only the remaining version is listed")?;
+    check(
+        store.insert_plugin(&row(&t1, "1.0.0", &sha_b)).await? == PluginInsert::Created,
+        "a deleted version may be published again",
+    )?;
     Ok(())
 }

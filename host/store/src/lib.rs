@@ -19,7 +19,9 @@
 //!   milliseconds since the Unix epoch.
 
 pub mod conformance;
+mod registry;
 mod sql;
+mod sql_registry;
 mod sql_tenancy;
 pub mod tenancy;
 
@@ -28,6 +30,7 @@ use std::fmt;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+pub use crate::registry::{PluginInsert, PluginRow, RegistryStore};
 pub use crate::sql::{SqlStore, Synchronous, now_ms};
 pub use crate::tenancy::TenancyStore;
 
@@ -356,7 +359,7 @@ pub struct Committed {
 
 /// dagr's storage. Implemented by [`SqlStore`] on SQLite and PostgreSQL.
 #[async_trait]
-pub trait Store: TenancyStore + Send + Sync + 'static {
+pub trait Store: TenancyStore + RegistryStore + Send + Sync + 'static {
     // Workflows ----------------------------------------------------------
 
     /// Stores a definition as the next version, unless it is identical to

@@ -59,9 +59,10 @@ impl BuiltinPlugins {
     }
 }
 
+#[async_trait::async_trait]
 impl PluginSource for BuiltinPlugins {
-    fn component(&self, sha256: &str) -> Option<Vec<u8>> {
-        self.by_sha.get(sha256).map(|&i| self.plugins[i].1.to_vec())
+    async fn component(&self, sha256: &str) -> Result<Option<Vec<u8>>, String> {
+        Ok(self.by_sha.get(sha256).map(|&i| self.plugins[i].1.to_vec()))
     }
 }
 
