@@ -20,6 +20,7 @@ use dagr_store::Store;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+use crate::rebalance::{RebalanceConfig, Rebalancer};
 use crate::{Adoption, Dispatcher, EngineHandle, EngineMetrics};
 
 /// How a master chooses a worker.
@@ -263,13 +264,32 @@ pub fn metrics_json(m: &EngineMetrics, owned_slots: usize) -> serde_json::Value 
         "runs_claimed": g(&m.runs_claimed),
         "attempts_adopted": g(&m.attempts_adopted),
         "attempts_lost": g(&m.attempts_lost),
+        "active_runs": g(&m.active_runs),
+        "in_flight": g(&m.in_flight),
     })
+}
+
+/// How ownership follows membership and load.
+#[derive(Debug, Clone)]
+pub struct OwnershipConfig {
+    /// How often loads are reported and (by the leader) compared.
+    pub check_interval: Duration,
+    pub rebalance: RebalanceConfig,
 }
 
 /// Turns the coordinator's view into the engine's: the slots this master
 /// owns (none while its lease is not safe), whether it leads, and which
-/// workers left. Returns the number of owned slots as it changes.
-pub fn drive_ownership(engine: EngineHandle, coordinator: Arc<dyn Coordinator>) -> watch::Receiver<usize> {
+/// workers left. Slots follow membership at once and load slowly: every
+/// `check_interval` each master reports its load, the leader's
+/// [`Rebalancer`] may change weights (with hysteresis), and everyone
+/// recomputes the slot map with the weights. Returns the number of owned
+/// slots as it changes.
+pub fn drive_ownership(
+    engine: EngineHandle,
+    coordinator: Arc<dyn Coordinator>,
+    store: Arc<dyn Store>,
+    config: OwnershipConfig,
+) -> watch::Receiver<usize> {
     let (owned_tx, owned_rx) = watch::channel(0usize);
     tokio::spawn(async move {
         let me = coordinator.node().id.clone();
@@ -279,17 +299,51 @@ pub fn drive_ownership(engine: EngineHandle, coordinator: Arc<dyn Coordinator>) 
         let mut last_slots: Option<HashSet<u32>> = None;
         let mut last_lead: Option<Option<i64>> = None;
         let mut last_workers: HashSet<String> = HashSet::new();
+        let mut weights: BTreeMap<String, f64> = BTreeMap::new();
+        let mut rebalancer = Rebalancer::default();
+        let mut tick = tokio::time::interval(config.check_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut checking = false;
         loop {
             let healthy = *health.borrow_and_update();
             let members = membership.borrow_and_update().clone();
             let lead = if healthy { *leadership.borrow_and_update() } else { None };
-            let slots = if healthy && members.contains(&me) {
-                let masters: BTreeMap<String, f64> =
-                    members.with_role(Role::Master).map(|m| (m.id.clone(), 1.0)).collect();
-                SlotMap::compute(&masters).slots_of(&me)
-            } else {
-                HashSet::new()
-            };
+            let live: BTreeMap<String, f64> = members
+                .with_role(Role::Master)
+                .map(|m| (m.id.clone(), weights.get(&m.id).copied().unwrap_or(1.0)))
+                .collect();
+            if checking && healthy {
+                // Report our load; read everyone's; the leader rebalances.
+                let now = dagr_store::now_ms();
+                let load = engine.metrics.active_runs.load(std::sync::atomic::Ordering::Relaxed) as i64;
+                let _ = store.report_master_load(&me, load, now).await;
+                if let Ok(rows) = store.master_loads().await {
+                    weights = rows.iter().map(|(id, _, w, _)| (id.clone(), *w as f64 / 1000.0)).collect();
+                    if lead.is_some() {
+                        let fresh = now - 3 * config.check_interval.as_millis() as i64;
+                        let loads: BTreeMap<String, u64> = rows
+                            .iter()
+                            .filter(|(id, _, _, at)| live.contains_key(id) && *at >= fresh)
+                            .map(|(id, load, _, _)| (id.clone(), *load as u64))
+                            .collect();
+                        let changes = rebalancer.check(&config.rebalance, &loads, &weights);
+                        if !changes.is_empty() {
+                            tracing::info!(?changes, ?loads, "rebalancing: masters' weights change");
+                            let rows: Vec<(String, i64)> =
+                                changes.iter().map(|(id, w)| (id.clone(), (w * 1000.0).round() as i64)).collect();
+                            if store.set_master_weights(&rows).await.is_ok() {
+                                weights.extend(changes);
+                            }
+                        }
+                    }
+                }
+            }
+            let live: BTreeMap<String, f64> = members
+                .with_role(Role::Master)
+                .map(|m| (m.id.clone(), weights.get(&m.id).copied().unwrap_or(1.0)))
+                .collect();
+            let slots =
+                if healthy && members.contains(&me) { SlotMap::compute(&live).slots_of(&me) } else { HashSet::new() };
             if last_slots.as_ref() != Some(&slots) {
                 owned_tx.send_replace(slots.len());
                 engine.own_slots(slots.clone());
@@ -306,13 +360,17 @@ pub fn drive_ownership(engine: EngineHandle, coordinator: Arc<dyn Coordinator>) 
                 engine.workers_gone(gone);
             }
             last_workers = workers;
+            checking = false;
             tokio::select! {
                 r = membership.changed() => if r.is_err() { return },
                 r = health.changed() => if r.is_err() { return },
                 r = leadership.changed() => if r.is_err() { return },
+                _ = tick.tick() => checking = true,
             }
-            // Let a burst of changes (a node joining) settle.
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            if !checking {
+                // Let a burst of changes (a node joining) settle.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
         }
     });
     owned_rx

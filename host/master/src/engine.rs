@@ -401,6 +401,8 @@ impl Engine {
             self.dispatch_ready(&mut step, now).await;
             self.finish_step(step).await;
             self.metrics.steps.fetch_add(1, Ordering::Relaxed);
+            self.metrics.active_runs.store(self.runs.len() as u64, Ordering::Relaxed);
+            self.metrics.in_flight.store(self.in_flight.len() as u64, Ordering::Relaxed);
             if let Some(reply) = shutdown {
                 let _ = reply.send(());
                 return;

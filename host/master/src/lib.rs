@@ -24,6 +24,7 @@
 pub mod cluster;
 mod engine;
 mod ready;
+pub mod rebalance;
 pub use dagr_protocol::sharding;
 
 use std::sync::Arc;
@@ -146,6 +147,10 @@ pub struct EngineMetrics {
     pub attempts_adopted: AtomicU64,
     /// Attempts found lost at takeover or with their worker.
     pub attempts_lost: AtomicU64,
+    /// Runs this master drives now (a gauge; its load for rebalancing).
+    pub active_runs: AtomicU64,
+    /// Attempts in flight now (a gauge).
+    pub in_flight: AtomicU64,
 }
 
 impl EngineMetrics {
