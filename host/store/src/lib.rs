@@ -405,6 +405,15 @@ pub trait Store: TenancyStore + RegistryStore + Send + Sync + 'static {
     /// The current epoch of a run (workers check it before starting an attempt).
     async fn run_epoch(&self, run_id: &str) -> Result<Option<i64>>;
 
+    // Rebalancing (cluster mode) -----------------------------------------
+
+    /// A master's current load (the runs it drives).
+    async fn report_master_load(&self, master: &str, load: i64, now: i64) -> Result<()>;
+    /// Every master's last report: (id, load, weight in thousandths, when).
+    async fn master_loads(&self) -> Result<Vec<(String, i64, i64, i64)>>;
+    /// Sets masters' weights (thousandths).
+    async fn set_master_weights(&self, weights: &[(String, i64)]) -> Result<()>;
+
     // The engine's writes -------------------------------------------------
 
     async fn commit(&self, batch: WriteBatch) -> Result<Committed>;

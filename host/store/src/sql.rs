@@ -747,6 +747,44 @@ impl Store for SqlStore {
         Ok(out)
     }
 
+    async fn report_master_load(&self, master: &str, load: i64, now: i64) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO master_loads (id, load, weight, updated_at) VALUES ($1, $2, 1000, $3) \
+             ON CONFLICT (id) DO UPDATE SET load = excluded.load, updated_at = excluded.updated_at",
+        )
+        .bind(master)
+        .bind(load)
+        .bind(now)
+        .execute(&self.write)
+        .await?;
+        Ok(())
+    }
+
+    async fn master_loads(&self) -> Result<Vec<(String, i64, i64, i64)>> {
+        let rows = sqlx::query("SELECT id, load, weight, updated_at FROM master_loads ORDER BY id")
+            .fetch_all(&self.read)
+            .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("id")?, r.try_get("load")?, r.try_get("weight")?, r.try_get("updated_at")?)))
+            .collect()
+    }
+
+    async fn set_master_weights(&self, weights: &[(String, i64)]) -> Result<()> {
+        let mut tx = self.write.begin().await?;
+        for (id, weight) in weights {
+            sqlx::query(
+                "INSERT INTO master_loads (id, load, weight, updated_at) VALUES ($1, 0, $2, 0) \
+                 ON CONFLICT (id) DO UPDATE SET weight = excluded.weight",
+            )
+            .bind(id)
+            .bind(weight)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
     async fn run_epoch(&self, run_id: &str) -> Result<Option<i64>> {
         let row = sqlx::query("SELECT epoch FROM runs WHERE id = $1").bind(run_id).fetch_optional(&self.read).await?;
         row.map(|r| r.try_get("epoch")).transpose().map_err(Error::from)
