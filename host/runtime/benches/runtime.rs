@@ -53,7 +53,11 @@ fn main() {
         let (execute_given, _) =
             best_of(rounds, Samples::median, || host.block_on(time_execute(&runtime, &echo, calls, given.clone())));
         let (floor, _) = best_of(rounds, |f: &floor::Floor| f.total.median(), || floor::measure(calls));
-        let (handoff, _) = best_of(rounds, Samples::median, || time_handoff(calls));
+        let (handoff, _) = best_of(rounds, Samples::median, || time_handoff(calls, Duration::ZERO));
+        // With work, the caller's thread has time to go idle, as it does
+        // while a real attempt runs.
+        let work = floor.total.median();
+        let (handoff_work, _) = best_of(rounds, Samples::median, || time_handoff(calls, work));
         rows.push([
             "echo via `Runtime::execute` (fresh Store, pooling, own scratch dir)".into(),
             format!("median {} (worst round {}), p99 {}", us(execute.median()), us(execute_worst), us(execute.p99())),
@@ -79,6 +83,15 @@ fn main() {
         rows.push([
             "  … handoff to a guest thread and back (empty task on another tokio runtime)".into(),
             format!("median {}, p99 {}", us(handoff.median()), us(handoff.p99())),
+            String::new(),
+        ]);
+        rows.push([
+            format!("  … same handoff, task spinning {} (the floor's median) minus that", us(work)),
+            format!(
+                "median {}, p99 {}",
+                us(handoff_work.median().saturating_sub(work)),
+                us(handoff_work.p99().saturating_sub(work))
+            ),
             String::new(),
         ]);
         execute_median = Some(execute.median());
@@ -243,8 +256,9 @@ async fn time_execute(
 }
 
 /// What `execute` pays to keep guests off the caller's threads: spawning
-/// onto another runtime and being woken when the task ends.
-fn time_handoff(calls: usize) -> Samples {
+/// onto another runtime and being woken when the task, which spins for
+/// `work`, ends.
+fn time_handoff(calls: usize, work: Duration) -> Samples {
     let caller = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let guests = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let guests = guests.handle().clone();
@@ -252,7 +266,13 @@ fn time_handoff(calls: usize) -> Samples {
         let mut samples = Vec::with_capacity(calls);
         for i in 0..calls + calls / 10 {
             let started = Instant::now();
-            guests.spawn(async { std::hint::black_box(1) }).await.unwrap();
+            let spinning = async move {
+                let start = Instant::now();
+                while start.elapsed() < work {
+                    std::hint::spin_loop();
+                }
+            };
+            guests.spawn(spinning).await.unwrap();
             if i >= calls / 10 {
                 samples.push(started.elapsed());
             }
