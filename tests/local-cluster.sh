@@ -11,7 +11,8 @@
 #   tests/local-cluster.sh down                    # stop everything and remove the directory
 #
 # The directory is $DAGR_CLUSTER_DIR (default ./.local-cluster); logs are in
-# it. The binary is $DAGR_BIN (default target/debug/dagr, built if missing).
+# it, as are the API's tokens (api/token: tenant default; api/admin.token).
+# The binary is $DAGR_BIN (default target/debug/dagr, built if missing).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=${DAGR_CLUSTER_DIR:-$ROOT/.local-cluster}
@@ -83,6 +84,10 @@ url = "$(cat "$DIR/postgres.url")"
 etcd = ["http://127.0.0.1:$eport"]
 prefix = "/dagr"
 ttl = "$ttl"
+[auth]
+# At its first start the API node makes the admin token (api/admin.token)
+# and the tenant "default" with a first token (api/token).
+default_tenant = true
 EOF
   if [ -n "${DAGR_CLUSTER_EXTRA:-}" ]; then printf '%s\n' "$DAGR_CLUSTER_EXTRA" >>"$DIR/dagr.toml"; fi
   for i in $(seq 1 "$masters"); do start_node "m$i" master; done
@@ -184,5 +189,5 @@ case $cmd in
   restart) restart "$1" ;;
   add) add "$1" ;;
   down) down ;;
-  *) sed -n '2,14p' "$0"; exit 2 ;;
+  *) sed -n '2,15p' "$0"; exit 2 ;;
 esac

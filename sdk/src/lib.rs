@@ -378,8 +378,8 @@ pub mod __private {
                 TaskError::fatal(format!("invalid params at `{path}`: {}", e.inner()))
             }
         })?;
-        let inputs: Map<String, Value> = serde_json::from_str(inputs)
-            .map_err(|e| TaskError::fatal(format!("inputs are not a JSON object: {e}")))?;
+        let inputs: Map<String, Value> =
+            serde_json::from_str(inputs).map_err(|e| TaskError::fatal(format!("inputs are not a JSON object: {e}")))?;
         let output = T::run(ctx, params, &Inputs(inputs))?;
         serde_json::to_string(&output).map_err(|e| TaskError::fatal(format!("cannot serialize the output: {e}")))
     }

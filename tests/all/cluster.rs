@@ -45,7 +45,14 @@ impl Cluster {
         let out = tokio::task::spawn_blocking(move || script(&dir2, &args)).await.unwrap();
         let api = out.lines().last().unwrap_or_default().trim().to_owned();
         assert!(api.starts_with("http://"), "local-cluster up did not print the API URL: {out}");
-        let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
+        // The API node made the tenant `default` and its first token at its
+        // first start (local-cluster.sh sets auth.default_tenant).
+        let token = std::fs::read_to_string(dir.join("api/token"))
+            .unwrap_or_else(|e| panic!("the API node wrote no token in {}: {e}", dir.display()));
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(reqwest::header::AUTHORIZATION, format!("Bearer {}", token.trim()).parse().unwrap());
+        let http =
+            reqwest::Client::builder().default_headers(headers).timeout(Duration::from_secs(30)).build().unwrap();
         Cluster { dir, api, http }
     }
 
@@ -101,10 +108,10 @@ impl Cluster {
 
     pub async fn get(&self, path: &str) -> Value {
         for _ in 0..20 {
-            if let Ok(r) = self.http.get(format!("{}{path}", self.api)).send().await {
-                if r.status().is_success() {
-                    return r.json().await.unwrap();
-                }
+            if let Ok(r) = self.http.get(format!("{}{path}", self.api)).send().await
+                && r.status().is_success()
+            {
+                return r.json().await.unwrap();
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
@@ -528,8 +535,11 @@ async fn a_new_master_takes_about_a_quarter_of_the_slots_and_gives_them_back() {
     assert_eq!(back, three, "removing m4 gave back exactly its slots");
 }
 
+/// A DAG node: its name and its upstream nodes.
+type Node = (String, Vec<String>);
+
 /// Alibaba production DAGs from the datasets, as ledger workflows.
-fn alibaba(count: usize) -> Vec<(String, Vec<(String, Vec<String>)>)> {
+fn alibaba(count: usize) -> Vec<(String, Vec<Node>)> {
     let dir = support::workspace_root().join("../shared/datasets/dags/alibaba-v2018");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.path()).collect();
     files.sort();

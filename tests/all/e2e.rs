@@ -85,11 +85,7 @@ impl Api {
 
     /// A client of a server the test owns.
     fn of(server: &DagrServer) -> Api {
-        Api {
-            base: server.base_url(),
-            http: reqwest::Client::builder().timeout(PATIENCE).build().unwrap(),
-            shared: None,
-        }
+        Api { base: server.base_url(), http: crate::server::client_with_token(&server.token()), shared: None }
     }
 
     async fn answer(&self, request: reqwest::RequestBuilder, what: &str) -> (StatusCode, Value) {

@@ -6,6 +6,10 @@
 //!   concurrency and cancellation, with real components.
 //! - `plugins`: each built-in plugin's happy path and error cases.
 //! - `cli`: the `dagr` binary.
+//! - `tenancy`: tokens, the isolation matrix over every route, secrets,
+//!   runs per minute and the tenancy CLI verbs, against a real `dagr serve`.
+//! - `registry`: tenants' plugins (upload, versions, deletion, the limits
+//!   of the compiling child) against a real `dagr serve`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -17,4 +21,6 @@ mod cli_client;
 mod cluster;
 mod e2e;
 mod plugins;
+mod registry;
 mod runtime;
+mod tenancy;

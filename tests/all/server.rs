@@ -7,10 +7,15 @@
 //! test fails, the end of that log is printed, and with
 //! `DAGR_KEEP_TEST_DIRS=1` the whole directory is kept for a post-mortem.
 //!
+//! The server makes its tokens at its first start: [`DagrServer::token`]
+//! (the `default` tenant's, with every scope) and
+//! [`DagrServer::admin_token`]. [`DagrServer::cli`] and
+//! [`DagrServer::client`] send the former.
+//!
 //! ```ignore
 //! let server = DagrServer::start();
 //! let out = server.cli(&["apply", "-f", path]);       // `dagr --server URL apply …`
-//! let body = reqwest::get(server.url("/v1/runs")).await?;
+//! let body = server.client().get(server.url("/v1/runs")).send().await?;
 //! ```
 
 #![allow(dead_code)]
@@ -75,6 +80,30 @@ impl DagrServer {
         self.dir.as_ref().map(|d| d.path()).unwrap_or_else(|| Path::new("."))
     }
 
+    /// The `default` tenant's token (read, write and admin), which the
+    /// server wrote to its data directory at its first start.
+    pub fn token(&self) -> String {
+        self.token_file("token")
+    }
+
+    /// The admin token (tenants and their tokens), likewise.
+    pub fn admin_token(&self) -> String {
+        self.token_file("admin.token")
+    }
+
+    fn token_file(&self, name: &str) -> String {
+        let path = self.data_dir().join(name);
+        std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("the server wrote no {}: {e}", path.display()))
+            .trim()
+            .to_owned()
+    }
+
+    /// An HTTP client that sends the `default` tenant's token.
+    pub fn client(&self) -> reqwest::Client {
+        client_with_token(&self.token())
+    }
+
     /// The server's stdout and stderr so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.data_dir().join("server.log")).unwrap_or_default()
@@ -95,7 +124,15 @@ impl DagrServer {
     /// child they control.
     pub fn cli_command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(dagr_binary());
-        command.args(args).env("DAGR_SERVER", self.base_url()).env_remove("DAGR_LOG");
+        command
+            .args(args)
+            .env("DAGR_SERVER", self.base_url())
+            .env("DAGR_TOKEN", self.token())
+            // Not the profiles of whoever runs the tests.
+            .env("XDG_CONFIG_HOME", self.data_dir().join("client-config"))
+            .env_remove("DAGR_PROFILE")
+            .env_remove("DAGR_TENANT")
+            .env_remove("DAGR_LOG");
         command
     }
 
@@ -246,6 +283,19 @@ fn read_all(pipe: Option<impl std::io::Read + Send + 'static>) -> std::thread::J
         }
         bytes
     })
+}
+
+/// An HTTP client that sends `token` with every request.
+pub fn client_with_token(token: &str) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    let value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+        .unwrap_or_else(|e| panic!("`{token}` is not a header value: {e}"));
+    headers.insert(reqwest::header::AUTHORIZATION, value);
+    reqwest::Client::builder()
+        .default_headers(headers)
+        .timeout(CLI_TIMEOUT)
+        .build()
+        .unwrap_or_else(|e| panic!("cannot build an HTTP client: {e}"))
 }
 
 /// A loopback address whose port was free a moment ago. The server binds it

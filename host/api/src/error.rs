@@ -2,7 +2,7 @@
 //! leaks internals: user mistakes say what and where; internal failures say
 //! "internal error" with a request id, and are logged in full.
 
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use dagr_protocol::api::{ApiError, ErrorDetail};
 
@@ -10,12 +10,18 @@ use dagr_protocol::api::{ApiError, ErrorDetail};
 pub enum AppError {
     /// The request itself is malformed or invalid (400).
     BadRequest { code: &'static str, message: String, location: Option<String>, details: Vec<ErrorDetail> },
+    /// No token, or one that is malformed, unknown or revoked (401).
+    Unauthorized(String),
+    /// The token may not do this: its scope is too small (403).
+    Forbidden(String),
     /// No such thing, or not the caller's (404).
     NotFound(String),
     /// The request is fine but conflicts with the current state (409).
     Conflict(String),
     /// The body is larger than allowed (413).
     TooLarge(String),
+    /// A tenant's quota is used up for now (429); `retry_after` is in seconds.
+    RateLimited { message: String, retry_after: u64 },
     /// A failure of dagr itself (500). The message is logged, not returned.
     Internal(String),
 }
@@ -62,6 +68,16 @@ impl IntoResponse for AppError {
         let (status, body) = match self {
             AppError::BadRequest { code, message, location, details } => {
                 (StatusCode::BAD_REQUEST, ApiError { code: code.into(), message, location, details })
+            }
+            AppError::Unauthorized(message) => {
+                let body = axum::Json(error("unauthorized", message));
+                return (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], body).into_response();
+            }
+            AppError::Forbidden(message) => (StatusCode::FORBIDDEN, error("forbidden", message)),
+            AppError::RateLimited { message, retry_after } => {
+                let body = axum::Json(error("rate_limited", message));
+                let retry_after = retry_after.to_string();
+                return (StatusCode::TOO_MANY_REQUESTS, [(header::RETRY_AFTER, retry_after)], body).into_response();
             }
             AppError::NotFound(message) => (StatusCode::NOT_FOUND, error("not_found", message)),
             AppError::Conflict(message) => (StatusCode::CONFLICT, error("conflict", message)),

@@ -12,11 +12,12 @@ use dagr_core::definition::{Format, HumanDuration};
 use dagr_core::schedule::backfill_times;
 use dagr_core::{Workflow, WorkflowSpec};
 use dagr_protocol::api::*;
-use dagr_protocol::plugins::{PluginDescriptor, TenantCatalog, TrustedCatalog};
+use dagr_protocol::plugins::{TenantCatalog, TrustedCatalog};
 use dagr_store::{BackfillRow, Created, NewCommand, NewRun, RunFilter, RunKind, RunRow, now_ms};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use crate::auth::{Caller, audit};
 use crate::error::{ApiResult, AppError};
 use crate::extract::{Json, Query, body_bytes};
 use crate::views::{attempt_view, run_summary, task_view, time};
@@ -72,6 +73,7 @@ pub fn validate_definition(
 pub async fn apply_workflow(
     State(state): State<ApiState>,
     tenant: Tenant,
+    caller: Caller,
     headers: HeaderMap,
     request: Request,
 ) -> Answer<Applied> {
@@ -83,12 +85,15 @@ pub async fn apply_workflow(
         _ => None,
     };
     let workflow = validate_definition(&state, &tenant.0, text, format)?;
+    crate::admin::check_within_limits(&state, &tenant.0, &workflow, "invalid_definition").await?;
     let now = now_ms();
     let applied = state
         .store
         .apply_workflow(&tenant.0, workflow.name(), &workflow.spec.content_hash(), &workflow.spec.canonical_json(), now)
         .await?;
     state.control.workflow_changed(&tenant.0, workflow.name());
+    let detail = json!({"version": applied.version, "created": applied.created});
+    audit(&state, &caller, &tenant.0, "workflow.apply", workflow.name(), detail).await;
     let next_run = workflow
         .schedule
         .as_ref()
@@ -178,12 +183,14 @@ pub async fn get_workflow(
 pub async fn delete_workflow(
     State(state): State<ApiState>,
     tenant: Tenant,
+    caller: Caller,
     Path(name): Path<String>,
 ) -> ApiResult<StatusCode> {
     if !state.store.delete_workflow(&tenant.0, &name, now_ms()).await? {
         return Err(AppError::NotFound(format!("there is no workflow `{name}`")));
     }
     state.control.workflow_changed(&tenant.0, &name);
+    audit(&state, &caller, &tenant.0, "workflow.delete", &name, json!({})).await;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -215,14 +222,15 @@ pub fn parse_time(text: &str) -> Result<DateTime<Utc>, String> {
     if let Ok(t) = NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S") {
         return Ok(Utc.from_utc_datetime(&t));
     }
-    if let Ok(d) = NaiveDate::parse_from_str(text, "%Y-%m-%d") {
-        if let Some(t) = d.and_hms_opt(0, 0, 0) {
-            return Ok(Utc.from_utc_datetime(&t));
-        }
+    if let Ok(d) = NaiveDate::parse_from_str(text, "%Y-%m-%d")
+        && let Some(t) = d.and_hms_opt(0, 0, 0)
+    {
+        return Ok(Utc.from_utc_datetime(&t));
     }
     Err(format!("`{text}` is not a time: use RFC 3339 (2026-01-31T00:00:00Z) or a date (2026-01-31)"))
 }
 
+#[allow(clippy::too_many_arguments, reason = "one field per column of the run, named at each call")]
 fn new_run(
     tenant: &str,
     workflow: &Workflow,
@@ -274,6 +282,7 @@ fn stored_workflow(version: &dagr_store::VersionRow) -> ApiResult<Workflow> {
 pub async fn trigger_run(
     State(state): State<ApiState>,
     tenant: Tenant,
+    caller: Caller,
     Path(name): Path<String>,
     Json(req): Json<TriggerRequest>,
 ) -> Answer<RunSummary> {
@@ -287,10 +296,13 @@ pub async fn trigger_run(
         None => now_ms(),
     };
     let params = serde_json::to_string(&params).map_err(AppError::internal)?;
+    crate::admin::check_run_rate(&state, &tenant.0).await?;
     let run = new_run(&tenant.0, &workflow, Some(version.version), RunKind::Manual, logical_time, &params, None, None);
     let summary = run_summary(&run.run);
     state.store.create_runs(vec![run], Some("admit")).await?;
     state.control.wake();
+    let detail = json!({"workflow": name, "version": version.version});
+    audit(&state, &caller, &tenant.0, "run.trigger", &summary.id, detail).await;
     created(summary)
 }
 
@@ -312,10 +324,10 @@ pub struct RunsQuery {
 }
 
 async fn runs_page(state: &ApiState, tenant: &str, q: RunsQuery) -> Answer<RunList> {
-    if let Some(s) = &q.state {
-        if dagr_core::RunState::parse(s).is_none() {
-            return Err(AppError::bad_at("bad_query", "?state", format!("unknown state `{s}`")));
-        }
+    if let Some(s) = &q.state
+        && dagr_core::RunState::parse(s).is_none()
+    {
+        return Err(AppError::bad_at("bad_query", "?state", format!("unknown state `{s}`")));
     }
     let kind = match &q.kind {
         Some(k) => Some(
@@ -412,7 +424,24 @@ pub async fn get_run(State(state): State<ApiState>, tenant: Tenant, Path(id): Pa
 }
 
 /// Writes a command for the engine and waits (briefly) for its outcome.
-async fn act(state: &ApiState, tenant: &str, run_id: &str, kind: &str, payload: Value) -> Answer<ActionResult> {
+/// The audit action of a run or task command.
+fn action_name(kind: &str) -> String {
+    match kind {
+        "rerun_failed" => "run.rerun".into(),
+        "rerun_task" => "task.rerun".into(),
+        "force_success" => "task.force_success".into(),
+        other => format!("run.{other}"),
+    }
+}
+
+async fn act(
+    state: &ApiState,
+    caller: &Caller,
+    tenant: &str,
+    run_id: &str,
+    kind: &str,
+    payload: Value,
+) -> Answer<ActionResult> {
     let run = find_run(state, tenant, run_id).await?;
     let id = state
         .store
@@ -428,6 +457,10 @@ async fn act(state: &ApiState, tenant: &str, run_id: &str, kind: &str, payload: 
     state.control.wake();
     let outcome = state.control.wait_command(id, state.config.action_wait).await;
     let run = find_run(state, tenant, run_id).await?;
+    if outcome.as_ref().is_none_or(|o| o.ok) {
+        let detail = if payload.is_null() { json!({}) } else { payload };
+        audit(state, caller, tenant, &action_name(kind), run_id, detail).await;
+    }
     match outcome {
         Some(o) if o.ok => ok(ActionResult { ok: true, message: o.message, run: run_summary(&run) }),
         Some(o) => Err(AppError::Conflict(o.message)),
@@ -457,9 +490,10 @@ macro_rules! run_action {
         pub async fn $fn(
             State(state): State<ApiState>,
             tenant: Tenant,
+            caller: Caller,
             Path(id): Path<String>,
         ) -> Answer<ActionResult> {
-            act(&state, &tenant.0, &id, $kind, Value::Null).await
+            act(&state, &caller, &tenant.0, &id, $kind, Value::Null).await
         }
     };
 }
@@ -575,11 +609,12 @@ pub async fn get_task(
 pub async fn rerun_task(
     State(state): State<ApiState>,
     tenant: Tenant,
+    caller: Caller,
     Path((id, task)): Path<(String, String)>,
     Json(req): Json<RerunTaskRequest>,
 ) -> Answer<ActionResult> {
     find_task(&state, &tenant.0, &id, &task).await?;
-    act(&state, &tenant.0, &id, "rerun_task", json!({"task": task, "downstream": req.downstream})).await
+    act(&state, &caller, &tenant.0, &id, "rerun_task", json!({"task": task, "downstream": req.downstream})).await
 }
 
 /// Marks a failed task succeeded, so that its downstream proceeds.
@@ -591,10 +626,11 @@ pub async fn rerun_task(
 pub async fn force_success(
     State(state): State<ApiState>,
     tenant: Tenant,
+    caller: Caller,
     Path((id, task)): Path<(String, String)>,
 ) -> Answer<ActionResult> {
     find_task(&state, &tenant.0, &id, &task).await?;
-    act(&state, &tenant.0, &id, "force_success", json!({"task": task})).await
+    act(&state, &caller, &tenant.0, &id, "force_success", json!({"task": task})).await
 }
 
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
@@ -706,6 +742,7 @@ fn is_final(state: &str) -> bool {
 pub async fn create_backfill(
     State(state): State<ApiState>,
     tenant: Tenant,
+    caller: Caller,
     Json(req): Json<BackfillRequest>,
 ) -> Answer<BackfillView> {
     if req.parallel == 0 {
@@ -769,6 +806,8 @@ pub async fn create_backfill(
             Created::Exists { .. } => skipped.push(times[i].to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
         }
     }
+    let detail = json!({"workflow": backfill.workflow, "runs": created_runs.len(), "skipped": skipped.len()});
+    audit(&state, &caller, &tenant.0, "backfill.create", &id, detail).await;
     created(BackfillView {
         id,
         workflow: backfill.workflow,
@@ -865,6 +904,7 @@ pub struct JobQuery {
 pub async fn create_job(
     State(state): State<ApiState>,
     tenant: Tenant,
+    caller: Caller,
     Query(q): Query<JobQuery>,
     Json(req): Json<JobRequest>,
 ) -> Answer<JobResult> {
@@ -919,11 +959,14 @@ pub async fn create_job(
     };
     let catalog = TenantCatalog { directory: state.plugins.as_ref(), tenant: &tenant.0 };
     let workflow = Workflow::validate(spec, &catalog).map_err(|e| AppError::invalid("invalid_job", &e))?;
+    crate::admin::check_within_limits(&state, &tenant.0, &workflow, "invalid_job").await?;
+    crate::admin::check_run_rate(&state, &tenant.0).await?;
     let run =
         new_run(&tenant.0, &workflow, None, RunKind::Job, now_ms(), "{}", Some(workflow.spec.canonical_json()), None);
     let run_id = run.run.id.clone();
     state.store.create_runs(vec![run], Some("admit")).await?;
     state.control.wake();
+    audit(&state, &caller, &tenant.0, "job.create", &run_id, json!({"name": name})).await;
     if !q.wait.unwrap_or(false) {
         return created(JobResult {
             run_id,
@@ -958,12 +1001,4 @@ pub async fn create_job(
     let output = if single { out.values().next().cloned() } else { None };
     let body = JobResult { run_id, state: run.state, outputs: if single { Map::new() } else { out }, output, errors };
     if finished.is_some() { ok(body) } else { Ok((StatusCode::ACCEPTED, axum::Json(body))) }
-}
-
-// Plugins -------------------------------------------------------------------------
-
-/// The plugins the tenant may use, with what they describe about themselves.
-#[utoipa::path(get, path = "/v1/plugins", tag = "plugins", responses((status = 200, body = Vec<PluginDescriptor>)))]
-pub async fn list_plugins(State(state): State<ApiState>, tenant: Tenant) -> Answer<Vec<PluginDescriptor>> {
-    ok(state.plugins.list(&tenant.0))
 }

@@ -13,12 +13,21 @@
 //!   then wakes the engine; it never changes run state directly.
 //! - Errors are [`AppError`](error::AppError): JSON `{code, message,
 //!   location?}`, 4xx for the caller's mistakes, 500 only for dagr's own.
-//! - The caller's tenant comes from the [`Tenant`] request extension; with no
-//!   authentication layer it is `default`.
+//! - Plugin uploads (`POST /v1/plugins`) are validated and compiled by an
+//!   [`Inspector`]: a separate process under CPU, memory and time limits.
+//! - Every route but `/healthz` needs a bearer token: [`auth::authenticate`]
+//!   checks it and sets the caller's [`Tenant`] and [`auth::Caller`] request
+//!   extensions; handlers scope everything by that tenant, and another
+//!   tenant's object answers 404. Tenants, tokens, secrets and the audit log
+//!   have their endpoints in `admin`; [`auth::audit`] records who did what.
 
+mod admin;
+pub mod auth;
 pub mod error;
 pub mod extract;
 mod handlers;
+pub mod inspect;
+mod plugins;
 mod views;
 
 use std::sync::Arc;
@@ -34,6 +43,8 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::error::AppError;
+pub use crate::inspect::{InspectLimits, Inspector};
+pub use crate::plugins::UploadConfig;
 
 /// The tenant a request acts for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,7 +54,13 @@ impl<S: Send + Sync> FromRequestParts<S> for Tenant {
     type Rejection = AppError;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        Ok(parts.extensions.get::<Tenant>().cloned().unwrap_or_else(|| Tenant(DEFAULT_TENANT.into())))
+        // Set by `auth::authenticate` only: a handler reached without it
+        // must not act for any tenant.
+        parts
+            .extensions
+            .get::<Tenant>()
+            .cloned()
+            .ok_or_else(|| AppError::internal("a request reached a handler without a tenant"))
     }
 }
 
@@ -63,6 +80,8 @@ pub struct ApiConfig {
     pub max_backfill_runs: usize,
     /// Most tasks an ad-hoc job may have.
     pub max_job_tasks: usize,
+    /// Plugin uploads (their own size limit; `max_body_bytes` does not apply).
+    pub uploads: UploadConfig,
 }
 
 impl Default for ApiConfig {
@@ -73,6 +92,7 @@ impl Default for ApiConfig {
             max_job_wait: Duration::from_secs(600),
             max_backfill_runs: 10_000,
             max_job_tasks: 100,
+            uploads: UploadConfig::default(),
         }
     }
 }
@@ -95,6 +115,10 @@ pub struct ApiState {
         (name = "backfills", description = "Runs over a range of logical times"),
         (name = "jobs", description = "Ad-hoc jobs: a plugin or a small DAG, no registered workflow"),
         (name = "plugins", description = "Task types"),
+        (name = "tenants", description = "Tenants, their limits and tokens (the admin token only)"),
+        (name = "tokens", description = "The caller's tenant's API tokens (the admin scope)"),
+        (name = "secrets", description = "The tenant's secrets: write-only"),
+        (name = "audit", description = "Who did what, per tenant"),
         (name = "system", description = "Health")
     )
 )]
@@ -124,7 +148,18 @@ fn api_router() -> OpenApiRouter<ApiState> {
         .routes(routes!(create_backfill, list_backfills))
         .routes(routes!(get_backfill))
         .routes(routes!(create_job))
-        .routes(routes!(list_plugins))
+        .routes(routes!(admin::create_tenant, admin::list_tenants))
+        .routes(routes!(admin::get_tenant, admin::update_tenant))
+        .routes(routes!(admin::create_tenant_token, admin::list_tenant_tokens))
+        .routes(routes!(admin::revoke_tenant_token))
+        .routes(routes!(admin::create_token, admin::list_tokens))
+        .routes(routes!(admin::revoke_token))
+        .routes(routes!(admin::put_secret, admin::delete_secret))
+        .routes(routes!(admin::list_secrets))
+        .routes(routes!(admin::list_audit))
+        .routes(routes!(plugins::list_plugins, plugins::upload_plugin))
+        .routes(routes!(plugins::get_plugin))
+        .routes(routes!(plugins::delete_plugin))
 }
 
 /// The OpenAPI document.
@@ -172,5 +207,6 @@ pub fn router(state: ApiState) -> axum::Router {
             AppError::bad("method_not_allowed", "this endpoint does not support that method; see /openapi.json")
         })
         .layer(DefaultBodyLimit::max(max_body))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), auth::authenticate))
         .with_state(state)
 }

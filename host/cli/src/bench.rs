@@ -21,7 +21,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
-use crate::client::{Api, table};
+use crate::client::{Api, Credentials, table};
 use crate::node::Node;
 
 #[derive(Debug, Args)]
@@ -130,7 +130,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let measurements = runtime.block_on(async {
         let node = Node::start(&settings).await?;
-        let result = measure(&node, &dag, &workflow, &args).await;
+        let result = measure(&node, &settings.data_dir, &dag, &workflow, &args).await;
         node.stop().await;
         result
     })?;
@@ -157,8 +157,18 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Applies the workflow, then triggers and times each run in turn.
-async fn measure(node: &Node, dag: &Dag, workflow: &Value, args: &BenchArgs) -> anyhow::Result<Vec<Measurement>> {
-    let api = Api::new(&format!("http://{}", node.addr))?;
+async fn measure(
+    node: &Node,
+    data_dir: &std::path::Path,
+    dag: &Dag,
+    workflow: &Value,
+    args: &BenchArgs,
+) -> anyhow::Result<Vec<Measurement>> {
+    // The `default` tenant's token, written at the data directory's first start.
+    let token = std::fs::read_to_string(data_dir.join(dagr_api::auth::DEFAULT_TOKEN_FILE))
+        .context("cannot read the default tenant's token")?;
+    let credentials = Credentials { token: Some(token.trim().to_owned()), tenant: None };
+    let api = Api::with_credentials(&format!("http://{}", node.addr), credentials)?;
     let applied: Applied = api
         .json(api.post(&["v1", "workflows"]).header("content-type", "application/json").body(workflow.to_string()))
         .await?;

@@ -4,12 +4,18 @@
 //! [`Api`] sends every request and turns error answers into [`ApiFailure`]
 //! (printed as `error: MESSAGE (at LOCATION)`) and a refused connection into
 //! a hint to start `dagr serve`. [`table`] lays out every listing.
+//!
+//! [`connect`] decides, once per process, the server and the token every
+//! [`Api`] uses: `--server`/`DAGR_SERVER` and `--token`/`DAGR_TOKEN` first,
+//! then the `--profile` of `~/.config/dagr/config.toml`, then (for the
+//! token) `./dagr-data/token`, which `dagr serve` writes at its first start.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::io::{IsTerminal as _, Read as _, Write as _};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
@@ -20,7 +26,9 @@ use dagr_protocol::api::{
     RerunTaskRequest, RunDetail, RunList, RunSummary, TaskView, TriggerRequest, WorkflowSummary,
 };
 use futures::StreamExt as _;
+use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 use reqwest::{Method, RequestBuilder, Response, StatusCode, Url};
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
@@ -125,15 +133,19 @@ pub enum ClientCommand {
 /// Runs a client verb against `server`. Every failure is printed as
 /// `error: …` and exits 1.
 pub fn run(server: &str, command: ClientCommand) -> ExitCode {
-    let result =
-        tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(anyhow::Error::from).and_then(
-            |rt| {
-                rt.block_on(async {
-                    let api = Api::new(server)?;
-                    execute(&api, command).await
-                })
-            },
-        );
+    finish(block_on(async {
+        let api = Api::new(server)?;
+        execute(&api, command).await
+    }))
+}
+
+/// Runs a verb on a runtime of its own.
+pub fn block_on<T>(verb: impl Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
+    tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(verb)
+}
+
+/// The exit code of a verb; a failure is printed as `error: …`.
+pub fn finish(result: anyhow::Result<ExitCode>) -> ExitCode {
     match result {
         Ok(code) => code,
         // The reader went away (`dagr runs | head`): nothing to say.
@@ -207,6 +219,84 @@ async fn execute(api: &Api, command: ClientCommand) -> anyhow::Result<ExitCode> 
 
 // Requests ------------------------------------------------------------------------
 
+/// The server the client verbs talk to when none is configured.
+pub const DEFAULT_SERVER: &str = "http://127.0.0.1:8080";
+
+/// What every request carries.
+#[derive(Debug, Clone, Default)]
+pub struct Credentials {
+    /// The bearer token.
+    pub token: Option<String>,
+    /// With the admin token: the tenant to act for.
+    pub tenant: Option<String>,
+}
+
+static CREDENTIALS: OnceLock<Credentials> = OnceLock::new();
+
+/// `~/.config/dagr/config.toml`: named connections.
+#[derive(Debug, Default, Deserialize)]
+struct ClientConfig {
+    #[serde(default)]
+    profiles: BTreeMap<String, Profile>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Profile {
+    server: Option<String>,
+    token: Option<String>,
+    /// With an admin token: the tenant to act for.
+    tenant: Option<String>,
+}
+
+fn client_config_path() -> Option<PathBuf> {
+    let base = match std::env::var_os("XDG_CONFIG_HOME").filter(|v| !v.is_empty()) {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(std::env::var_os("HOME")?).join(".config"),
+    };
+    Some(base.join("dagr").join("config.toml"))
+}
+
+/// Decides the server and the credentials of this process's requests;
+/// returns the server. `server` and `token` are the flags (or their
+/// variables), empty or `None` when not given; `admin` says the verb needs
+/// the admin token, whose local file differs.
+pub fn connect(
+    server: &str,
+    token: Option<String>,
+    profile: &str,
+    tenant: Option<String>,
+    admin: bool,
+) -> anyhow::Result<String> {
+    let mut chosen = Profile::default();
+    if let Some(path) = client_config_path().filter(|p| p.exists()) {
+        let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        let mut config: ClientConfig =
+            toml::from_str(&text).with_context(|| format!("{} is not a valid dagr client config", path.display()))?;
+        match config.profiles.remove(profile) {
+            Some(p) => chosen = p,
+            None if profile != "default" => bail!("there is no profile `{profile}` in {}", path.display()),
+            None => {}
+        }
+    } else if profile != "default" {
+        bail!("there is no profile `{profile}`: ~/.config/dagr/config.toml does not exist");
+    }
+    let server = match (server.is_empty(), chosen.server) {
+        (false, _) => server.to_owned(),
+        (true, Some(s)) => s,
+        (true, None) => DEFAULT_SERVER.to_owned(),
+    };
+    let local = Path::new("dagr-data").join(if admin { "admin.token" } else { "token" });
+    let token = token
+        .filter(|t| !t.trim().is_empty())
+        .or(chosen.token)
+        .or_else(|| std::fs::read_to_string(&local).ok())
+        .map(|t| t.trim().to_owned());
+    let tenant = tenant.filter(|t| !t.is_empty()).or(chosen.tenant);
+    let _ = CREDENTIALS.set(Credentials { token, tenant });
+    Ok(server)
+}
+
 /// A dagr server's HTTP API.
 pub struct Api {
     base: Url,
@@ -240,13 +330,29 @@ impl fmt::Display for ApiFailure {
 impl std::error::Error for ApiFailure {}
 
 impl Api {
+    /// A client of `server` with the credentials [`connect`] chose.
     pub fn new(server: &str) -> anyhow::Result<Api> {
+        Api::with_credentials(server, CREDENTIALS.get().cloned().unwrap_or_default())
+    }
+
+    pub fn with_credentials(server: &str, credentials: Credentials) -> anyhow::Result<Api> {
         let base =
             Url::parse(server).with_context(|| format!("`{server}` is not a server URL like http://127.0.0.1:8080"))?;
         if base.cannot_be_a_base() {
             bail!("`{server}` is not a server URL like http://127.0.0.1:8080");
         }
-        Ok(Api { base, http: reqwest::Client::new() })
+        let mut headers = HeaderMap::new();
+        if let Some(token) = &credentials.token {
+            let mut value = HeaderValue::from_str(&format!("Bearer {token}"))
+                .map_err(|_| anyhow::anyhow!("the token has characters a token cannot have"))?;
+            value.set_sensitive(true);
+            headers.insert(AUTHORIZATION, value);
+        }
+        if let Some(tenant) = &credentials.tenant {
+            let value = HeaderValue::from_str(tenant).with_context(|| format!("`{tenant}` is not a tenant name"))?;
+            headers.insert(dagr_protocol::tenancy::TENANT_HEADER, value);
+        }
+        Ok(Api { base, http: reqwest::Client::builder().default_headers(headers).build()? })
     }
 
     /// The URL of a path made of these segments (each one escaped).
@@ -264,6 +370,14 @@ impl Api {
 
     pub fn post(&self, segments: &[&str]) -> RequestBuilder {
         self.http.request(Method::POST, self.url(segments))
+    }
+
+    pub fn request(&self, method: Method, segments: &[&str]) -> RequestBuilder {
+        self.http.request(method, self.url(segments))
+    }
+
+    pub fn delete(&self, segments: &[&str]) -> RequestBuilder {
+        self.http.request(Method::DELETE, self.url(segments))
     }
 
     /// Sends a request; any answer but 2xx becomes an error.
@@ -284,7 +398,14 @@ impl Api {
         }
         let body = response.bytes().await.unwrap_or_default();
         match serde_json::from_slice::<ApiError>(&body) {
-            Ok(error) => Err(ApiFailure(error).into()),
+            Ok(mut error) => {
+                if status == StatusCode::UNAUTHORIZED {
+                    error.message.push_str(
+                        " (give the CLI a token with --token, DAGR_TOKEN or a profile in ~/.config/dagr/config.toml)",
+                    );
+                }
+                Err(ApiFailure(error).into())
+            }
             Err(_) => bail!("the server answered {status}: {}", String::from_utf8_lossy(&body).trim()),
         }
     }

@@ -11,12 +11,13 @@ use clap::Args;
 use dagr_config::Settings;
 use dagr_coord::etcd::EtcdCoordinator;
 use dagr_coord::{Coordinator, NodeInfo, Role, SessionConfig};
-use dagr_master::cluster::{ClusterControl, HttpDispatcher, MasterService, Strategy, drive_ownership};
+use dagr_master::cluster::{ClusterControl, HttpDispatcher, MasterService, OwnershipConfig, Strategy, drive_ownership};
+use dagr_master::rebalance::RebalanceConfig;
 use dagr_master::{Engine, EngineConfig};
 use dagr_worker::service::{ClusterReporter, WorkerService, fence_on_lease_loss};
 use dagr_worker::{LogWriter, Worker};
 
-use crate::node::{load_plugins, make_runtime, open_store};
+use crate::node::{api_config, load_plugins, make_runtime, open_store};
 
 /// Flags every cluster role takes.
 #[derive(Debug, Args)]
@@ -106,7 +107,7 @@ pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("cannot listen on {}", settings.master_listen))?;
         let addr = listener.local_addr()?;
         let wasm = make_runtime(&settings, 4)?;
-        let plugins = load_plugins(&wasm, &settings).await?;
+        let plugins = load_plugins(&wasm, &settings, store.clone()).await?;
         let node = NodeInfo {
             id: id.clone(),
             role: Role::Master,
@@ -123,6 +124,8 @@ pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
             strategy,
             settings.max_in_flight as usize,
         ));
+        let policy = dagr_master::StorePolicy::load(store.as_ref()).await.context("cannot read the tenants")?;
+        policy.spawn_refresh(store.clone(), crate::node::POLICY_REFRESH);
         let config = EngineConfig {
             node_id: id.clone(),
             default_timeout: settings.default_timeout,
@@ -132,10 +135,14 @@ pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
             max_log_bytes: settings.max_log,
             poll_interval: settings.poll_interval,
             fence_writes: true,
-            policy: Arc::new(dagr_master::Unlimited),
+            policy,
         };
         let engine = Engine::start(config, store.clone(), dispatcher, plugins).await?;
-        let owned = drive_ownership(engine.clone(), coordinator.clone());
+        let ownership = OwnershipConfig {
+            check_interval: settings.rebalance_interval,
+            rebalance: RebalanceConfig { overloads: settings.overloads.max(1), ..RebalanceConfig::default() },
+        };
+        let owned = drive_ownership(engine.clone(), coordinator.clone(), store.clone(), ownership);
         let app = dagr_master::cluster::router(MasterService { engine: engine.clone(), owned_slots: owned });
         announce(Role::Master, &id, &addr);
         serve_until_signal(listener, app).await;
@@ -156,7 +163,7 @@ pub fn worker(args: RoleArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("cannot listen on {}", settings.worker_listen))?;
         let addr = listener.local_addr()?;
         let wasm = make_runtime(&settings, settings.slots)?;
-        let plugins = load_plugins(&wasm, &settings).await?;
+        let plugins = load_plugins(&wasm, &settings, store.clone()).await?;
         let mut labels = std::collections::BTreeMap::new();
         if !settings.worker_group.is_empty() {
             labels.insert("group".to_owned(), settings.worker_group.clone());
@@ -171,8 +178,14 @@ pub fn worker(args: RoleArgs) -> anyhow::Result<ExitCode> {
         };
         let coordinator = join(&settings, node, false).await?;
         let logs = LogWriter::start(store.clone());
-        let worker = Worker::new(id.clone(), wasm, plugins.clone(), None, logs);
-        for plugin in plugins.plugins() {
+        let worker = Worker::new(
+            id.clone(),
+            wasm,
+            plugins.clone(),
+            Some(Arc::new(crate::secrets::StoreSecrets::new(store.clone()))),
+            logs,
+        );
+        for plugin in plugins.builtins().plugins() {
             worker.preload(plugin.clone());
         }
         let guard = coordinator.lease_guard();
@@ -199,12 +212,21 @@ pub fn api(args: RoleArgs) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async move {
         let id = node_id(&settings, Role::Api);
         let store = open_store(&settings).await?;
+        let tokens = dagr_api::auth::bootstrap(
+            store.as_ref(),
+            &settings.data_dir,
+            settings.admin_token.as_deref(),
+            settings.default_tenant,
+        )
+        .await
+        .context("cannot set up the API tokens")?;
+        crate::serve::show_tokens(&tokens);
         let listener = tokio::net::TcpListener::bind(settings.listen)
             .await
             .with_context(|| format!("cannot listen on {}", settings.listen))?;
         let addr = listener.local_addr()?;
         let wasm = make_runtime(&settings, 4)?;
-        let plugins = load_plugins(&wasm, &settings).await?;
+        let plugins = load_plugins(&wasm, &settings, store.clone()).await?;
         let node = NodeInfo {
             id: id.clone(),
             role: Role::Api,
@@ -219,7 +241,7 @@ pub fn api(args: RoleArgs) -> anyhow::Result<ExitCode> {
             store: store.clone(),
             control,
             plugins,
-            config: Arc::new(dagr_api::ApiConfig { max_body_bytes: settings.max_body as usize, ..Default::default() }),
+            config: Arc::new(api_config(&settings)?),
         });
         announce(Role::Api, &id, &addr);
         serve_until_signal(listener, app).await;

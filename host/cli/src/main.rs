@@ -6,7 +6,9 @@ mod client;
 mod cluster;
 mod node;
 mod plugin;
+mod secrets;
 mod serve;
+mod tenancy;
 
 use clap::{Parser, Subcommand};
 
@@ -14,9 +16,21 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "dagr", version, about, propagate_version = true)]
 struct Cli {
-    /// The dagr server the client verbs talk to.
-    #[arg(long, global = true, env = "DAGR_SERVER", default_value = "http://127.0.0.1:8080")]
+    /// The dagr server the client verbs talk to [default: the profile's
+    /// server, else http://127.0.0.1:8080].
+    #[arg(long, global = true, env = "DAGR_SERVER", default_value = "", hide_default_value = true)]
     server: String,
+    /// The API token [default: the profile's token, else ./dagr-data/token,
+    /// or ./dagr-data/admin.token for tenant management, when it exists].
+    #[arg(long, global = true, env = "DAGR_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// The profile of ~/.config/dagr/config.toml (`[profiles.NAME]` with
+    /// `server` and `token`) to connect with.
+    #[arg(long, global = true, env = "DAGR_PROFILE", default_value = "default")]
+    profile: String,
+    /// With the admin token: the tenant to act for (sent as X-Dagr-Tenant).
+    #[arg(long, global = true, env = "DAGR_TENANT", value_name = "TENANT")]
+    as_tenant: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -38,8 +52,33 @@ enum Command {
     /// Measure the engine: run a DAG on a fresh in-process node and report
     /// wall time, tasks per second and peak memory.
     Bench(bench::BenchArgs),
+    /// Manage tenants and their limits (needs the admin token).
+    #[command(subcommand)]
+    Tenant(tenancy::TenantCommand),
+    /// Manage API tokens: your tenant's (admin scope), or any tenant's with
+    /// --tenant (the admin token).
+    #[command(subcommand)]
+    Token(tenancy::TokenCommand),
+    /// Manage your tenant's secrets (write-only: values are never shown).
+    #[command(subcommand)]
+    Secret(tenancy::SecretCommand),
+    /// Your tenant's audit log: who (token id) did what, and when.
+    Audit(tenancy::AuditArgs),
     #[command(flatten)]
     Client(client::ClientCommand),
+}
+
+impl Command {
+    /// Whether the verb talks to a server, and whether it needs the admin
+    /// token (which decides the local token file to fall back to).
+    fn connects(&self) -> Option<bool> {
+        match self {
+            Command::Serve(_) | Command::Master(_) | Command::Worker(_) | Command::Api(_) | Command::Bench(_) => None,
+            Command::Tenant(_) => Some(true),
+            Command::Token(cmd) => Some(cmd.for_other_tenant()),
+            Command::Plugin(_) | Command::Secret(_) | Command::Audit(_) | Command::Client(_) => Some(false),
+        }
+    }
 }
 
 fn main() -> std::process::ExitCode {
@@ -50,14 +89,27 @@ fn main() -> std::process::ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    if let Some(admin) = cli.command.connects() {
+        match client::connect(&cli.server, cli.token.take(), &cli.profile, cli.as_tenant.take(), admin) {
+            Ok(server) => cli.server = server,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                return std::process::ExitCode::FAILURE;
+            }
+        }
+    }
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Master(args) => cluster::master(args),
         Command::Worker(args) => cluster::worker(args),
         Command::Api(args) => cluster::api(args),
-        Command::Plugin(cmd) => plugin::run(cmd),
+        Command::Plugin(cmd) => plugin::run(&cli.server, cmd),
         Command::Bench(args) => bench::run(args),
+        Command::Tenant(cmd) => return tenancy::run(&cli.server, tenancy::Verb::Tenant(cmd)),
+        Command::Token(cmd) => return tenancy::run(&cli.server, tenancy::Verb::Token(cmd)),
+        Command::Secret(cmd) => return tenancy::run(&cli.server, tenancy::Verb::Secret(cmd)),
+        Command::Audit(args) => return tenancy::run(&cli.server, tenancy::Verb::Audit(args)),
         Command::Client(cmd) => return client::run(&cli.server, cmd),
     };
     match result {
@@ -66,5 +118,17 @@ fn main() -> std::process::ExitCode {
             eprintln!("error: {e:#}");
             std::process::ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    /// clap checks the whole command tree (unique names, valid defaults)
+    /// only when a verb is parsed; this checks every verb at once.
+    #[test]
+    fn the_command_tree_is_consistent() {
+        super::Cli::command().debug_assert();
     }
 }

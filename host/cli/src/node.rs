@@ -11,8 +11,12 @@ use dagr_master::{Adoption, Dispatcher, Engine, EngineConfig, EngineHandle};
 use dagr_protocol::wire::{AttemptKey, AttemptResult, AttemptSpec};
 use dagr_runtime::{Runtime, RuntimeConfig};
 use dagr_store::{SqlStore, Synchronous};
-use dagr_worker::{BuiltinPlugins, LogWriter, Reporter, Worker};
+use dagr_worker::{BuiltinPlugins, LogWriter, Registry, Reporter, Worker};
 use tokio::sync::oneshot;
+
+/// How often the engine re-reads tenants' limits (it also does when the
+/// API changes one).
+pub const POLICY_REFRESH: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A running node.
 pub struct Node {
@@ -21,6 +25,9 @@ pub struct Node {
     _lock: std::fs::File,
     pub engine: EngineHandle,
     pub worker: Worker,
+    /// Tokens made at this start (the admin token, the `default` tenant's
+    /// first one), to show once.
+    pub bootstrap: dagr_api::auth::Bootstrapped,
     stop: Option<oneshot::Sender<()>>,
     server: tokio::task::JoinHandle<()>,
 }
@@ -31,13 +38,20 @@ impl Node {
     pub async fn start(settings: &Settings) -> anyhow::Result<Node> {
         let lock = lock_data_dir(&settings.data_dir)?;
         let store = open_store(settings).await?;
+        let bootstrap =
+            dagr_api::auth::bootstrap(store.as_ref(), &settings.data_dir, settings.admin_token.as_deref(), true)
+                .await
+                .context("cannot set up the API tokens")?;
+        let secrets = Arc::new(crate::secrets::StoreSecrets::new(store.clone()));
         let runtime = make_runtime(settings, settings.slots)?;
-        let builtins = load_plugins(&runtime, settings).await?;
+        let plugins = load_plugins(&runtime, settings, store.clone()).await?;
         let logs = LogWriter::start(store.clone());
-        let worker = Worker::new("local", runtime, builtins.clone(), None, logs);
-        for plugin in builtins.plugins() {
+        let worker = Worker::new("local", runtime, plugins.clone(), Some(secrets), logs);
+        for plugin in plugins.builtins().plugins() {
             worker.preload(plugin.clone());
         }
+        let policy = dagr_master::StorePolicy::load(store.as_ref()).await.context("cannot read the tenants")?;
+        policy.spawn_refresh(store.clone(), POLICY_REFRESH);
         let reporter = Arc::new(LateReporter::default());
         let dispatcher = Arc::new(LocalDispatcher { worker: worker.clone(), reporter: reporter.clone() });
         let engine_config = EngineConfig {
@@ -50,9 +64,10 @@ impl Node {
             // The data directory is locked to this process: with SQLite
             // nobody else can write, so the epoch check can be skipped.
             fence_writes: !settings.store_url.starts_with("sqlite://"),
+            policy,
             ..EngineConfig::default()
         };
-        let engine = Engine::start(engine_config, store.clone(), dispatcher, builtins.clone()).await?;
+        let engine = Engine::start(engine_config, store.clone(), dispatcher, plugins.clone()).await?;
         reporter.connect(engine.clone());
         // One node owns every slot and leads; taking the slots over is how
         // it recovers the runs of a previous process.
@@ -62,8 +77,8 @@ impl Node {
         let api = dagr_api::router(dagr_api::ApiState {
             store: store.clone(),
             control: Arc::new(engine.clone()),
-            plugins: builtins,
-            config: Arc::new(dagr_api::ApiConfig { max_body_bytes: settings.max_body as usize, ..Default::default() }),
+            plugins,
+            config: Arc::new(api_config(settings)?),
         });
         let listener = tokio::net::TcpListener::bind(settings.listen)
             .await
@@ -78,7 +93,7 @@ impl Node {
                 tracing::error!(error = %e, "the HTTP server stopped");
             }
         });
-        Ok(Node { addr, _lock: lock, engine, worker, stop: Some(stop), server })
+        Ok(Node { addr, _lock: lock, engine, worker, bootstrap, stop: Some(stop), server })
     }
 
     /// Stops the API and the engine.
@@ -141,14 +156,39 @@ pub fn make_runtime(settings: &Settings, slots: u32) -> anyhow::Result<Runtime> 
     })?)
 }
 
-/// The built-in plugins plus the configured extra ones.
-pub async fn load_plugins(runtime: &Runtime, settings: &Settings) -> anyhow::Result<Arc<BuiltinPlugins>> {
+/// The plugin registry: the built-in plugins plus the configured extra
+/// ones, and tenants' own from the store (re-read in the background).
+pub async fn load_plugins(
+    runtime: &Runtime,
+    settings: &Settings,
+    store: Arc<SqlStore>,
+) -> anyhow::Result<Arc<Registry>> {
     let runtime = runtime.clone();
     let extra = settings.extra_plugins.clone();
-    let plugins = tokio::task::spawn_blocking(move || BuiltinPlugins::load(&runtime, dagr_builtins::BUILTINS, &extra))
+    let builtins = tokio::task::spawn_blocking(move || BuiltinPlugins::load(&runtime, dagr_builtins::BUILTINS, &extra))
         .await?
         .map_err(anyhow::Error::msg)?;
-    Ok(Arc::new(plugins))
+    let registry = Registry::open(Arc::new(builtins), store).await.context("cannot read the plugin registry")?;
+    registry.refresh_every(settings.plugin_refresh);
+    Ok(registry)
+}
+
+/// The API's settings: body limits, and plugin uploads checked by this very
+/// binary (`dagr plugin inspect`) in a limited child process.
+pub fn api_config(settings: &Settings) -> anyhow::Result<dagr_api::ApiConfig> {
+    let program = std::env::current_exe().context("cannot find the dagr binary (to compile uploads with)")?;
+    let limits = dagr_api::InspectLimits {
+        cpu: settings.compile_cpu,
+        memory: settings.compile_memory,
+        wall: settings.compile_timeout,
+        concurrent: settings.concurrent_compiles as usize,
+    };
+    let inspector = dagr_api::Inspector::new(program, vec!["plugin".into(), "inspect".into()], limits);
+    Ok(dagr_api::ApiConfig {
+        max_body_bytes: settings.max_body as usize,
+        uploads: dagr_api::UploadConfig { max_bytes: settings.max_upload as usize, inspector: Some(inspector) },
+        ..Default::default()
+    })
 }
 
 /// Hands attempts to the in-process worker.

@@ -40,6 +40,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async {
         let node = crate::node::Node::start(&settings).await?;
+        show_tokens(&node.bootstrap);
         tracing::info!(addr = %node.addr, data = %settings.data_dir.display(), "dagr is serving");
         println!("dagr is serving on http://{} (data in {})", node.addr, settings.data_dir.display());
         shutdown_signal().await;
@@ -47,6 +48,17 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         node.stop().await;
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// Prints the tokens made at this start: the only time they are shown
+/// (they are also in files only their owner may read).
+pub fn show_tokens(tokens: &dagr_api::auth::Bootstrapped) {
+    if let Some((token, path)) = &tokens.admin_token {
+        println!("admin token (shown once; also in {}): {token}", path.display());
+    }
+    if let Some((token, path)) = &tokens.default_token {
+        println!("token of tenant `default` (shown once; also in {}): {token}", path.display());
+    }
 }
 
 pub async fn shutdown_signal() {

@@ -21,6 +21,17 @@
 //! [limits]
 //! default_timeout = "1h"
 //! default_memory = "128MiB"
+//!
+//! [auth]
+//! # admin_token = "dagr_<12 lowercase letters or digits>_<secret>"
+//! #   default: generated at first start, printed once, in data_dir/admin.token
+//! default_tenant = false      # `dagr serve` always makes the tenant `default`
+//!
+//! [plugins]
+//! max_upload = "20MiB"       # tenants' uploads; compiled in a child process
+//! compile_cpu = "20s"        # with these limits
+//! compile_memory = "2GiB"
+//! compile_timeout = "30s"
 //! ```
 
 use std::net::SocketAddr;
@@ -44,6 +55,20 @@ pub struct Config {
     pub cluster: ClusterConfig,
     pub master: MasterConfig,
     pub plugins: PluginsConfig,
+    pub auth: AuthConfig,
+}
+
+/// API authentication.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    /// The admin token, `dagr_<id>_<secret>`; empty: one is generated at the
+    /// first start (printed once, and written to `<data_dir>/admin.token`).
+    pub admin_token: String,
+    /// Make sure the tenant `default` exists, with a first token (printed
+    /// once, and written to `<data_dir>/token`) when it is created.
+    /// `dagr serve` always does.
+    pub default_tenant: bool,
 }
 
 /// Cluster mode: how nodes find each other.
@@ -83,6 +108,10 @@ pub struct MasterConfig {
     pub max_in_flight: u32,
     /// How often a master looks for new commands without being woken.
     pub poll_interval: String,
+    /// How often masters report their load and the leader compares them.
+    pub rebalance_interval: String,
+    /// Consecutive overloaded checks before a master sheds slots.
+    pub overloads: u32,
 }
 
 impl Default for MasterConfig {
@@ -92,16 +121,47 @@ impl Default for MasterConfig {
             dispatch: "least-loaded".into(),
             max_in_flight: 10_000,
             poll_interval: "500ms".into(),
+            rebalance_interval: "30s".into(),
+            overloads: 3,
         }
     }
 }
 
-/// Extra global plugins, loaded from files at startup (every role loads the
-/// same list).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// Plugins: extra global ones, and the registry of tenants' own.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PluginsConfig {
+    /// Extra global plugins, loaded from files at startup (every role loads
+    /// the same list).
     pub extra: Vec<PathBuf>,
+    /// The largest component a tenant may upload.
+    pub max_upload: String,
+    /// CPU time an upload's validation and compilation may take (in a child
+    /// process; all its threads together).
+    pub compile_cpu: String,
+    /// Address space of that child process.
+    pub compile_memory: String,
+    /// Wall-clock time after which that child is killed.
+    pub compile_timeout: String,
+    /// Uploads compiled at once; more wait for a turn.
+    pub concurrent_compiles: u32,
+    /// How often a node re-reads the list of tenants' plugins (it also does
+    /// when it misses one).
+    pub refresh_interval: String,
+}
+
+impl Default for PluginsConfig {
+    fn default() -> Self {
+        PluginsConfig {
+            extra: Vec::new(),
+            max_upload: "20MiB".into(),
+            compile_cpu: "20s".into(),
+            compile_memory: "2GiB".into(),
+            compile_timeout: "30s".into(),
+            concurrent_compiles: 2,
+            refresh_interval: "2s".into(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -234,9 +294,20 @@ pub struct Settings {
     pub dispatch: String,
     pub max_in_flight: u32,
     pub poll_interval: Duration,
+    pub rebalance_interval: Duration,
+    pub overloads: u32,
     pub worker_listen: SocketAddr,
     pub worker_group: String,
     pub extra_plugins: Vec<PathBuf>,
+    /// The configured admin token, if any.
+    pub admin_token: Option<String>,
+    pub default_tenant: bool,
+    pub max_upload: u64,
+    pub compile_cpu: Duration,
+    pub compile_memory: u64,
+    pub compile_timeout: Duration,
+    pub concurrent_compiles: u32,
+    pub plugin_refresh: Duration,
 }
 
 impl Config {
@@ -316,6 +387,8 @@ impl Config {
             dispatch: self.master.dispatch.clone(),
             max_in_flight: self.master.max_in_flight,
             poll_interval: duration("master.poll_interval", &self.master.poll_interval)?,
+            rebalance_interval: duration("master.rebalance_interval", &self.master.rebalance_interval)?,
+            overloads: self.master.overloads,
             worker_listen: self
                 .worker
                 .listen
@@ -323,6 +396,14 @@ impl Config {
                 .map_err(|e| err("worker.listen", format!("`{}` is not an address: {e}", self.worker.listen)))?,
             worker_group: self.worker.group.clone(),
             extra_plugins: self.plugins.extra.clone(),
+            admin_token: (!self.auth.admin_token.is_empty()).then(|| self.auth.admin_token.clone()),
+            default_tenant: self.auth.default_tenant,
+            max_upload: bytes("plugins.max_upload", &self.plugins.max_upload)?,
+            compile_cpu: duration("plugins.compile_cpu", &self.plugins.compile_cpu)?,
+            compile_memory: bytes("plugins.compile_memory", &self.plugins.compile_memory)?,
+            compile_timeout: duration("plugins.compile_timeout", &self.plugins.compile_timeout)?,
+            concurrent_compiles: self.plugins.concurrent_compiles,
+            plugin_refresh: duration("plugins.refresh_interval", &self.plugins.refresh_interval)?,
         };
         if !matches!(settings.dispatch.as_str(), "least-loaded" | "round-robin") {
             return Err(err("master.dispatch", format!("`{}` must be least-loaded or round-robin", settings.dispatch)));
@@ -339,8 +420,48 @@ impl Config {
         if settings.default_timeout.is_zero() {
             return Err(err("limits.default_timeout", "must be longer than zero".into()));
         }
+        if let Some(token) = &settings.admin_token
+            && !admin_token_is_well_formed(token)
+        {
+            return Err(err(
+                "auth.admin_token",
+                "must look like dagr_<id>_<secret>: an id of 12 lowercase letters or digits, and a secret of at \
+                 least 32 characters"
+                    .into(),
+            ));
+        }
+        if settings.compile_cpu < Duration::from_secs(1) {
+            return Err(err("plugins.compile_cpu", "must be at least 1s (the kernel counts whole seconds)".into()));
+        }
+        if settings.compile_memory < 256 << 20 {
+            return Err(err(
+                "plugins.compile_memory",
+                "must be at least 256MiB (the compiler itself needs that)".into(),
+            ));
+        }
+        if settings.compile_timeout.is_zero() {
+            return Err(err("plugins.compile_timeout", "must be longer than zero".into()));
+        }
+        if settings.concurrent_compiles == 0 {
+            return Err(err("plugins.concurrent_compiles", "must be at least 1".into()));
+        }
+        if settings.max_upload == 0 {
+            return Err(err("plugins.max_upload", "must be at least 1 byte".into()));
+        }
+        if settings.plugin_refresh.is_zero() {
+            return Err(err("plugins.refresh_interval", "must be longer than zero".into()));
+        }
         Ok(settings)
     }
+}
+
+/// `dagr_<id>_<secret>`: an id of 12 lowercase letters or digits and a
+/// secret of at least 32 characters (the API checks the same).
+fn admin_token_is_well_formed(token: &str) -> bool {
+    let Some((id, secret)) = token.strip_prefix("dagr_").and_then(|rest| rest.split_once('_')) else {
+        return false;
+    };
+    id.len() == 12 && id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()) && secret.len() >= 32
 }
 
 #[cfg(test)]
@@ -367,6 +488,31 @@ mod tests {
             assert_eq!(config.worker.slots, 16);
             Ok(())
         });
+    }
+
+    #[test]
+    fn plugin_limits_parse_and_are_checked() {
+        let s = Config::default().validate().unwrap();
+        assert_eq!((s.max_upload, s.compile_memory), (20 << 20, 2 << 30));
+        assert_eq!((s.compile_cpu, s.compile_timeout), (Duration::from_secs(20), Duration::from_secs(30)));
+        let mut c = Config::default();
+        c.plugins.compile_cpu = "500ms".into();
+        assert_eq!(c.validate().unwrap_err().field, "plugins.compile_cpu");
+        let mut c = Config::default();
+        c.plugins.max_upload = "lots".into();
+        assert_eq!(c.validate().unwrap_err().field, "plugins.max_upload");
+    }
+
+    #[test]
+    fn admin_tokens_are_checked() {
+        let mut c = Config::default();
+        assert_eq!(c.validate().unwrap().admin_token, None);
+        c.auth.admin_token = format!("dagr_abcdefghij12_{}", "s".repeat(32));
+        assert_eq!(c.validate().unwrap().admin_token, Some(c.auth.admin_token.clone()));
+        for bad in ["secret", "dagr_short_ssssssssssssssssssssssssssssssssss", "dagr_abcdefghij12_tooshort"] {
+            c.auth.admin_token = bad.into();
+            assert_eq!(c.validate().unwrap_err().field, "auth.admin_token", "{bad}");
+        }
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! The coordination conformance suite, in-process and on etcd.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

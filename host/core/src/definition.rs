@@ -715,8 +715,9 @@ pub(crate) fn pointer_to_location(pointer: &str) -> String {
 }
 
 /// The same rules as the runtime's allowlist parser, kept here so that a
-/// definition is rejected at apply time rather than at run time.
-fn check_host_pattern(host: &str) -> Option<String> {
+/// definition (or a tenant's limits) is rejected when it is submitted rather
+/// than at run time. `None` when `host` is a valid allowlist entry.
+pub fn check_host_pattern(host: &str) -> Option<String> {
     let host = host.trim();
     if host.is_empty() {
         return Some("an allowed host cannot be empty".into());
@@ -756,14 +757,15 @@ fn check_host_pattern(host: &str) -> Option<String> {
 /// Whether allowlist entry `entry` is within allowlist entry `by`: the same
 /// host (or an IP literal), or under `by`'s `*.` wildcard; and `by`'s port,
 /// if it names one, is `entry`'s port too. Used to keep a task's
-/// `allow_hosts` within its tenant's.
+/// `allow_hosts` within its tenant's. `*` covers every entry (a tenant
+/// that may reach whatever its tasks list).
 pub fn host_covered(entry: &str, by: &str) -> bool {
     fn split(s: &str) -> (String, Option<&str>) {
         let s = s.trim();
-        if let Some(rest) = s.strip_prefix('[') {
-            if let Some(end) = rest.find(']') {
-                return (rest[..end].to_ascii_lowercase(), rest[end + 1..].strip_prefix(':'));
-            }
+        if let Some(rest) = s.strip_prefix('[')
+            && let Some(end) = rest.find(']')
+        {
+            return (rest[..end].to_ascii_lowercase(), rest[end + 1..].strip_prefix(':'));
         }
         if s.matches(':').count() > 1 {
             return (s.to_ascii_lowercase(), None);
@@ -772,6 +774,9 @@ pub fn host_covered(entry: &str, by: &str) -> bool {
             Some((h, p)) => (h.to_ascii_lowercase(), Some(p)),
             None => (s.to_ascii_lowercase(), None),
         }
+    }
+    if by.trim() == "*" {
+        return true;
     }
     let (host, port) = split(entry);
     let (by_host, by_port) = split(by);

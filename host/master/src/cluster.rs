@@ -192,14 +192,14 @@ impl Dispatcher for HttpDispatcher {
         let request = AdoptRequest { key: key.clone(), epoch, master: self.me.clone() };
         for _ in 0..3 {
             let response = self.http.post(format!("{addr}/internal/attempts/adopt")).json(&request).send().await;
-            if let Ok(response) = response {
-                if let Ok(answer) = response.json::<AdoptResponse>().await {
-                    return match answer {
-                        AdoptResponse::Running => Adoption::Running,
-                        AdoptResponse::Finished { result } => Adoption::Finished(result),
-                        AdoptResponse::Unknown => Adoption::Unknown,
-                    };
-                }
+            if let Ok(response) = response
+                && let Ok(answer) = response.json::<AdoptResponse>().await
+            {
+                return match answer {
+                    AdoptResponse::Running => Adoption::Running,
+                    AdoptResponse::Finished { result } => Adoption::Finished(result),
+                    AdoptResponse::Unknown => Adoption::Unknown,
+                };
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -229,6 +229,7 @@ pub fn router(service: MasterService) -> axum::Router {
         .route("/internal/results", post(results))
         .route("/internal/wake", post(wake))
         .route("/internal/workflow-changed", post(workflow_changed))
+        .route("/internal/tenant-changed", post(tenant_changed))
         .route("/metrics", get(metrics))
         .with_state(service)
 }
@@ -239,6 +240,11 @@ async fn results(State(s): State<MasterService>, Json(result): Json<AttemptResul
 
 async fn wake(State(s): State<MasterService>) -> &'static str {
     s.engine.wake();
+    "ok"
+}
+
+async fn tenant_changed(State(s): State<MasterService>) -> &'static str {
+    s.engine.tenant_changed("");
     "ok"
 }
 
@@ -415,14 +421,18 @@ impl Control for ClusterControl {
         self.broadcast("/internal/workflow-changed", serde_json::json!({"tenant": tenant, "name": name}));
     }
 
+    fn tenant_changed(&self, tenant: &str) {
+        self.broadcast("/internal/tenant-changed", serde_json::json!({"tenant": tenant}));
+    }
+
     async fn wait_command(&self, id: i64, timeout: Duration) -> Option<CommandOutcome> {
         let until = tokio::time::Instant::now() + timeout;
         let mut delay = Duration::from_millis(5);
         loop {
-            if let Ok(Some(row)) = self.store.get_command(id).await {
-                if let Some(result) = row.result {
-                    return serde_json::from_str(&result).ok();
-                }
+            if let Ok(Some(row)) = self.store.get_command(id).await
+                && let Some(result) = row.result
+            {
+                return serde_json::from_str(&result).ok();
             }
             if tokio::time::Instant::now() + delay > until {
                 return None;
@@ -436,10 +446,10 @@ impl Control for ClusterControl {
         let until = tokio::time::Instant::now() + timeout;
         let mut delay = Duration::from_millis(5);
         loop {
-            if let Ok(Some(run)) = self.store.get_run(run_id).await {
-                if matches!(run.state.as_str(), "succeeded" | "failed" | "killed") {
-                    return Some(run.state);
-                }
+            if let Ok(Some(run)) = self.store.get_run(run_id).await
+                && matches!(run.state.as_str(), "succeeded" | "failed" | "killed")
+            {
+                return Some(run.state);
             }
             if tokio::time::Instant::now() + delay > until {
                 return None;

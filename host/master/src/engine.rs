@@ -370,6 +370,7 @@ impl Engine {
                             self.reload_schedule(&tenant, &name, &mut step, now).await;
                         }
                     }
+                    Input::TenantChanged => self.config.policy.changed(),
                     Input::Ownership(slots) => wanted = Some(slots),
                     Input::Leadership(token) => leadership_changed = Some(token),
                     Input::WorkersGone(workers) => self.workers_gone(&workers, &mut step, now),
@@ -944,10 +945,10 @@ impl Engine {
                 Some(false) => continue,
                 Some(true) => {
                     self.remove_waiting(key, &id);
-                    if let Some(run) = self.runs.get_mut(&id) {
-                        if let Ok(actions) = run.machine.apply(RunInput::Start, now) {
-                            self.absorb(&id, actions, step, now);
-                        }
+                    if let Some(run) = self.runs.get_mut(&id)
+                        && let Ok(actions) = run.machine.apply(RunInput::Start, now)
+                    {
+                        self.absorb(&id, actions, step, now);
                     }
                 }
                 None => self.remove_waiting(key, &id),
@@ -1142,10 +1143,10 @@ impl Engine {
                     let Some(id) = self.runs.get_key_value(run.as_str()).map(|(id, _)| id.clone()) else {
                         continue;
                     };
-                    if let Some(active) = self.runs.get_mut(&id) {
-                        if let Ok(actions) = active.machine.apply(RunInput::RetryDue { task }, now) {
-                            self.absorb(&id, actions, step, now);
-                        }
+                    if let Some(active) = self.runs.get_mut(&id)
+                        && let Ok(actions) = active.machine.apply(RunInput::RetryDue { task }, now)
+                    {
+                        self.absorb(&id, actions, step, now);
                     }
                 }
                 Timer::Schedule { tenant, name } => {
@@ -1170,18 +1171,18 @@ impl Engine {
                 continue;
             }
             let key = run.workflow_key();
-            if let Some(cap) = run.machine.workflow().spec.concurrency {
-                if self.running_by_workflow.get(&key).copied().unwrap_or(0) >= cap as usize {
-                    self.parked.entry(key).or_default().push_back(item);
-                    continue;
-                }
+            if let Some(cap) = run.machine.workflow().spec.concurrency
+                && self.running_by_workflow.get(&key).copied().unwrap_or(0) >= cap as usize
+            {
+                self.parked.entry(key).or_default().push_back(item);
+                continue;
             }
             let tenant_cap = self.config.policy.limits(&run.row.tenant).and_then(|l| l.max_concurrent);
-            if let Some(cap) = tenant_cap {
-                if self.running_by_tenant.get(&run.tenant).copied().unwrap_or(0) >= cap as usize {
-                    self.parked_by_tenant.entry(run.tenant.clone()).or_default().push_back(item);
-                    continue;
-                }
+            if let Some(cap) = tenant_cap
+                && self.running_by_tenant.get(&run.tenant).copied().unwrap_or(0) >= cap as usize
+            {
+                self.parked_by_tenant.entry(run.tenant.clone()).or_default().push_back(item);
+                continue;
             }
             let group = run.machine.workflow().tasks[item.task].worker_group.clone();
             let Some(worker) = self.dispatcher.pick(group.as_deref()) else {
@@ -1497,11 +1498,23 @@ fn build_spec(
         priority: t.priority,
         deadline_ms: {
             let asked = t.timeout.unwrap_or(config.default_timeout).as_millis() as u64;
-            limits.and_then(|l| l.max_duration_ms).map_or(asked, |max| asked.min(max))
+            match limits.and_then(|l| l.max_duration_ms) {
+                Some(max) if t.timeout.is_some() && asked > max => {
+                    return Err(over_limit(run, "max_duration_ms", format!("a timeout of {asked} ms"), max));
+                }
+                Some(max) => asked.min(max),
+                None => asked,
+            }
         },
         memory_bytes: {
             let asked = t.memory.unwrap_or(config.default_memory).min(config.max_memory);
-            limits.and_then(|l| l.max_memory).map_or(asked, |max| asked.min(max))
+            match limits.and_then(|l| l.max_memory) {
+                Some(max) if t.memory.is_some() && asked > max => {
+                    return Err(over_limit(run, "max_memory", format!("{asked} bytes of memory"), max));
+                }
+                Some(max) => asked.min(max),
+                None => asked,
+            }
         },
         max_output_bytes: config.max_output_bytes,
         max_log_bytes: config.max_log_bytes,
@@ -1509,15 +1522,33 @@ fn build_spec(
         // tenant's list shrank after the workflow was applied.
         allow_hosts: match limits {
             None => t.allow_hosts.clone(),
-            Some(l) => t
-                .allow_hosts
-                .iter()
-                .filter(|h| l.allow_hosts.iter().any(|by| dagr_core::definition::host_covered(h, by)))
-                .cloned()
-                .collect(),
+            Some(l) => {
+                if let Some(host) = t
+                    .allow_hosts
+                    .iter()
+                    .find(|h| !l.allow_hosts.iter().any(|by| dagr_core::definition::host_covered(h, by)))
+                {
+                    return Err((
+                        FailureKind::TenantLimit,
+                        format!(
+                            "the task may not reach `{host}`: it is outside tenant `{}`'s network allowlist (limit allow_hosts: {:?})",
+                            run.row.tenant, l.allow_hosts
+                        ),
+                    ));
+                }
+                t.allow_hosts.clone()
+            }
         },
         scratch_bytes: limits.and_then(|l| l.scratch_bytes),
     })
+}
+
+/// The failure of a task that asks for more than its tenant's `limit`.
+fn over_limit(run: &ActiveRun, limit: &str, asked: String, max: u64) -> (FailureKind, String) {
+    (
+        FailureKind::TenantLimit,
+        format!("the task asks for {asked}, above tenant `{}`'s limit {limit} = {max}", run.row.tenant),
+    )
 }
 
 fn finished_attempt(result: &AttemptResult, started: &AttemptRow) -> AttemptRow {

@@ -23,6 +23,7 @@
 
 pub mod cluster;
 mod engine;
+pub mod policy;
 mod ready;
 pub mod rebalance;
 pub use dagr_protocol::sharding;
@@ -39,6 +40,7 @@ use dagr_store::Store;
 use tokio::sync::{broadcast, mpsc};
 
 pub use crate::engine::Engine;
+pub use crate::policy::StorePolicy;
 
 /// What a worker says about an attempt a new owner asks it about.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,6 +80,9 @@ pub trait Dispatcher: Send + Sync + 'static {
 pub trait TenantPolicy: Send + Sync + 'static {
     /// `None`: no tenant limits apply (tasks get what they ask for).
     fn limits(&self, tenant: &str) -> Option<TenantLimits>;
+
+    /// A tenant's limits changed: re-read them soon.
+    fn changed(&self) {}
 }
 
 /// No tenant limits at all.
@@ -168,6 +173,7 @@ pub(crate) enum Input {
         tenant: String,
         name: String,
     },
+    TenantChanged,
     /// The slots this master owns now.
     Ownership(std::collections::HashSet<u32>),
     /// Whether this master leads (and its fencing token).
@@ -244,12 +250,16 @@ impl Control for EngineHandle {
         let _ = self.tx.send(Input::WorkflowChanged { tenant: tenant.into(), name: name.into() });
     }
 
+    fn tenant_changed(&self, _tenant: &str) {
+        let _ = self.tx.send(Input::TenantChanged);
+    }
+
     async fn wait_command(&self, id: i64, timeout: Duration) -> Option<CommandOutcome> {
         let mut rx = self.commands.subscribe();
-        if let Ok(Some(row)) = self.store.get_command(id).await {
-            if let Some(result) = row.result {
-                return serde_json::from_str(&result).ok();
-            }
+        if let Ok(Some(row)) = self.store.get_command(id).await
+            && let Some(result) = row.result
+        {
+            return serde_json::from_str(&result).ok();
         }
         let wait = async {
             loop {
@@ -257,10 +267,10 @@ impl Control for EngineHandle {
                     Ok((done, outcome)) if done == id => return Some(outcome),
                     Ok(_) => {}
                     Err(broadcast::error::RecvError::Lagged(_)) => {
-                        if let Ok(Some(row)) = self.store.get_command(id).await {
-                            if let Some(result) = row.result {
-                                return serde_json::from_str(&result).ok();
-                            }
+                        if let Ok(Some(row)) = self.store.get_command(id).await
+                            && let Some(result) = row.result
+                        {
+                            return serde_json::from_str(&result).ok();
                         }
                     }
                     Err(broadcast::error::RecvError::Closed) => return None,
@@ -273,10 +283,10 @@ impl Control for EngineHandle {
     async fn wait_run(&self, run_id: &str, timeout: Duration) -> Option<String> {
         let mut rx = self.finished.subscribe();
         let terminal = |state: &str| matches!(state, "succeeded" | "failed" | "killed");
-        if let Ok(Some(run)) = self.store.get_run(run_id).await {
-            if terminal(&run.state) {
-                return Some(run.state);
-            }
+        if let Ok(Some(run)) = self.store.get_run(run_id).await
+            && terminal(&run.state)
+        {
+            return Some(run.state);
         }
         let wait = async {
             loop {
@@ -284,10 +294,10 @@ impl Control for EngineHandle {
                     Ok((id, state)) if id == run_id => return Some(state),
                     Ok(_) => {}
                     Err(broadcast::error::RecvError::Lagged(_)) => {
-                        if let Ok(Some(run)) = self.store.get_run(run_id).await {
-                            if terminal(&run.state) {
-                                return Some(run.state);
-                            }
+                        if let Ok(Some(run)) = self.store.get_run(run_id).await
+                            && terminal(&run.state)
+                        {
+                            return Some(run.state);
                         }
                     }
                     Err(broadcast::error::RecvError::Closed) => return None,

@@ -24,6 +24,9 @@ pub trait Control: Send + Sync {
     /// A workflow was applied or deleted: its schedule may have changed.
     fn workflow_changed(&self, tenant: &str, name: &str);
 
+    /// A tenant was created or its limits changed.
+    fn tenant_changed(&self, tenant: &str);
+
     /// Waits until the engine has processed command `id`; `None` on timeout.
     async fn wait_command(&self, id: i64, timeout: Duration) -> Option<CommandOutcome>;
 

@@ -79,6 +79,9 @@ pub enum FailureKind {
     PluginUnavailable,
     /// The task's params could not be rendered (a template failed).
     BadParams,
+    /// The task asks for more than its tenant may use (memory, duration,
+    /// network); the message names the limit.
+    TenantLimit,
 }
 
 impl FailureKind {
@@ -98,6 +101,7 @@ impl FailureKind {
             FailureKind::WorkerLost => "worker-lost",
             FailureKind::PluginUnavailable => "plugin-unavailable",
             FailureKind::BadParams => "bad-params",
+            FailureKind::TenantLimit => "tenant-limit",
         }
     }
 
@@ -112,6 +116,7 @@ impl FailureKind {
                 | FailureKind::Cancelled
                 | FailureKind::BadParams
                 | FailureKind::PluginUnavailable
+                | FailureKind::TenantLimit
         )
     }
 
@@ -138,6 +143,7 @@ impl FailureKind {
             WorkerLost,
             PluginUnavailable,
             BadParams,
+            TenantLimit,
         ]
         .into_iter()
         .find(|k| k.as_str() == text)

@@ -556,8 +556,8 @@ impl Store for SqlStore {
         let mut tx = self.write.begin().await?;
         let mut out = Vec::with_capacity(runs.len());
         for new in &runs {
-            if !Self::insert_run(&mut *tx, self.backend, new).await? {
-                out.push(Created::Exists { id: Self::existing_cycle_run(&mut *tx, &new.run).await? });
+            if !Self::insert_run(&mut tx, self.backend, new).await? {
+                out.push(Created::Exists { id: Self::existing_cycle_run(&mut tx, &new.run).await? });
                 continue;
             }
             let command = match command_kind {
@@ -842,9 +842,10 @@ impl Store for SqlStore {
         }
 
         for new in &batch.new_runs {
-            if Self::insert_run(&mut *tx, self.backend, new).await? {
-                if let Some(kind) = &batch.new_run_command {
-                    sqlx::query(
+            if Self::insert_run(&mut tx, self.backend, new).await?
+                && let Some(kind) = &batch.new_run_command
+            {
+                sqlx::query(
                         "INSERT INTO commands (tenant, run_id, slot, kind, payload, created_at) VALUES ($1, $2, $3, $4, '{}', $5)",
                     )
                     .bind(&new.run.tenant)
@@ -854,7 +855,6 @@ impl Store for SqlStore {
                     .bind(new.run.created_at)
                     .execute(&mut *tx)
                     .await?;
-                }
             }
         }
 
@@ -901,7 +901,7 @@ impl Store for SqlStore {
                 })
                 .collect();
             insert_rows(
-                &mut *tx,
+                &mut tx,
                 self.backend,
                 "INSERT INTO tasks (run_id, idx, name, state, attempts, failures, forced, retry_at, error, started_at, finished_at)",
                 "ON CONFLICT (run_id, idx) DO UPDATE SET state = excluded.state, attempts = excluded.attempts, \
@@ -935,7 +935,7 @@ impl Store for SqlStore {
                 .map(|((run_id, idx), output)| vec![Arg::Text(run_id), Arg::I64(idx), Arg::Text(output)])
                 .collect();
             insert_rows(
-                &mut *tx,
+                &mut tx,
                 self.backend,
                 "INSERT INTO task_outputs (run_id, idx, output)",
                 "ON CONFLICT (run_id, idx) DO UPDATE SET output = excluded.output",
@@ -973,7 +973,7 @@ impl Store for SqlStore {
                 })
                 .collect();
             insert_rows(
-                &mut *tx,
+                &mut tx,
                 self.backend,
                 &format!("INSERT INTO attempts ({ATTEMPT_COLUMNS})"),
                 "ON CONFLICT (run_id, task_idx, number) DO UPDATE SET state = excluded.state, \
@@ -1001,7 +1001,7 @@ impl Store for SqlStore {
                 })
                 .collect();
             insert_rows(
-                &mut *tx,
+                &mut tx,
                 self.backend,
                 "INSERT INTO events (tenant, at, kind, run_id, task, data)",
                 "",
@@ -1085,7 +1085,7 @@ impl Store for SqlStore {
             .collect();
         let mut tx = self.write.begin().await?;
         insert_rows(
-            &mut *tx,
+            &mut tx,
             self.backend,
             "INSERT INTO logs (run_id, task_idx, attempt, seq, at, source, level, message)",
             "ON CONFLICT DO NOTHING",

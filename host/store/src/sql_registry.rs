@@ -144,10 +144,12 @@ impl RegistryStore for SqlStore {
             .bind(version)
             .execute(&mut *tx)
             .await?;
-        sqlx::query("DELETE FROM plugin_blobs WHERE sha256 = $1 AND NOT EXISTS (SELECT 1 FROM plugins WHERE sha256 = $1)")
-            .bind(&sha256)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query(
+            "DELETE FROM plugin_blobs WHERE sha256 = $1 AND NOT EXISTS (SELECT 1 FROM plugins WHERE sha256 = $1)",
+        )
+        .bind(&sha256)
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
         Ok(true)
     }

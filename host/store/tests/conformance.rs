@@ -1,5 +1,7 @@
 //! The conformance suite on SQLite (PostgreSQL runs it in dagr-tests).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[tokio::test]
 async fn sqlite_conformance() {
     let dir = tempfile::tempdir().unwrap();

@@ -84,7 +84,7 @@ impl PluginDirectory for BuiltinPlugins {
                 .cloned()
                 .ok_or_else(|| format!("plugin `{name}` has no version {v}"));
         }
-        candidates.sort_by(|a, b| semver_key(&a.version).cmp(&semver_key(&b.version)));
+        candidates.sort_by_key(|a| semver_key(&a.version));
         candidates.last().map(|d| (*d).clone()).ok_or_else(|| format!("unknown plugin `{name}`"))
     }
 }

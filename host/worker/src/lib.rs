@@ -64,7 +64,7 @@ struct Inner {
     runtime: Runtime,
     source: Arc<dyn PluginSource>,
     secrets: Option<Arc<dyn SecretResolver>>,
-    plugins: Mutex<HashMap<String, Arc<OnceCell<Result<Plugin, String>>>>>,
+    plugins: Mutex<HashMap<String, Loading>>,
     running: Mutex<HashMap<AttemptKey, CancellationToken>>,
     /// Attempts stopped because this worker lost its lease: reported lost.
     abandoned: Mutex<std::collections::HashSet<AttemptKey>>,
@@ -127,7 +127,7 @@ impl Worker {
         self.lock_plugins().insert(plugin.sha256().to_owned(), cell);
     }
 
-    fn lock_plugins(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<OnceCell<Result<Plugin, String>>>>> {
+    fn lock_plugins(&self) -> std::sync::MutexGuard<'_, HashMap<String, Loading>> {
         self.inner.plugins.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -303,6 +303,16 @@ impl Worker {
         if let Some(watcher) = watcher {
             watcher.abort();
         }
+        // The watcher samples; this last measurement makes sure that an
+        // attempt that went past its quota between samples (or in its last
+        // moments) never succeeds.
+        if let Some(quota) = spec.scratch_bytes {
+            let measured = scratch.clone();
+            let size = tokio::task::spawn_blocking(move || dir_size(&measured)).await.unwrap_or(0);
+            if size > quota {
+                quota_hit.store(true, Ordering::Relaxed);
+            }
+        }
         let removed = scratch.clone();
         let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(removed)).await;
         if quota_hit.load(Ordering::Relaxed) {
@@ -330,13 +340,18 @@ impl Worker {
     }
 }
 
+/// A plugin being loaded (once) for the attempts that need it.
+type Loading = Arc<OnceCell<Result<Plugin, String>>>;
+
 /// A name that is safe as one path component.
 fn path_safe(name: &str) -> String {
     name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect()
 }
 
-/// How often a scratch directory is measured against its quota. A guest
-/// can overshoot the quota by what it writes in this time.
+/// How often a scratch directory is measured against its quota while the
+/// attempt runs. A guest can overshoot the quota on disk by what it writes
+/// in this time (then it is stopped); it is measured once more when it
+/// ends, so an attempt over its quota never succeeds.
 const SCRATCH_CHECK: Duration = Duration::from_millis(50);
 
 /// Stops the attempt when its scratch directory grows past `quota` bytes.

@@ -92,6 +92,10 @@ impl Registry {
         for row in self.store.list_plugins().await? {
             by_tenant.entry(row.tenant.clone()).or_default().push(descriptor(row));
         }
+        for plugins in by_tenant.values_mut() {
+            plugins
+                .sort_by(|a, b| a.name.cmp(&b.name).then_with(|| semver_key(&a.version).cmp(&semver_key(&b.version))));
+        }
         let snapshot = Arc::new(Snapshot { generation: Some(generation), by_tenant });
         *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) = snapshot;
         Ok(())

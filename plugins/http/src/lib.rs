@@ -110,7 +110,9 @@ impl Task for Http {
             append(&headers, name, &ctx.idempotency_key)?;
         }
         let request = OutgoingRequest::new(headers);
-        request.set_method(&method(&params.method)).map_err(|()| TaskError::fatal(format!("bad method `{}`", params.method)))?;
+        request
+            .set_method(&method(&params.method))
+            .map_err(|()| TaskError::fatal(format!("bad method `{}`", params.method)))?;
         request.set_scheme(Some(&url.scheme)).map_err(|()| TaskError::fatal("bad URL scheme"))?;
         request
             .set_authority(Some(&url.authority))
@@ -151,10 +153,13 @@ impl Task for Http {
         let mut headers = BTreeMap::new();
         for (name, value) in response.headers().entries() {
             let value = String::from_utf8_lossy(&value).into_owned();
-            headers.entry(name).and_modify(|v: &mut String| {
-                v.push_str(", ");
-                v.push_str(&value);
-            }).or_insert(value);
+            headers
+                .entry(name)
+                .and_modify(|v: &mut String| {
+                    v.push_str(", ");
+                    v.push_str(&value);
+                })
+                .or_insert(value);
         }
         let incoming = response.consume().map_err(|()| TaskError::retryable("cannot read the response body"))?;
         let mut bytes = Vec::new();
@@ -244,7 +249,9 @@ fn request_error(code: ErrorCode) -> TaskError {
 fn stream_error(doing: &str, error: StreamError) -> TaskError {
     match error {
         StreamError::Closed => TaskError::retryable(format!("connection closed while {doing}")),
-        StreamError::LastOperationFailed(e) => TaskError::retryable(format!("error while {doing}: {}", e.to_debug_string())),
+        StreamError::LastOperationFailed(e) => {
+            TaskError::retryable(format!("error while {doing}: {}", e.to_debug_string()))
+        }
     }
 }
 
@@ -274,7 +281,8 @@ impl Url {
             return Err(bad("credentials in URLs are not supported; use an Authorization header"));
         }
         let tail = tail.split('#').next().unwrap_or("");
-        let path_and_query = if tail.is_empty() || tail.starts_with('?') { format!("/{tail}") } else { tail.to_owned() };
+        let path_and_query =
+            if tail.is_empty() || tail.starts_with('?') { format!("/{tail}") } else { tail.to_owned() };
         Ok(Url { scheme, authority: authority.to_owned(), path_and_query })
     }
 }

@@ -50,7 +50,8 @@ impl Task for Script {
 
     fn run(ctx: &Context, params: Params, inputs: &Inputs) -> Result<Value, TaskError> {
         let engine = engine(params.max_operations);
-        let ast = engine.compile(&params.script).map_err(|e| TaskError::fatal(format!("the script does not parse: {e}")))?;
+        let ast =
+            engine.compile(&params.script).map_err(|e| TaskError::fatal(format!("the script does not parse: {e}")))?;
         let mut scope = Scope::new();
         scope.push_constant("inputs", to_dynamic(&Value::Object(inputs.as_map().clone()))?);
         scope.push_constant("vars", to_dynamic(&params.vars)?);
@@ -128,7 +129,9 @@ fn script_error(error: Box<EvalAltResult>) -> TaskError {
                 TaskError::fatal(format!("the script threw {text} ({position})"))
             }
         }
-        EvalAltResult::ErrorTerminated(_, _) => TaskError::retryable("the script was stopped: the attempt was cancelled"),
+        EvalAltResult::ErrorTerminated(_, _) => {
+            TaskError::retryable("the script was stopped: the attempt was cancelled")
+        }
         EvalAltResult::ErrorTooManyOperations(position) => {
             TaskError::fatal(format!("the script ran too long: it hit its max_operations limit ({position})"))
         }

@@ -22,7 +22,8 @@ impl Task for Escape {
 
     fn run(_: &Context, params: Params, _: &Inputs) -> Result<Value, TaskError> {
         std::fs::write("own-file.txt", b"mine").map_err(|e| TaskError::fatal(format!("cannot write scratch: {e}")))?;
-        let own = std::fs::read_to_string("/scratch/own-file.txt").map_err(|e| TaskError::fatal(format!("cannot read scratch: {e}")))?;
+        let own = std::fs::read_to_string("/scratch/own-file.txt")
+            .map_err(|e| TaskError::fatal(format!("cannot read scratch: {e}")))?;
         let attempts: Vec<Value> = params
             .paths
             .iter()

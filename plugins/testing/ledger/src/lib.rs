@@ -56,9 +56,7 @@ impl Task for Ledger {
     type Output = Value;
 
     fn run(ctx: &Context, params: Params, _inputs: &Inputs) -> Result<Value, TaskError> {
-        let record = |event: &str| {
-            json!({"event": event, "key": ctx.idempotency_key, "run": ctx.run_id, "task": ctx.task, "attempt": ctx.attempt})
-        };
+        let record = |event: &str| json!({"event": event, "key": ctx.idempotency_key, "run": ctx.run_id, "task": ctx.task, "attempt": ctx.attempt});
         post(&params.url, &record("start")).map_err(|e| TaskError::retryable(format!("ledger: {e}")))?;
         let start = Instant::now();
         while start.elapsed() < Duration::from_millis(params.ms) {
