@@ -1275,3 +1275,62 @@ tasks:
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert_eq!(body["location"], "?attempt");
 }
+
+// The published JSON Schema ------------------------------------------------------------
+
+/// `docs/workflow.schema.json` is what the code generates (bless with
+/// `DAGR_BLESS=1`), and it agrees with dagr's own parser on the shape of
+/// definitions: the golden cases that fail on shape fail the schema too,
+/// those that fail on meaning (cycles, plugins, cron) pass it.
+#[test]
+fn the_published_json_schema_is_current_and_agrees_with_the_parser() {
+    let path = crate::support::workspace_root().join("docs/workflow.schema.json");
+    let generated = serde_json::to_string_pretty(&dagr_core::definition::json_schema()).unwrap() + "\n";
+    if std::env::var_os("DAGR_BLESS").is_some() {
+        std::fs::write(&path, &generated).unwrap();
+    }
+    let published = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        published == generated,
+        "{} is out of date; regenerate it with DAGR_BLESS=1 cargo test -p dagr-tests -- json_schema",
+        path.display()
+    );
+
+    let schema: Value = serde_json::from_str(&published).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let shape_errors = ["unknown-field", "wrong-type", "empty-task-list"];
+    let cases = crate::support::workspace_root().join("tests/cases");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&cases).unwrap() {
+        let dir = entry.unwrap().path();
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let Ok(text) = std::fs::read_to_string(dir.join("workflow.yaml")) else { continue };
+        let Ok(document) = serde_yaml::from_str::<Value>(&text) else { continue };
+        let valid = validator.is_valid(&document);
+        if shape_errors.contains(&name.as_str()) {
+            assert!(!valid, "the schema accepts case {name}, which dagr refuses for its shape");
+        } else {
+            assert!(valid, "the schema refuses case {name}: {:?}", validator.iter_errors(&document).next());
+        }
+        checked += 1;
+    }
+    assert!(checked >= 10, "only {checked} cases in {}", cases.display());
+
+    let full = json!({
+        "name": "nightly",
+        "description": "every option once",
+        "params": {"day": "{{ ds }}"},
+        "schedule": {"cron": "0 2 * * *", "timezone": "Europe/Berlin", "catch_up": true, "start": "2026-01-01T00:00:00Z"},
+        "max_active_runs": 1,
+        "concurrency": 4,
+        "tasks": [
+            {"name": "a", "plugin": "echo@0.1.0", "params": {"x": 1}, "retries": 3,
+             "retry_backoff": {"kind": "exponential", "delay": "1s", "max": "1m"}, "timeout": "30s",
+             "priority": 5, "allow_hosts": ["api.example.org:443"], "memory": "64MiB", "worker_group": "gpu"},
+            {"name": "b", "plugin": "echo", "depends_on": ["a"], "trigger_rule": "all_done", "timeout": 90, "memory": 1048576}
+        ]
+    });
+    assert!(validator.is_valid(&full), "{:?}", validator.iter_errors(&full).next());
+    let definition = serde_yaml::to_string(&full).unwrap();
+    dagr_core::definition::WorkflowSpec::parse(&definition, dagr_core::definition::Format::Yaml).unwrap();
+}

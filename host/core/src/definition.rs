@@ -18,7 +18,7 @@ use crate::template::{Template, TemplateScope};
 use crate::units;
 
 /// A workflow as written by people (the versioned, published schema).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WorkflowSpec {
     /// Unique within a tenant: lowercase letters, digits, `-` and `_`.
@@ -28,6 +28,7 @@ pub struct WorkflowSpec {
     /// Workflow params and their defaults; a trigger may override them.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub params: BTreeMap<String, Value>,
+    #[schemars(length(min = 1))]
     pub tasks: Vec<TaskSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule: Option<ScheduleSpec>,
@@ -40,7 +41,7 @@ pub struct WorkflowSpec {
 }
 
 /// One task of a workflow.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TaskSpec {
     pub name: String,
@@ -92,7 +93,7 @@ fn is_zero_i32(n: &i32) -> bool {
 }
 
 /// When a task may start, given how its upstream tasks ended.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TriggerRule {
     /// Every upstream task succeeded. A failure upstream makes this task
@@ -124,7 +125,7 @@ impl TriggerRule {
 }
 
 /// How long to wait before a retry.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BackoffSpec {
     #[serde(default)]
@@ -136,7 +137,7 @@ pub struct BackoffSpec {
     pub max: Option<HumanDuration>,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum BackoffKind {
     Fixed,
@@ -145,7 +146,7 @@ pub enum BackoffKind {
 }
 
 /// A cron schedule.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ScheduleSpec {
     /// 5 fields (minute hour day-of-month month day-of-week) or 6 (with
@@ -198,6 +199,22 @@ impl<'de> Deserialize<'de> for HumanDuration {
     }
 }
 
+impl schemars::JsonSchema for HumanDuration {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Duration".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A duration: `30s`, `5m`, `1h30m`, `250ms`, or a number of seconds.",
+            "anyOf": [
+                {"type": "string", "pattern": "^\\s*([0-9.]+\\s*(ms|s|secs?|m|mins?|h|hrs?|d|days?)?\\s*)+$"},
+                {"type": "integer", "minimum": 0}
+            ]
+        })
+    }
+}
+
 /// A size written as `64MiB`, `1GiB`, or a number of bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HumanBytes(pub u64);
@@ -230,6 +247,35 @@ impl<'de> Deserialize<'de> for HumanBytes {
             Raw::Text(t) => units::parse_bytes(&t).map(HumanBytes).map_err(serde::de::Error::custom),
         }
     }
+}
+
+impl schemars::JsonSchema for HumanBytes {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Size".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A size: `64MiB`, `1GiB`, `512KiB`, `10MB` (units B, KiB, MiB, GiB, KB, MB, GB), or a number of bytes.",
+            "anyOf": [
+                {"type": "string", "pattern": "^\\s*[0-9.]+\\s*([kKmMgG]([iI]?[bB])?|[bB])?\\s*$"},
+                {"type": "integer", "minimum": 0}
+            ]
+        })
+    }
+}
+
+/// The published JSON Schema of workflow definitions (YAML or JSON), for
+/// editors; `docs/workflow.schema.json` is this, checked by a test. The
+/// schema checks the shape; dagr's validation checks the rest (names,
+/// dependencies, cycles, plugins, cron expressions, templates).
+pub fn json_schema() -> Value {
+    let mut schema = serde_json::to_value(schemars::schema_for!(WorkflowSpec)).unwrap_or(Value::Null);
+    if let Value::Object(map) = &mut schema {
+        map.insert("$id".into(), Value::String("https://dagr.dev/schemas/workflow.schema.json".into()));
+        map.insert("title".into(), Value::String("dagr workflow".into()));
+    }
+    schema
 }
 
 /// One problem in a definition: where, and what.
