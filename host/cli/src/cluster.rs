@@ -124,8 +124,8 @@ pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
             strategy,
             settings.max_in_flight as usize,
         ));
-        let policy = dagr_master::StorePolicy::load(store.as_ref()).await.context("cannot read the tenants")?;
-        policy.spawn_refresh(store.clone(), crate::node::POLICY_REFRESH);
+        let policy = dagr_master::StorePolicy::load(store.clone()).await.context("cannot read the tenants")?;
+        policy.spawn_refresh(crate::node::POLICY_REFRESH);
         let config = EngineConfig {
             node_id: id.clone(),
             default_timeout: settings.default_timeout,

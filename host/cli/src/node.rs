@@ -50,8 +50,8 @@ impl Node {
         for plugin in plugins.builtins().plugins() {
             worker.preload(plugin.clone());
         }
-        let policy = dagr_master::StorePolicy::load(store.as_ref()).await.context("cannot read the tenants")?;
-        policy.spawn_refresh(store.clone(), POLICY_REFRESH);
+        let policy = dagr_master::StorePolicy::load(store.clone()).await.context("cannot read the tenants")?;
+        policy.spawn_refresh(POLICY_REFRESH);
         let reporter = Arc::new(LateReporter::default());
         let dispatcher = Arc::new(LocalDispatcher { worker: worker.clone(), reporter: reporter.clone() });
         let engine_config = EngineConfig {

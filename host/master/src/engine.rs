@@ -648,6 +648,7 @@ impl Engine {
     }
 
     async fn load_run_row(&mut self, row: RunRow, step: &mut Step, now: i64) -> Result<(), String> {
+        self.config.policy.prepare(&row.tenant).await;
         let workflow = self.workflow_for(&row).await?;
         let tasks = self.store.run_tasks(&row.id).await.map_err(|e| e.to_string())?;
         if tasks.len() != workflow.tasks.len() {

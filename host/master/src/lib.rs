@@ -77,9 +77,14 @@ pub trait Dispatcher: Send + Sync + 'static {
 /// The limits the engine enforces per tenant at dispatch: concurrent
 /// attempts, memory and duration caps, the network allowlist and the
 /// scratch quota.
+#[async_trait]
 pub trait TenantPolicy: Send + Sync + 'static {
     /// `None`: no tenant limits apply (tasks get what they ask for).
     fn limits(&self, tenant: &str) -> Option<TenantLimits>;
+
+    /// A run of `tenant` is being loaded: make sure its limits are known
+    /// before its tasks are dispatched.
+    async fn prepare(&self, _tenant: &str) {}
 
     /// A tenant's limits changed: re-read them soon.
     fn changed(&self) {}
@@ -88,6 +93,7 @@ pub trait TenantPolicy: Send + Sync + 'static {
 /// No tenant limits at all.
 pub struct Unlimited;
 
+#[async_trait]
 impl TenantPolicy for Unlimited {
     fn limits(&self, _tenant: &str) -> Option<TenantLimits> {
         None

@@ -4,9 +4,10 @@
 //! dispatch), so it reads an in-memory copy; [`StorePolicy::refresh`]
 //! reloads every tenant's limits, and [`StorePolicy::spawn_refresh`] does it
 //! periodically and when told that a tenant
-//! [changed](TenantPolicy::changed). A tenant created or changed since the last refresh gets
-//! the default limits (no network, no caps) until the next one, at most one
-//! interval later.
+//! [changed](TenantPolicy::changed). A tenant the copy does not know yet is
+//! read from the store when the engine loads one of its runs
+//! ([`TenantPolicy::prepare`]); one that is not in the store at all gets the
+//! default limits (no network, no caps).
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -18,36 +19,33 @@ use dagr_store::Store;
 use crate::TenantPolicy;
 
 /// A [`TenantPolicy`] backed by the store's tenants.
-#[derive(Default)]
 pub struct StorePolicy {
+    store: Arc<dyn Store>,
     limits: RwLock<HashMap<String, TenantLimits>>,
     changed: tokio::sync::Notify,
 }
 
 impl StorePolicy {
     /// Loads every tenant's limits once.
-    pub async fn load(store: &dyn Store) -> Result<Arc<StorePolicy>, dagr_store::Error> {
-        let policy = Arc::new(StorePolicy::default());
-        policy.refresh(store).await?;
+    pub async fn load(store: Arc<dyn Store>) -> Result<Arc<StorePolicy>, dagr_store::Error> {
+        let policy = Arc::new(StorePolicy { store, limits: RwLock::default(), changed: tokio::sync::Notify::new() });
+        policy.refresh().await?;
         Ok(policy)
     }
 
     /// Re-reads every tenant's limits.
-    pub async fn refresh(&self, store: &dyn Store) -> Result<(), dagr_store::Error> {
+    pub async fn refresh(&self) -> Result<(), dagr_store::Error> {
         let mut fresh = HashMap::new();
-        for row in store.list_tenants().await? {
-            let limits = serde_json::from_str(&row.limits).unwrap_or_else(|e| {
-                tracing::error!(tenant = %row.name, error = %e, "unreadable tenant limits; using the defaults");
-                TenantLimits::default()
-            });
-            fresh.insert(row.name, limits);
+        for row in self.store.list_tenants().await? {
+            fresh.insert(row.name.clone(), parse(&row));
         }
         *self.limits.write().unwrap_or_else(|e| e.into_inner()) = fresh;
         Ok(())
     }
 
-    /// Refreshes every `interval` until the returned task is aborted.
-    pub fn spawn_refresh(self: &Arc<Self>, store: Arc<dyn Store>, interval: Duration) -> tokio::task::JoinHandle<()> {
+    /// Refreshes every `interval` (and when a tenant changed) until the
+    /// returned task is aborted.
+    pub fn spawn_refresh(self: &Arc<Self>, interval: Duration) -> tokio::task::JoinHandle<()> {
         let policy = self.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(interval);
@@ -57,7 +55,7 @@ impl StorePolicy {
                     _ = tick.tick() => {}
                     () = policy.changed.notified() => {}
                 }
-                if let Err(e) = policy.refresh(store.as_ref()).await {
+                if let Err(e) = policy.refresh().await {
                     tracing::warn!(error = %e, "cannot refresh tenants' limits; keeping the last ones");
                 }
             }
@@ -65,7 +63,29 @@ impl StorePolicy {
     }
 }
 
+fn parse(row: &dagr_store::tenancy::TenantRow) -> TenantLimits {
+    serde_json::from_str(&row.limits).unwrap_or_else(|e| {
+        tracing::error!(tenant = %row.name, error = %e, "unreadable tenant limits; using the defaults");
+        TenantLimits::default()
+    })
+}
+
+#[async_trait::async_trait]
 impl TenantPolicy for StorePolicy {
+    async fn prepare(&self, tenant: &str) {
+        if self.limits.read().unwrap_or_else(|e| e.into_inner()).contains_key(tenant) {
+            return;
+        }
+        match self.store.get_tenant(tenant).await {
+            Ok(Some(row)) => {
+                let limits = parse(&row);
+                self.limits.write().unwrap_or_else(|e| e.into_inner()).insert(row.name, limits);
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(tenant, error = %e, "cannot read the tenant's limits"),
+        }
+    }
+
     fn limits(&self, tenant: &str) -> Option<TenantLimits> {
         let known = self.limits.read().unwrap_or_else(|e| e.into_inner());
         Some(known.get(tenant).cloned().unwrap_or_default())
