@@ -351,6 +351,11 @@ pub fn drive_ownership(
             let slots =
                 if healthy && members.contains(&me) { SlotMap::compute(&live).slots_of(&me) } else { HashSet::new() };
             if last_slots.as_ref() != Some(&slots) {
+                // Detection: when the membership (a lease that expired, a
+                // node that joined) changed this master's share; the
+                // engine's "took over slots" follows once the runs are
+                // loaded.
+                tracing::info!(masters = live.len(), slots = slots.len(), "membership changed: slots reassigned");
                 owned_tx.send_replace(slots.len());
                 engine.own_slots(slots.clone());
                 last_slots = Some(slots);
