@@ -540,7 +540,7 @@ type Node = (String, Vec<String>);
 
 /// Alibaba production DAGs from the datasets, as ledger workflows.
 fn alibaba(count: usize) -> Vec<(String, Vec<Node>)> {
-    let dir = support::workspace_root().join("../shared/datasets/dags/alibaba-v2018");
+    let dir = support::workspace_root().join("tests/datasets/dags/alibaba-v2018");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.path()).collect();
     files.sort();
     files

@@ -1099,7 +1099,7 @@ fn dag_workflow(name: &str, file: &Path, seed: u64) -> (String, BTreeMap<String,
 #[tokio::test]
 async fn dataset_dags_run_to_completion() {
     let api = Api::shared().await;
-    let root = workspace_root().parent().unwrap().join("shared").join("datasets").join("dags");
+    let root = workspace_root().join("tests/datasets/dags");
     let files = [
         "pegasus-srasearch-10a.json",
         "nextflow-rnaseq.json",
