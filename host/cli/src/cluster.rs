@@ -136,6 +136,9 @@ pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
             poll_interval: settings.poll_interval,
             fence_writes: true,
             policy,
+            // Twice the lease TTL: a worker restarted under the same id
+            // within its TTL is found out by then.
+            attempt_check: Some((settings.ttl * 2).max(Duration::from_secs(4))),
         };
         let engine = Engine::start(config, store.clone(), dispatcher, plugins).await?;
         let ownership = OwnershipConfig {

@@ -33,6 +33,8 @@ const CACHED_OUTPUT: usize = 64 * 1024;
 
 /// Inputs handled per step at most, so that one step's batch stays bounded.
 const MAX_INPUTS_PER_STEP: usize = 8192;
+/// Most in-flight attempts asked about in one engine step.
+const MAX_ATTEMPT_CHECKS: usize = 256;
 
 type WorkflowKey = (String, String);
 
@@ -69,6 +71,8 @@ struct InFlight {
     workflow: WorkflowKey,
     tenant: Arc<str>,
     worker: String,
+    /// When its worker last confirmed it (or when it was dispatched).
+    confirmed_at: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -116,6 +120,8 @@ pub struct Engine {
     workflows: HashMap<(String, String, i64), Arc<Workflow>>,
     ready: ReadyQueue,
     in_flight: HashMap<AttemptKey, InFlight>,
+    /// When in-flight attempts were last reconciled with their workers.
+    last_attempt_check: i64,
     /// Tasks running per workflow (for `concurrency`).
     running_by_workflow: HashMap<WorkflowKey, usize>,
     /// Ready tasks held back by their workflow's `concurrency`.
@@ -185,6 +191,7 @@ impl Engine {
             workflows: HashMap::new(),
             ready: ReadyQueue::default(),
             in_flight: HashMap::new(),
+            last_attempt_check: now_ms(),
             running_by_workflow: HashMap::new(),
             parked: HashMap::new(),
             running_by_tenant: HashMap::new(),
@@ -260,8 +267,15 @@ impl Engine {
                 Adoption::Running => {
                     self.metrics.attempts_adopted.fetch_add(1, Ordering::Relaxed);
                     self.count_running(&workflow, &tenant);
-                    self.in_flight
-                        .insert(key, InFlight { workflow, tenant: tenant.clone(), worker: attempt.worker.clone() });
+                    self.in_flight.insert(
+                        key,
+                        InFlight {
+                            workflow,
+                            tenant: tenant.clone(),
+                            worker: attempt.worker.clone(),
+                            confirmed_at: now,
+                        },
+                    );
                     let mut adopted = attempt.clone();
                     adopted.epoch = epoch;
                     step.batch.attempts.push(adopted);
@@ -270,8 +284,15 @@ impl Engine {
                     self.metrics.attempts_adopted.fetch_add(1, Ordering::Relaxed);
                     result.epoch = epoch;
                     self.count_running(&workflow, &tenant);
-                    self.in_flight
-                        .insert(key, InFlight { workflow, tenant: tenant.clone(), worker: attempt.worker.clone() });
+                    self.in_flight.insert(
+                        key,
+                        InFlight {
+                            workflow,
+                            tenant: tenant.clone(),
+                            worker: attempt.worker.clone(),
+                            confirmed_at: now,
+                        },
+                    );
                     self.apply_result(result, step, now, true);
                 }
                 Adoption::Unknown => {
@@ -396,6 +417,7 @@ impl Engine {
                 self.set_leadership(token, &mut step, now).await;
             }
             self.fire_timers(&mut step, now);
+            self.check_in_flight(&mut step, now).await;
             if wake {
                 self.consume_commands(&mut step, now).await;
             }
@@ -432,6 +454,68 @@ impl Engine {
             }
             Ok(false) => tracing::warn!(token, "a newer leader holds the scheduler; standing by"),
             Err(e) => tracing::error!(error = %e, "cannot record leadership; will retry on the next change"),
+        }
+    }
+
+    /// Asks workers about attempts they have not been heard of for
+    /// [`EngineConfig::attempt_check`]. A worker that restarted under the
+    /// same id within its lease TTL never leaves the membership, so
+    /// [`Self::workers_gone`] does not see that its attempts are gone; this
+    /// does: an attempt its worker does not know is lost (retried,
+    /// uncharged), a finished one's result is applied.
+    async fn check_in_flight(&mut self, step: &mut Step, now: i64) {
+        let Some(every) = self.config.attempt_check else { return };
+        let every = every.as_millis() as i64;
+        if now - self.last_attempt_check < every.min(1000) {
+            return;
+        }
+        self.last_attempt_check = now;
+        let due: Vec<(AttemptKey, String)> = self
+            .in_flight
+            .iter()
+            .filter(|(_, f)| now - f.confirmed_at >= every)
+            .map(|(k, f)| (k.clone(), f.worker.clone()))
+            .take(MAX_ATTEMPT_CHECKS)
+            .collect();
+        for (key, worker) in due {
+            let Some(run) = self.runs.get(key.run_id.as_str()) else { continue };
+            let epoch = run.row.epoch;
+            match self.dispatcher.adopt(&key, &worker, epoch).await {
+                Adoption::Running => {
+                    if let Some(f) = self.in_flight.get_mut(&key) {
+                        f.confirmed_at = now;
+                    }
+                }
+                Adoption::Finished(mut result) => {
+                    result.epoch = epoch;
+                    self.apply_result(result, step, now, true);
+                }
+                Adoption::Unknown => {
+                    let Some(run) = self.runs.get(key.run_id.as_str()) else { continue };
+                    if !self.in_flight.contains_key(&key) {
+                        continue;
+                    }
+                    self.metrics.attempts_lost.fetch_add(1, Ordering::Relaxed);
+                    let task_name = run.machine.workflow().tasks[key.task as usize].name.clone();
+                    let started_at = run.extra[key.task as usize].started_at.unwrap_or(now);
+                    tracing::warn!(run = %key.run_id, task = %task_name, %worker, "the attempt's worker does not know it: lost");
+                    let result = AttemptResult {
+                        epoch,
+                        key,
+                        task_name,
+                        worker: worker.clone(),
+                        started_at,
+                        finished_at: now,
+                        outcome: Outcome::Failed {
+                            kind: FailureKind::WorkerLost,
+                            message: format!(
+                                "worker {worker} does not know the attempt (it restarted, or the attempt never reached it)"
+                            ),
+                        },
+                    };
+                    self.apply_result(result, step, now, true);
+                }
+            }
         }
     }
 
@@ -1268,7 +1352,7 @@ impl Engine {
                 step.batch.attempts.push(started);
                 let tenant = self.runs.get(run_id).map(|r| r.tenant.clone()).unwrap_or_else(|| Arc::from(""));
                 self.count_running(&workflow, &tenant);
-                self.in_flight.insert(key, InFlight { workflow, tenant, worker: worker.clone() });
+                self.in_flight.insert(key, InFlight { workflow, tenant, worker: worker.clone(), confirmed_at: now });
                 step.dispatches.push((spec, worker));
             }
             Err((kind, message)) => {

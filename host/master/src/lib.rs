@@ -122,6 +122,10 @@ pub struct EngineConfig {
     pub fence_writes: bool,
     /// Per-tenant limits.
     pub policy: Arc<dyn TenantPolicy>,
+    /// Ask a worker about an attempt it has not been heard of for this
+    /// long (cluster mode: a worker restarted within its lease TTL forgets
+    /// its attempts without leaving the membership). `None`: never.
+    pub attempt_check: Option<Duration>,
 }
 
 impl Default for EngineConfig {
@@ -136,6 +140,7 @@ impl Default for EngineConfig {
             poll_interval: Duration::from_secs(1),
             fence_writes: true,
             policy: Arc::new(Unlimited),
+            attempt_check: None,
         }
     }
 }
