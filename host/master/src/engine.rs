@@ -122,6 +122,8 @@ pub struct Engine {
     in_flight: HashMap<AttemptKey, InFlight>,
     /// When in-flight attempts were last reconciled with their workers.
     last_attempt_check: i64,
+    /// When the owned slots were last searched for runs loaded nowhere.
+    last_orphan_sweep: i64,
     /// Tasks running per workflow (for `concurrency`).
     running_by_workflow: HashMap<WorkflowKey, usize>,
     /// Ready tasks held back by their workflow's `concurrency`.
@@ -192,6 +194,7 @@ impl Engine {
             ready: ReadyQueue::default(),
             in_flight: HashMap::new(),
             last_attempt_check: now_ms(),
+            last_orphan_sweep: now_ms(),
             running_by_workflow: HashMap::new(),
             parked: HashMap::new(),
             running_by_tenant: HashMap::new(),
@@ -241,73 +244,7 @@ impl Engine {
                 Err(message) => tracing::error!(run = %id, %message, "cannot take over run"),
             }
         }
-        let running = match self.store.running_attempts_of(&loaded).await {
-            Ok(rows) => rows,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot read running attempts");
-                Vec::new()
-            }
-        };
-        for attempt in running {
-            let key = AttemptKey {
-                run_id: attempt.run_id.clone(),
-                task: attempt.task_idx as u32,
-                number: attempt.number as u32,
-            };
-            let Some(run) = self.runs.get(attempt.run_id.as_str()) else { continue };
-            let epoch = run.row.epoch;
-            let workflow = run.workflow_key();
-            let tenant = run.tenant.clone();
-            let adoption = if attempt.worker.is_empty() {
-                Adoption::Unknown
-            } else {
-                self.dispatcher.adopt(&key, &attempt.worker, epoch).await
-            };
-            match adoption {
-                Adoption::Running => {
-                    self.metrics.attempts_adopted.fetch_add(1, Ordering::Relaxed);
-                    self.count_running(&workflow, &tenant);
-                    self.in_flight.insert(
-                        key,
-                        InFlight {
-                            workflow,
-                            tenant: tenant.clone(),
-                            worker: attempt.worker.clone(),
-                            confirmed_at: now,
-                        },
-                    );
-                    let mut adopted = attempt.clone();
-                    adopted.epoch = epoch;
-                    step.batch.attempts.push(adopted);
-                }
-                Adoption::Finished(mut result) => {
-                    self.metrics.attempts_adopted.fetch_add(1, Ordering::Relaxed);
-                    result.epoch = epoch;
-                    self.count_running(&workflow, &tenant);
-                    self.in_flight.insert(
-                        key,
-                        InFlight {
-                            workflow,
-                            tenant: tenant.clone(),
-                            worker: attempt.worker.clone(),
-                            confirmed_at: now,
-                        },
-                    );
-                    self.apply_result(result, step, now, true);
-                }
-                Adoption::Unknown => {
-                    self.metrics.attempts_lost.fetch_add(1, Ordering::Relaxed);
-                    let result = lost_result(
-                        &attempt,
-                        epoch,
-                        now,
-                        "its worker does not know it (the worker restarted, or it was never delivered)",
-                    );
-                    step.batch.attempts.push(finished_attempt(&result, &attempt));
-                    self.apply_result(result, step, now, false);
-                }
-            }
-        }
+        self.adopt_attempts(&loaded, step, now).await;
         // Queued runs wait for admission in creation order.
         let mut queued: Vec<(i64, Arc<str>)> = loaded
             .iter()
@@ -470,6 +407,10 @@ impl Engine {
             return;
         }
         self.last_attempt_check = now;
+        if now - self.last_orphan_sweep >= every {
+            self.last_orphan_sweep = now;
+            self.sweep_orphans(step, now).await;
+        }
         let due: Vec<(AttemptKey, String)> = self
             .in_flight
             .iter()
@@ -516,6 +457,109 @@ impl Engine {
                     self.apply_result(result, step, now, true);
                 }
             }
+        }
+    }
+
+    /// Asks the workers about the running attempts of runs just loaded
+    /// (taken over): still running ones are tracked again, finished ones
+    /// applied, unknown ones lost (retried, uncharged). Every path that
+    /// loads a run goes through here, or its running attempts would wait
+    /// forever.
+    async fn adopt_attempts(&mut self, loaded: &[String], step: &mut Step, now: i64) {
+        if loaded.is_empty() {
+            return;
+        }
+        let running = match self.store.running_attempts_of(loaded).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read running attempts");
+                Vec::new()
+            }
+        };
+        for attempt in running {
+            let key = AttemptKey {
+                run_id: attempt.run_id.clone(),
+                task: attempt.task_idx as u32,
+                number: attempt.number as u32,
+            };
+            let Some(run) = self.runs.get(attempt.run_id.as_str()) else { continue };
+            let epoch = run.row.epoch;
+            let workflow = run.workflow_key();
+            let tenant = run.tenant.clone();
+            let adoption = if attempt.worker.is_empty() {
+                Adoption::Unknown
+            } else {
+                self.dispatcher.adopt(&key, &attempt.worker, epoch).await
+            };
+            match adoption {
+                Adoption::Running => {
+                    self.metrics.attempts_adopted.fetch_add(1, Ordering::Relaxed);
+                    self.count_running(&workflow, &tenant);
+                    self.in_flight.insert(
+                        key,
+                        InFlight {
+                            workflow,
+                            tenant: tenant.clone(),
+                            worker: attempt.worker.clone(),
+                            confirmed_at: now,
+                        },
+                    );
+                    let mut adopted = attempt.clone();
+                    adopted.epoch = epoch;
+                    step.batch.attempts.push(adopted);
+                }
+                Adoption::Finished(mut result) => {
+                    self.metrics.attempts_adopted.fetch_add(1, Ordering::Relaxed);
+                    result.epoch = epoch;
+                    self.count_running(&workflow, &tenant);
+                    self.in_flight.insert(
+                        key,
+                        InFlight {
+                            workflow,
+                            tenant: tenant.clone(),
+                            worker: attempt.worker.clone(),
+                            confirmed_at: now,
+                        },
+                    );
+                    self.apply_result(result, step, now, true);
+                }
+                Adoption::Unknown => {
+                    self.metrics.attempts_lost.fetch_add(1, Ordering::Relaxed);
+                    let result = lost_result(
+                        &attempt,
+                        epoch,
+                        now,
+                        "its worker does not know it (the worker restarted, or it was never delivered)",
+                    );
+                    step.batch.attempts.push(finished_attempt(&result, &attempt));
+                    self.apply_result(result, step, now, false);
+                }
+            }
+        }
+    }
+
+    /// Takes over runs of this master's slots that no master has loaded:
+    /// a run this master dropped because another one claimed it (their
+    /// views of the membership differed for a moment), which that other
+    /// master then handed back when it lost the slot. Such a run would
+    /// otherwise wait for the next membership change.
+    async fn sweep_orphans(&mut self, step: &mut Step, now: i64) {
+        if self.owned.is_empty() {
+            return;
+        }
+        let mut slots: Vec<i64> = self.owned.iter().map(|&s| s as i64).collect();
+        slots.sort_unstable();
+        let Ok(rows) = self.store.active_runs_in_slots(&slots).await else { return };
+        let me = self.config.node_id.as_str();
+        let orphans: HashSet<u32> = rows
+            .iter()
+            .filter(|r| !self.runs.contains_key(r.id.as_str()))
+            .filter(|r| r.owner.as_deref().is_some_and(|owner| owner != me))
+            .map(|r| r.slot as u32)
+            .collect();
+        if !orphans.is_empty() {
+            tracing::warn!(slots = orphans.len(), "runs of this master's slots were loaded nowhere; taking them over");
+            self.gain_slots(&orphans, step, now).await;
         }
     }
 
@@ -714,6 +758,7 @@ impl Engine {
             return Err(format!("run {run_id} belongs to another master"));
         }
         self.claim_and_load(row, step, now).await?;
+        self.adopt_attempts(&[run_id.to_owned()], step, now).await;
         self.runs.get_key_value(run_id).map(|(id, _)| id.clone()).ok_or_else(|| format!("run {run_id} did not load"))
     }
 
