@@ -168,17 +168,18 @@ impl Worker {
         loaded
     }
 
-    /// Claims a slot for an attempt about to start; false when full.
-    pub fn reserve(&self, key: &AttemptKey) -> bool {
+    /// Claims a slot for an attempt about to start: `None` when full,
+    /// `Some(true)` when claimed now, `Some(false)` when it already had one.
+    pub fn reserve(&self, key: &AttemptKey) -> Option<bool> {
         let mut running = self.lock_running();
         if running.contains_key(key) {
-            return true;
+            return Some(false);
         }
         if running.len() >= self.slots() {
-            return false;
+            return None;
         }
         running.insert(key.clone(), CancellationToken::new());
-        true
+        Some(true)
     }
 
     /// Gives back a slot reserved for an attempt that will not start.

@@ -200,14 +200,18 @@ async fn accept(State(s): State<WorkerService>, Json(spec): Json<AttemptSpec>) -
             s.worker.running(),
         );
     }
-    // Register first, then check the epoch: see the module docs.
-    if !s.worker.reserve(&spec.key) {
+    // Register first, then check the epoch: see the module docs. The
+    // reservation is given back if this handler ends early — a stale epoch,
+    // a store error, or the master dropping the request mid-way (axum then
+    // drops this future): a leaked one would make the worker claim forever
+    // that the attempt runs.
+    let Some(reservation) = Reservation::new(&s.worker, &spec.key) else {
         return refuse(StatusCode::TOO_MANY_REQUESTS, "the worker is at capacity".into(), s.worker.running());
-    }
+    };
     match s.store.run_epoch(&spec.key.run_id).await {
         Ok(Some(epoch)) if epoch == spec.epoch => {}
         Ok(current) => {
-            s.worker.unreserve(&spec.key);
+            drop(reservation);
             return refuse(
                 StatusCode::CONFLICT,
                 format!("stale dispatch: the run's epoch is {current:?}, the attempt carries {}", spec.epoch),
@@ -215,7 +219,7 @@ async fn accept(State(s): State<WorkerService>, Json(spec): Json<AttemptSpec>) -
             );
         }
         Err(e) => {
-            s.worker.unreserve(&spec.key);
+            drop(reservation);
             return refuse(
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!("cannot check the run's epoch: {e}"),
@@ -223,12 +227,40 @@ async fn accept(State(s): State<WorkerService>, Json(spec): Json<AttemptSpec>) -
             );
         }
     }
+    reservation.keep();
     s.reporter.track(&spec);
     s.worker.start(spec, s.reporter.clone());
     (
         StatusCode::ACCEPTED,
         Json(DispatchResponse { accepted: true, reason: String::new(), running: s.worker.running() as u32, capacity }),
     )
+}
+
+/// A worker slot reserved for an attempt by `accept`, given back on drop
+/// unless kept. A reservation that was already there (the same attempt
+/// dispatched twice) is not given back: it belongs to the first.
+struct Reservation<'a> {
+    worker: &'a Worker,
+    key: Option<AttemptKey>,
+}
+
+impl<'a> Reservation<'a> {
+    fn new(worker: &'a Worker, key: &AttemptKey) -> Option<Reservation<'a>> {
+        let fresh = worker.reserve(key)?;
+        Some(Reservation { worker, key: fresh.then(|| key.clone()) })
+    }
+
+    fn keep(mut self) {
+        self.key = None;
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            self.worker.unreserve(&key);
+        }
+    }
 }
 
 async fn cancel(State(s): State<WorkerService>, Json(req): Json<CancelRequest>) -> StatusCode {
