@@ -432,29 +432,11 @@ impl Engine {
                     self.apply_result(result, step, now, true);
                 }
                 Adoption::Unknown => {
-                    let Some(run) = self.runs.get(key.run_id.as_str()) else { continue };
-                    if !self.in_flight.contains_key(&key) {
-                        continue;
-                    }
-                    self.metrics.attempts_lost.fetch_add(1, Ordering::Relaxed);
-                    let task_name = run.machine.workflow().tasks[key.task as usize].name.clone();
-                    let started_at = run.extra[key.task as usize].started_at.unwrap_or(now);
-                    tracing::warn!(run = %key.run_id, task = %task_name, %worker, "the attempt's worker does not know it: lost");
-                    let result = AttemptResult {
-                        epoch,
-                        key,
-                        task_name,
-                        worker: worker.clone(),
-                        started_at,
-                        finished_at: now,
-                        outcome: Outcome::Failed {
-                            kind: FailureKind::WorkerLost,
-                            message: format!(
-                                "worker {worker} does not know the attempt (it restarted, or the attempt never reached it)"
-                            ),
-                        },
-                    };
-                    self.apply_result(result, step, now, true);
+                    tracing::warn!(attempt = %key, %worker, "the attempt's worker does not know it: lost");
+                    let message = format!(
+                        "worker {worker} does not know the attempt (it restarted, or the attempt never reached it)"
+                    );
+                    self.lose_in_flight(key, &worker, message, step, now);
                 }
             }
         }
@@ -491,36 +473,22 @@ impl Engine {
             } else {
                 self.dispatcher.adopt(&key, &attempt.worker, epoch).await
             };
+            if !matches!(adoption, Adoption::Unknown) {
+                // Running or finished on its worker: tracked again, so that
+                // its result (now or later) is applied like any other.
+                self.metrics.attempts_adopted.fetch_add(1, Ordering::Relaxed);
+                self.count_running(&workflow, &tenant);
+                let worker = attempt.worker.clone();
+                self.in_flight.insert(key, InFlight { workflow, tenant, worker, confirmed_at: now });
+            }
             match adoption {
                 Adoption::Running => {
-                    self.metrics.attempts_adopted.fetch_add(1, Ordering::Relaxed);
-                    self.count_running(&workflow, &tenant);
-                    self.in_flight.insert(
-                        key,
-                        InFlight {
-                            workflow,
-                            tenant: tenant.clone(),
-                            worker: attempt.worker.clone(),
-                            confirmed_at: now,
-                        },
-                    );
                     let mut adopted = attempt.clone();
                     adopted.epoch = epoch;
                     step.batch.attempts.push(adopted);
                 }
                 Adoption::Finished(mut result) => {
-                    self.metrics.attempts_adopted.fetch_add(1, Ordering::Relaxed);
                     result.epoch = epoch;
-                    self.count_running(&workflow, &tenant);
-                    self.in_flight.insert(
-                        key,
-                        InFlight {
-                            workflow,
-                            tenant: tenant.clone(),
-                            worker: attempt.worker.clone(),
-                            confirmed_at: now,
-                        },
-                    );
                     self.apply_result(result, step, now, true);
                 }
                 Adoption::Unknown => {
@@ -572,27 +540,34 @@ impl Engine {
             .map(|(k, f)| (k.clone(), f.worker.clone()))
             .collect();
         for (key, worker) in lost {
-            let Some(run) = self.runs.get(key.run_id.as_str()) else {
-                self.in_flight.remove(&key);
-                continue;
-            };
-            self.metrics.attempts_lost.fetch_add(1, Ordering::Relaxed);
-            let task_name = run.machine.workflow().tasks[key.task as usize].name.clone();
-            let started_at = run.extra[key.task as usize].started_at.unwrap_or(now);
-            let result = AttemptResult {
-                epoch: run.row.epoch,
-                key,
-                task_name,
-                worker: worker.clone(),
-                started_at,
-                finished_at: now,
-                outcome: Outcome::Failed {
-                    kind: FailureKind::WorkerLost,
-                    message: format!("worker {worker} left the cluster while running it"),
-                },
-            };
-            self.apply_result(result, step, now, true);
+            let message = format!("worker {worker} left the cluster while running it");
+            self.lose_in_flight(key, &worker, message, step, now);
         }
+    }
+
+    /// An in-flight attempt whose worker no longer has it: it fails as
+    /// `worker-lost` (retried, uncharged).
+    fn lose_in_flight(&mut self, key: AttemptKey, worker: &str, message: String, step: &mut Step, now: i64) {
+        let Some(run) = self.runs.get(key.run_id.as_str()) else {
+            self.in_flight.remove(&key);
+            return;
+        };
+        if !self.in_flight.contains_key(&key) {
+            return;
+        }
+        self.metrics.attempts_lost.fetch_add(1, Ordering::Relaxed);
+        let task_name = run.machine.workflow().tasks[key.task as usize].name.clone();
+        let started_at = run.extra[key.task as usize].started_at.unwrap_or(now);
+        let result = AttemptResult {
+            epoch: run.row.epoch,
+            key,
+            task_name,
+            worker: worker.to_owned(),
+            started_at,
+            finished_at: now,
+            outcome: Outcome::Failed { kind: FailureKind::WorkerLost, message },
+        };
+        self.apply_result(result, step, now, true);
     }
 
     /// Commits the step, then performs what must follow a commit.
