@@ -16,7 +16,7 @@ use std::time::Instant;
 use anyhow::{Context as _, bail};
 use clap::{Args, ValueEnum};
 use dagr_config::Config;
-use dagr_protocol::api::{Applied, RunSummary, TriggerRequest};
+use dagr_protocol::api::{Applied, RunList, RunSummary, TriggerRequest};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
@@ -205,11 +205,21 @@ async fn measure_remote(
         }
         let mut states = Vec::new();
         while !pending.is_empty() {
+            // The workflow's newest runs, as summaries: a run's own page
+            // carries every task, which would load the nodes more than the
+            // runs being measured do.
+            let limit = (pending.len() + 8).to_string();
+            let page: RunList = api
+                .json(api.get(&["v1", "workflows", &applied.name, "runs"]).query(&[("limit", limit.as_str())]))
+                .await?;
             let mut still = Vec::new();
             for id in pending {
-                let detail: RunSummary = api.json(api.get(&["v1", "runs", &id])).await?;
-                if matches!(detail.state.as_str(), "succeeded" | "failed" | "killed") {
-                    states.push(detail.state);
+                let state = match page.runs.iter().find(|r| r.id == id) {
+                    Some(run) => run.state.clone(),
+                    None => api.json::<RunSummary>(api.get(&["v1", "runs", &id])).await?.state,
+                };
+                if matches!(state.as_str(), "succeeded" | "failed" | "killed") {
+                    states.push(state);
                 } else {
                     still.push(id);
                 }

@@ -208,9 +208,14 @@ impl Dispatcher for LocalDispatcher {
         Some(self.worker.id().to_owned())
     }
 
-    async fn dispatch(&self, spec: AttemptSpec, _worker: &str) -> Result<(), String> {
-        self.worker.start(spec, self.reporter.clone());
-        Ok(())
+    async fn dispatch(&self, specs: Vec<AttemptSpec>, _worker: &str) -> Vec<Result<(), String>> {
+        specs
+            .into_iter()
+            .map(|spec| {
+                self.worker.start(spec, self.reporter.clone());
+                Ok(())
+            })
+            .collect()
     }
 
     fn released(&self, _worker: &str) {}

@@ -14,7 +14,8 @@ use dagr_coord::{Coordinator, Membership, NodeInfo, Role};
 use dagr_protocol::control::{CommandOutcome, Control};
 use dagr_protocol::sharding::SlotMap;
 use dagr_protocol::wire::{
-    Ack, AdoptRequest, AdoptResponse, AttemptKey, AttemptResult, AttemptSpec, CancelRequest, DispatchResponse,
+    AdoptRequest, AdoptResponse, AttemptKey, AttemptSpec, CancelRequest, DispatchBatch, DispatchResponse, ResultAcks,
+    ResultBatch, Verdict,
 };
 use dagr_store::Store;
 use serde::{Deserialize, Serialize};
@@ -142,25 +143,41 @@ impl Dispatcher for HttpDispatcher {
         Some(chosen)
     }
 
-    async fn dispatch(&self, spec: AttemptSpec, worker: &str) -> Result<(), String> {
-        let addr = self.addr(worker).ok_or_else(|| format!("worker {worker} is not a member any more"))?;
-        let response = self
+    async fn dispatch(&self, specs: Vec<AttemptSpec>, worker: &str) -> Vec<Result<(), String>> {
+        let n = specs.len();
+        let all_failed = |message: String| vec![Err(message); n];
+        let Some(addr) = self.addr(worker) else {
+            return all_failed(format!("worker {worker} is not a member any more"));
+        };
+        let response = match self
             .http
             .post(format!("{addr}/internal/attempts"))
-            .json(&spec)
+            .json(&DispatchBatch { attempts: specs })
             .send()
             .await
-            .map_err(|e| format!("worker {worker} unreachable: {e}"))?;
+        {
+            Ok(response) => response,
+            Err(e) => return all_failed(format!("worker {worker} unreachable: {e}")),
+        };
         let status = response.status();
-        let body: Option<DispatchResponse> = response.json().await.ok();
-        if let Some(body) = &body {
-            self.lock().reported.insert(worker.to_owned(), body.running);
-        }
-        match body {
-            Some(b) if b.accepted => Ok(()),
-            Some(b) => Err(format!("worker {worker} refused ({status}): {}", b.reason)),
-            None => Err(format!("worker {worker} answered {status}")),
-        }
+        let body = match response.json::<DispatchResponse>().await {
+            Ok(body) if body.verdicts.len() == n => body,
+            Ok(body) => {
+                return all_failed(format!(
+                    "worker {worker} answered {} verdicts for {n} attempts",
+                    body.verdicts.len()
+                ));
+            }
+            Err(e) => return all_failed(format!("worker {worker} answered {status}: {e}")),
+        };
+        self.lock().reported.insert(worker.to_owned(), body.running);
+        body.verdicts
+            .into_iter()
+            .map(|verdict| match verdict {
+                Verdict::Accepted => Ok(()),
+                Verdict::Refused { reason } => Err(format!("worker {worker} refused: {reason}")),
+            })
+            .collect()
     }
 
     fn released(&self, worker: &str) {
@@ -234,8 +251,8 @@ pub fn router(service: MasterService) -> axum::Router {
         .with_state(service)
 }
 
-async fn results(State(s): State<MasterService>, Json(result): Json<AttemptResult>) -> Json<Ack> {
-    Json(s.engine.report_acked(result).await)
+async fn results(State(s): State<MasterService>, Json(batch): Json<ResultBatch>) -> Json<ResultAcks> {
+    Json(ResultAcks { acks: s.engine.report_acked(batch.results).await })
 }
 
 async fn wake(State(s): State<MasterService>) -> &'static str {

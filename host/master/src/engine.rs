@@ -623,21 +623,31 @@ impl Engine {
         for (run, verdict, ack) in step.acks {
             let _ = ack.send(if fenced.contains(&run) { Ack::NotOwner } else { verdict });
         }
+        // One request per worker, all workers at once.
+        let mut batches: BTreeMap<String, Vec<AttemptSpec>> = BTreeMap::new();
         for (spec, worker) in step.dispatches {
-            if fenced.contains(&spec.key.run_id) {
-                continue;
+            if !fenced.contains(&spec.key.run_id) {
+                batches.entry(worker).or_default().push(spec);
             }
-            let key = spec.key.clone();
-            self.metrics.dispatched.fetch_add(1, Ordering::Relaxed);
-            if let Err(message) = self.dispatcher.dispatch(spec.clone(), &worker).await {
-                tracing::warn!(attempt = %key, %message, "dispatch failed; the attempt goes again");
+        }
+        let dispatcher = &self.dispatcher;
+        let answers = futures::future::join_all(batches.into_iter().map(|(worker, specs)| async move {
+            let answers = dispatcher.dispatch(specs.clone(), &worker).await;
+            (worker, specs, answers)
+        }))
+        .await;
+        for (worker, specs, answers) in answers {
+            self.metrics.dispatched.fetch_add(specs.len() as u64, Ordering::Relaxed);
+            for (spec, answer) in specs.into_iter().zip(answers) {
+                let Err(message) = answer else { continue };
+                tracing::warn!(attempt = %spec.key, %message, "dispatch failed; the attempt goes again");
                 // The worker did not take it: it never ran, so it is not charged.
                 let now = now_ms();
                 self.deferred.push(AttemptResult {
-                    key,
+                    key: spec.key,
                     epoch: spec.epoch,
-                    task_name: spec.task_name.clone(),
-                    worker,
+                    task_name: spec.task_name,
+                    worker: worker.clone(),
                     started_at: now,
                     finished_at: now,
                     outcome: Outcome::Failed {

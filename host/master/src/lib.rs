@@ -63,9 +63,10 @@ pub trait Dispatcher: Send + Sync + 'static {
     /// Chooses a worker (of `group`, if given) for an attempt, or `None`
     /// if none has room now.
     fn pick(&self, group: Option<&str>) -> Option<String>;
-    /// Hands an attempt to the chosen worker. An error means it was not
-    /// accepted (it will not run).
-    async fn dispatch(&self, spec: AttemptSpec, worker: &str) -> Result<(), String>;
+    /// Hands attempts to the chosen worker, all in one exchange. Answers
+    /// one result per attempt, in order; an error means that attempt was
+    /// not accepted (it will not run).
+    async fn dispatch(&self, specs: Vec<AttemptSpec>, worker: &str) -> Vec<Result<(), String>>;
     /// An attempt on `worker` ended (its slot is free again).
     fn released(&self, worker: &str);
     /// Asks the worker running this attempt to stop it.
@@ -211,14 +212,25 @@ impl EngineHandle {
         let _ = self.tx.send(Input::Result(result, None));
     }
 
-    /// A worker's report, answered once the engine has durably recorded it
-    /// (or decided it is stale or not its own).
-    pub async fn report_acked(&self, result: AttemptResult) -> Ack {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        if self.tx.send(Input::Result(result, Some(tx))).is_err() {
-            return Ack::NotOwner;
+    /// Workers' reports, each answered once the engine has durably recorded
+    /// it (or decided it is stale or not its own). All are handed to the engine before waiting, so that one engine step
+    /// can record them together; one [`Ack`] each, in order.
+    pub async fn report_acked(&self, results: Vec<AttemptResult>) -> Vec<Ack> {
+        let waiting: Vec<_> = results
+            .into_iter()
+            .map(|result| {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                self.tx.send(Input::Result(result, Some(tx))).is_ok().then_some(rx)
+            })
+            .collect();
+        let mut acks = Vec::with_capacity(waiting.len());
+        for rx in waiting {
+            acks.push(match rx {
+                Some(rx) => rx.await.unwrap_or(Ack::NotOwner),
+                None => Ack::NotOwner,
+            });
         }
-        rx.await.unwrap_or(Ack::NotOwner)
+        acks
     }
 
     /// Sets the slots this master owns: it takes over the runs of slots it

@@ -212,14 +212,38 @@ pub struct CancelRequest {
     pub key: AttemptKey,
 }
 
-/// A worker's answer to a dispatch.
+/// Attempts a master hands to one worker in one request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DispatchBatch {
+    pub attempts: Vec<AttemptSpec>,
+}
+
+/// A worker's answer to a [`DispatchBatch`]: one verdict per attempt, in
+/// the order they were sent, and the worker's load after taking them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DispatchResponse {
-    pub accepted: bool,
-    /// Why not, when refused.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub reason: String,
-    /// Attempts running on the worker now, and its capacity.
+    pub verdicts: Vec<Verdict>,
+    /// Attempts running (or reserved) on the worker now, and its capacity.
     pub running: u32,
     pub capacity: u32,
+}
+
+/// Whether a worker took one attempt of a batch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "verdict", rename_all = "snake_case")]
+pub enum Verdict {
+    Accepted,
+    Refused { reason: String },
+}
+
+/// Results a worker delivers to one master in one request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResultBatch {
+    pub results: Vec<AttemptResult>,
+}
+
+/// The master's answer to a [`ResultBatch`]: one [`Ack`] per result, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResultAcks {
+    pub acks: Vec<Ack>,
 }

@@ -276,6 +276,8 @@ pub enum FailureKind {
     InvalidOutput,
     /// The attempt was cancelled from outside.
     Cancelled,
+    /// The scratch directory grew past [`Limits::scratch_bytes`].
+    ScratchQuota,
     /// Something went wrong in dagr (e.g. no pool slot, a scratch directory
     /// that could not be created). Not the plugin's fault.
     Internal,
@@ -294,6 +296,7 @@ impl FailureKind {
             FailureKind::OutputTooLarge => "output-too-large",
             FailureKind::InvalidOutput => "invalid-output",
             FailureKind::Cancelled => "cancelled",
+            FailureKind::ScratchQuota => "scratch-quota",
             FailureKind::Internal => "internal",
         }
     }
@@ -441,6 +444,7 @@ fn describe_limits() -> Limits {
         fuel: None,
         max_output_bytes: 256 << 10,
         max_log_bytes: 16 << 10,
+        scratch_bytes: None,
     }
 }
 
@@ -707,7 +711,7 @@ impl Runtime {
             exec;
         let log = AttemptLog::new(limits.max_log_bytes, observer.clone());
 
-        let scratch = match self.inner.scratch.take(scratch_dir) {
+        let scratch = match self.inner.scratch.take(scratch_dir, &context.tenant) {
             Ok(scratch) => scratch,
             Err(message) => {
                 return finish(&log, Err(Failure::new(FailureKind::Internal, message)), started, None, None);
@@ -725,6 +729,7 @@ impl Runtime {
         let progress = store.data().host.progress.clone();
         let deadline = started + limits.deadline;
         self.arm_epoch(&mut store, deadline, cancel.clone(), keep_going);
+        let quota = limits.scratch_bytes.map(|bytes| ScratchWatch::start(scratch.path(), bytes, &cancel));
 
         let wit_context = bindings::TaskContext {
             tenant: context.tenant,
@@ -767,6 +772,9 @@ impl Runtime {
                 }
             }
         };
+        // A guest that saw `cancelled()` turn true may return before the
+        // select above notices the cancellation: it was cancelled all the same.
+        let cancelled = cancelled || cancel.is_cancelled();
         // Whether the guest's `run` returned, rather than being stopped.
         let returned = outcome.is_ok();
         let mut result = match outcome {
@@ -780,6 +788,11 @@ impl Runtime {
         if cancelled {
             result = Err(cancelled_failure(result));
         }
+        if let Some(quota) = quota
+            && let Some(failure) = quota.finish(scratch.path()).await
+        {
+            result = Err(failure);
+        }
         let fuel_consumed = match (self.inner.config.fuel, store.get_fuel()) {
             (true, Ok(left)) => Some(limits.fuel.unwrap_or(u64::MAX) - left),
             _ => None,
@@ -788,6 +801,58 @@ impl Runtime {
         self.inner.scratch.give_back(scratch, returned);
         let progress = progress.lock().unwrap_or_else(|e| e.into_inner()).take();
         finish(&log, result, started, progress, fuel_consumed)
+    }
+}
+
+/// How often a scratch directory with a quota is measured while its attempt
+/// runs. A guest can overshoot the quota on disk by what it writes in this
+/// time (then it is stopped); the directory is measured once more at the
+/// end, so an attempt over its quota never succeeds.
+pub const SCRATCH_CHECK: Duration = Duration::from_millis(50);
+
+/// Enforces [`Limits::scratch_bytes`] on one attempt's scratch directory.
+struct ScratchWatch {
+    quota: u64,
+    hit: Arc<AtomicBool>,
+    watcher: tokio::task::JoinHandle<()>,
+}
+
+impl ScratchWatch {
+    /// Measures `dir` every [`SCRATCH_CHECK`]; past `quota` bytes, cancels
+    /// the attempt.
+    fn start(dir: &Path, quota: u64, cancel: &CancellationToken) -> ScratchWatch {
+        let hit = Arc::new(AtomicBool::new(false));
+        let (dir, flag, cancel) = (dir.to_path_buf(), hit.clone(), cancel.clone());
+        let watcher = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(SCRATCH_CHECK).await;
+                let measured = dir.clone();
+                let size = tokio::task::spawn_blocking(move || scratch::dir_size(&measured)).await.unwrap_or(0);
+                if size > quota {
+                    flag.store(true, Ordering::Relaxed);
+                    cancel.cancel();
+                    return;
+                }
+            }
+        });
+        ScratchWatch { quota, hit, watcher }
+    }
+
+    /// Stops watching and measures a last time: the failure, if the
+    /// directory went past its quota at any point.
+    async fn finish(self, dir: &Path) -> Option<Failure> {
+        self.watcher.abort();
+        let measured = dir.to_path_buf();
+        let size = tokio::task::spawn_blocking(move || scratch::dir_size(&measured)).await.unwrap_or(0);
+        (self.hit.load(Ordering::Relaxed) || size > self.quota).then(|| {
+            Failure::new(
+                FailureKind::ScratchQuota,
+                format!(
+                    "scratch quota exceeded: the attempt's scratch directory grew past its limit of {} bytes",
+                    self.quota
+                ),
+            )
+        })
     }
 }
 

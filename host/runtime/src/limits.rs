@@ -19,6 +19,12 @@ pub struct Limits {
     pub max_output_bytes: usize,
     /// The largest log an attempt may write; past it, lines are dropped.
     pub max_log_bytes: usize,
+    /// The most bytes the attempt's scratch directory may hold. Measured
+    /// every [`crate::SCRATCH_CHECK`] while the attempt runs (past it, the
+    /// attempt is stopped) and once more at its end (so an attempt over it
+    /// never succeeds). `None`: no quota.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scratch_bytes: Option<u64>,
 }
 
 impl Default for Limits {
@@ -29,6 +35,7 @@ impl Default for Limits {
             fuel: None,
             max_output_bytes: 1 << 20,
             max_log_bytes: 1 << 20,
+            scratch_bytes: None,
         }
     }
 }

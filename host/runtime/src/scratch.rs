@@ -18,25 +18,32 @@
 //! Anything else is removed before the attempt reports.
 //! Directories a caller brings ([`crate::Execution::scratch_dir`]) are the
 //! caller's and never reused or removed.
+//!
+//! Each tenant's directories live under the root in a directory of its own
+//! and are only ever reused for the same tenant.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use tempfile::TempDir;
 
-/// Empty directories kept for later attempts, beyond which they are removed.
+/// Empty directories kept per tenant for later attempts, beyond which they
+/// are removed.
 const MAX_IDLE: usize = 32;
 
 /// Hands out scratch directories under one root.
 pub(crate) struct ScratchDirs {
     root: PathBuf,
-    idle: Mutex<Vec<TempDir>>,
+    /// Idle directories by tenant.
+    idle: Mutex<HashMap<String, Vec<TempDir>>>,
 }
 
 /// The scratch directory of one attempt.
 pub(crate) enum Scratch {
-    /// The runtime's: empty at the start, reused or removed at the end.
-    Owned(TempDir),
+    /// The runtime's (of a tenant): empty at the start, reused or removed
+    /// at the end.
+    Owned(TempDir, String),
     /// Brought by the caller, who owns its lifetime.
     Given(PathBuf),
 }
@@ -44,7 +51,7 @@ pub(crate) enum Scratch {
 impl Scratch {
     pub(crate) fn path(&self) -> &Path {
         match self {
-            Scratch::Owned(dir) => dir.path(),
+            Scratch::Owned(dir, _) => dir.path(),
             Scratch::Given(dir) => dir,
         }
     }
@@ -52,12 +59,12 @@ impl Scratch {
 
 impl ScratchDirs {
     pub(crate) fn new(root: PathBuf) -> Self {
-        ScratchDirs { root, idle: Mutex::new(Vec::new()) }
+        ScratchDirs { root, idle: Mutex::new(HashMap::new()) }
     }
 
-    /// The scratch directory for an attempt: the caller's, created if
-    /// missing, or an empty one of ours.
-    pub(crate) fn take(&self, given: Option<PathBuf>) -> Result<Scratch, String> {
+    /// The scratch directory for an attempt of `tenant`: the caller's,
+    /// created if missing, or an empty one of ours.
+    pub(crate) fn take(&self, given: Option<PathBuf>, tenant: &str) -> Result<Scratch, String> {
         if let Some(dir) = given {
             if !dir.is_dir() {
                 std::fs::create_dir_all(&dir)
@@ -65,29 +72,32 @@ impl ScratchDirs {
             }
             return Ok(Scratch::Given(dir));
         }
-        if let Some(dir) = self.lock().pop() {
-            return Ok(Scratch::Owned(dir));
+        let tenant = path_safe(tenant);
+        if let Some(dir) = self.lock().get_mut(&tenant).and_then(Vec::pop) {
+            return Ok(Scratch::Owned(dir, tenant));
         }
-        let create = || tempfile::Builder::new().prefix("attempt-").tempdir_in(&self.root);
+        let root = self.root.join(&tenant);
+        let create = || tempfile::Builder::new().prefix("attempt-").tempdir_in(&root);
         let dir = match create() {
             Ok(dir) => dir,
             Err(_) => {
                 // Most likely the root does not exist (yet, or any more).
-                std::fs::create_dir_all(&self.root)
-                    .map_err(|e| format!("cannot create the scratch root {}: {e}", self.root.display()))?;
-                create().map_err(|e| format!("cannot create a scratch directory in {}: {e}", self.root.display()))?
+                std::fs::create_dir_all(&root)
+                    .map_err(|e| format!("cannot create the scratch root {}: {e}", root.display()))?;
+                create().map_err(|e| format!("cannot create a scratch directory in {}: {e}", root.display()))?
             }
         };
-        Ok(Scratch::Owned(dir))
+        Ok(Scratch::Owned(dir, tenant))
     }
 
     /// Takes back an attempt's directory once nothing uses it any more.
     /// `returned` says whether the guest's `run` returned (see the module
     /// docs); if not, or if the directory is not empty, it is removed.
     pub(crate) fn give_back(&self, scratch: Scratch, returned: bool) {
-        let Scratch::Owned(dir) = scratch else { return };
+        let Scratch::Owned(dir, tenant) = scratch else { return };
         if returned && is_empty(dir.path()) {
             let mut idle = self.lock();
+            let idle = idle.entry(tenant).or_default();
             if idle.len() < MAX_IDLE {
                 idle.push(dir);
                 return;
@@ -98,9 +108,30 @@ impl ScratchDirs {
         drop(dir);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<TempDir>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<TempDir>>> {
         self.idle.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// A tenant name made safe as one path component.
+fn path_safe(name: &str) -> String {
+    let safe: String =
+        name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect();
+    if safe.is_empty() { "_".into() } else { safe }
+}
+
+/// Bytes of the files under `dir`, recursively (symbolic links count as
+/// their own size, not their target's).
+pub(crate) fn dir_size(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => dir_size(&e.path()),
+            Ok(_) => e.metadata().map(|m| m.len()).unwrap_or(0),
+            Err(_) => 0,
+        })
+        .sum()
 }
 
 fn is_empty(dir: &Path) -> bool {
@@ -119,16 +150,16 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let dirs = ScratchDirs::new(root.path().join("scratch"));
 
-        let first = dirs.take(None).unwrap();
+        let first = dirs.take(None, "t").unwrap();
         let first_path = first.path().to_path_buf();
         dirs.give_back(first, true);
-        let second = dirs.take(None).unwrap();
+        let second = dirs.take(None, "t").unwrap();
         assert_eq!(second.path(), first_path, "an untouched directory is reused");
 
         std::fs::write(second.path().join("left-over"), b"x").unwrap();
         dirs.give_back(second, true);
         assert!(!first_path.exists(), "a directory with something in it is removed");
-        let third = dirs.take(None).unwrap();
+        let third = dirs.take(None, "t").unwrap();
         assert_ne!(third.path(), first_path);
         assert_eq!(std::fs::read_dir(third.path()).unwrap().count(), 0);
 
@@ -142,11 +173,25 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let dirs = ScratchDirs::new(root.path().join("scratch"));
         let given = root.path().join("mine/nested");
-        let scratch = dirs.take(Some(given.clone())).unwrap();
+        let scratch = dirs.take(Some(given.clone()), "t").unwrap();
         assert!(given.is_dir());
         std::fs::write(given.join("keep"), b"x").unwrap();
         dirs.give_back(scratch, true);
         assert!(given.join("keep").exists());
         assert!(dirs.lock().is_empty());
+    }
+
+    #[test]
+    fn tenants_never_share_a_directory() {
+        let root = tempfile::tempdir().unwrap();
+        let dirs = ScratchDirs::new(root.path().join("scratch"));
+        let a = dirs.take(None, "a").unwrap();
+        let a_path = a.path().to_path_buf();
+        assert!(a_path.starts_with(root.path().join("scratch/a")), "{}", a_path.display());
+        dirs.give_back(a, true);
+        let b = dirs.take(None, "b/../a").unwrap();
+        assert_ne!(b.path(), a_path, "another tenant gets a directory of its own");
+        assert!(b.path().starts_with(root.path().join("scratch/b____a")), "{}", b.path().display());
+        assert_eq!(dirs.take(None, "a").unwrap().path(), a_path);
     }
 }

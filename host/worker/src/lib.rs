@@ -261,17 +261,6 @@ impl Worker {
                 return finish(Outcome::Failed { kind: FailureKind::BadParams, message });
             }
         };
-        // Each attempt gets its own scratch directory under its tenant's.
-        let scratch = self.inner.runtime.config().scratch_root.join(path_safe(&spec.tenant)).join(format!(
-            "{}-{}-{}",
-            path_safe(&spec.key.run_id),
-            spec.key.task,
-            spec.key.number
-        ));
-        let quota_hit = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let watcher = spec
-            .scratch_bytes
-            .map(|quota| tokio::spawn(watch_scratch(scratch.clone(), quota, cancel.clone(), quota_hit.clone())));
         let observer = Arc::new(AttemptLog::new(&spec.key, self.inner.logs.clone()));
         let keep_going = self.inner.keep_going.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let exec = Execution {
@@ -292,43 +281,17 @@ impl Worker {
                 fuel: None,
                 max_output_bytes: spec.max_output_bytes as usize,
                 max_log_bytes: spec.max_log_bytes as usize,
+                scratch_bytes: spec.scratch_bytes,
             },
             network,
             secrets: self.inner.secrets.as_ref().and_then(|s| s.secrets_for(&spec.tenant)),
-            scratch_dir: Some(scratch.clone()),
+            // An empty directory of the runtime's, under the tenant's own.
+            scratch_dir: None,
             cancel: cancel.clone(),
             observer: Some(observer.clone()),
             keep_going: keep_going.clone(),
         };
         let report = self.inner.runtime.execute(&plugin, exec).await;
-        if let Some(watcher) = watcher {
-            watcher.abort();
-        }
-        // The watcher samples; this last measurement makes sure that an
-        // attempt that went past its quota between samples (or in its last
-        // moments) never succeeds.
-        if let Some(quota) = spec.scratch_bytes {
-            let measured = scratch.clone();
-            let size = tokio::task::spawn_blocking(move || dir_size(&measured)).await.unwrap_or(0);
-            if size > quota {
-                quota_hit.store(true, Ordering::Relaxed);
-            }
-        }
-        let removed = scratch.clone();
-        let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(removed)).await;
-        if quota_hit.load(Ordering::Relaxed) {
-            let quota = spec.scratch_bytes.unwrap_or(0);
-            observer.log(&LogLine::new(
-                dagr_runtime::LogSource::Dagr,
-                dagr_runtime::LogLevel::Error,
-                format!("the attempt was stopped: its scratch directory grew past the tenant's scratch_bytes limit of {quota} bytes"),
-            ));
-            observer.flush().await;
-            return finish(Outcome::Failed {
-                kind: FailureKind::Fatal,
-                message: format!("scratch quota exceeded: the tenant's scratch_bytes limit is {quota} bytes"),
-            });
-        }
         observer.flush().await;
         let fenced = keep_going.as_ref().is_some_and(|ok| !ok());
         finish(match report.result {
@@ -336,6 +299,10 @@ impl Worker {
             Err(failure) if fenced && failure.kind == dagr_runtime::FailureKind::Cancelled => {
                 Outcome::Failed { kind: FailureKind::WorkerLost, message: failure.message }
             }
+            Err(failure) if failure.kind == dagr_runtime::FailureKind::ScratchQuota => Outcome::Failed {
+                kind: map_kind(failure.kind),
+                message: format!("{} (the tenant's scratch_bytes limit)", failure.message),
+            },
             Err(failure) => Outcome::Failed { kind: map_kind(failure.kind), message: failure.message },
         })
     }
@@ -343,48 +310,6 @@ impl Worker {
 
 /// A plugin being loaded (once) for the attempts that need it.
 type Loading = Arc<OnceCell<Result<Plugin, String>>>;
-
-/// A name that is safe as one path component.
-fn path_safe(name: &str) -> String {
-    name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect()
-}
-
-/// How often a scratch directory is measured against its quota while the
-/// attempt runs. A guest can overshoot the quota on disk by what it writes
-/// in this time (then it is stopped); it is measured once more when it
-/// ends, so an attempt over its quota never succeeds.
-const SCRATCH_CHECK: Duration = Duration::from_millis(50);
-
-/// Stops the attempt when its scratch directory grows past `quota` bytes.
-async fn watch_scratch(
-    dir: std::path::PathBuf,
-    quota: u64,
-    cancel: CancellationToken,
-    hit: Arc<std::sync::atomic::AtomicBool>,
-) {
-    loop {
-        tokio::time::sleep(SCRATCH_CHECK).await;
-        let measured = dir.clone();
-        let size = tokio::task::spawn_blocking(move || dir_size(&measured)).await.unwrap_or(0);
-        if size > quota {
-            hit.store(true, Ordering::Relaxed);
-            cancel.cancel();
-            return;
-        }
-    }
-}
-
-fn dir_size(dir: &std::path::Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
-    entries
-        .flatten()
-        .map(|e| match e.file_type() {
-            Ok(t) if t.is_dir() => dir_size(&e.path()),
-            Ok(_) => e.metadata().map(|m| m.len()).unwrap_or(0),
-            Err(_) => 0,
-        })
-        .sum()
-}
 
 fn map_kind(kind: dagr_runtime::FailureKind) -> FailureKind {
     use dagr_runtime::FailureKind as R;
@@ -399,6 +324,8 @@ fn map_kind(kind: dagr_runtime::FailureKind) -> FailureKind {
         R::OutputTooLarge => FailureKind::OutputTooLarge,
         R::InvalidOutput => FailureKind::InvalidOutput,
         R::Cancelled => FailureKind::Cancelled,
+        // The limit is the tenant's, and deterministic enough not to retry.
+        R::ScratchQuota => FailureKind::Fatal,
         R::Internal => FailureKind::Internal,
     }
 }

@@ -12,7 +12,7 @@
 //! - a result is kept until the run's current owner acknowledges it; a new
 //!   owner that adopts a running attempt gets its result, with its epoch.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,18 +23,24 @@ use axum::routing::{get, post};
 use dagr_coord::{Membership, Role};
 use dagr_protocol::sharding::SlotMap;
 use dagr_protocol::wire::{
-    Ack, AdoptRequest, AdoptResponse, AttemptKey, AttemptResult, AttemptSpec, CancelRequest, DispatchResponse,
+    Ack, AdoptRequest, AdoptResponse, AttemptKey, AttemptResult, AttemptSpec, CancelRequest, DispatchBatch,
+    DispatchResponse, ResultAcks, ResultBatch, Verdict,
 };
 use dagr_store::Store;
 use tokio::sync::{Notify, watch};
 
 use crate::{Reporter, Worker};
 
+/// Results sent to a master in one request at most.
+const MAX_RESULTS_PER_REQUEST: usize = 512;
+
 /// Delivers results to masters, retrying and re-routing until acknowledged.
 pub struct ClusterReporter {
     state: Mutex<ReporterState>,
     notify: Notify,
     membership: watch::Receiver<Membership>,
+    /// The masters' ids and their slot map (see [`ClusterReporter::masters`]).
+    slot_map: Mutex<(Vec<String>, Arc<SlotMap>)>,
     http: reqwest::Client,
 }
 
@@ -52,6 +58,7 @@ impl ClusterReporter {
             state: Mutex::new(ReporterState::default()),
             notify: Notify::new(),
             membership,
+            slot_map: Mutex::new((Vec::new(), Arc::new(SlotMap::default()))),
             http: reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap_or_default(),
         });
         tokio::spawn(reporter.clone().deliver_forever());
@@ -100,18 +107,34 @@ impl ClusterReporter {
             .collect()
     }
 
-    /// The master to report to: the dispatching (or adopting) master while
-    /// it is alive and owns the run's slot, else the slot's current owner.
-    fn route(&self, run_id: &str, preferred: &str) -> Option<String> {
-        let members = self.membership.borrow().clone();
-        let masters: std::collections::BTreeMap<String, f64> =
-            members.with_role(Role::Master).map(|m| (m.id.clone(), 1.0)).collect();
-        let owner = SlotMap::compute(&masters).owner(dagr_protocol::slot_of(run_id)).map(str::to_owned);
-        let id = match owner {
-            Some(owner) => owner,
-            None => preferred.to_owned(),
-        };
-        members.nodes.get(&id).map(|n| n.addr.clone())
+    /// The live masters (id → address) and the slot map they make with
+    /// equal weights, computed again only when the masters change.
+    fn masters(&self) -> (BTreeMap<String, String>, Arc<SlotMap>) {
+        let masters: BTreeMap<String, String> =
+            self.membership.borrow().with_role(Role::Master).map(|m| (m.id.clone(), m.addr.clone())).collect();
+        let mut cached = self.slot_map.lock().unwrap_or_else(|e| e.into_inner());
+        if !cached.0.iter().eq(masters.keys()) {
+            let weights = masters.keys().map(|id| (id.clone(), 1.0)).collect();
+            *cached = (masters.keys().cloned().collect(), Arc::new(SlotMap::compute(&weights)));
+        }
+        (masters, cached.1.clone())
+    }
+
+    /// Where a result goes, in order: the master that dispatched (or
+    /// adopted) the attempt, which owns the run unless it failed over; the
+    /// slot's owner with equal weights (the owner after a failover); then
+    /// every other master (the leader's rebalancing weights, which workers
+    /// do not know, can move a slot anywhere). A master that does not own
+    /// the run answers so, and the next one is asked.
+    fn candidates(run_id: &str, preferred: &str, masters: &BTreeMap<String, String>, map: &SlotMap) -> Vec<String> {
+        let mut order: Vec<&str> = Vec::with_capacity(masters.len());
+        let owner = map.owner(dagr_protocol::slot_of(run_id));
+        for id in std::iter::once(preferred).chain(owner).chain(masters.keys().map(String::as_str)) {
+            if masters.contains_key(id) && !order.contains(&id) {
+                order.push(id);
+            }
+        }
+        order.into_iter().map(|id| masters[id].clone()).collect()
     }
 
     async fn deliver_forever(self: Arc<Self>) {
@@ -123,40 +146,67 @@ impl ClusterReporter {
                 delay = Duration::from_millis(50);
                 continue;
             }
-            let mut all_done = true;
-            for (result, master) in pending {
-                let Some(addr) = self.route(&result.key.run_id, &master) else {
-                    all_done = false;
-                    continue;
-                };
-                let ack = self
-                    .http
-                    .post(format!("{addr}/internal/results"))
-                    .json(&result)
-                    .send()
-                    .await
-                    .ok()
-                    .filter(|r| r.status().is_success());
-                let ack = match ack {
-                    Some(response) => response.json::<Ack>().await.ok(),
-                    None => None,
-                };
-                match ack {
-                    Some(Ack::Applied | Ack::Stale) => {
-                        let mut state = self.lock();
-                        if state.pending.get(&result.key).is_some_and(|p| p.outcome == result.outcome) {
-                            state.pending.remove(&result.key);
-                            state.targets.remove(&result.key);
-                        }
+            let (masters, map) = self.masters();
+            let mut left: Vec<(AttemptResult, Vec<String>)> = pending
+                .into_iter()
+                .map(|(result, preferred)| {
+                    let candidates = Self::candidates(&result.key.run_id, &preferred, &masters, &map);
+                    (result, candidates)
+                })
+                .collect();
+            // Round n asks each result's n-th candidate: one request per
+            // master (a chunk at most), all masters at once.
+            for round in 0..masters.len() {
+                let mut batches: HashMap<&str, Vec<&AttemptResult>> = HashMap::new();
+                for (result, candidates) in &left {
+                    if let Some(addr) = candidates.get(round) {
+                        batches.entry(addr).or_default().push(result);
                     }
-                    _ => all_done = false,
+                }
+                let this: &ClusterReporter = &self;
+                let requests = batches.iter().flat_map(|(addr, results)| {
+                    results.chunks(MAX_RESULTS_PER_REQUEST).map(move |chunk| this.deliver(addr, chunk))
+                });
+                let settled: HashSet<AttemptKey> =
+                    futures::future::join_all(requests).await.into_iter().flatten().collect();
+                left.retain(|(result, _)| !settled.contains(&result.key));
+                if left.is_empty() {
+                    break;
                 }
             }
-            if !all_done {
+            if !left.is_empty() {
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(2));
             }
         }
+    }
+
+    /// Sends results to one master: the keys of those it settled (recorded,
+    /// or found stale).
+    async fn deliver(&self, addr: &str, results: &[&AttemptResult]) -> Vec<AttemptKey> {
+        let batch = ResultBatch { results: results.iter().map(|r| (*r).clone()).collect() };
+        let answer = self
+            .http
+            .post(format!("{addr}/internal/results"))
+            .json(&batch)
+            .send()
+            .await
+            .ok()
+            .filter(|r| r.status().is_success());
+        let Some(answer) = answer else { return Vec::new() };
+        let Ok(ResultAcks { acks }) = answer.json::<ResultAcks>().await else { return Vec::new() };
+        let mut state = self.lock();
+        let mut settled = Vec::new();
+        for (result, ack) in batch.results.into_iter().zip(&acks) {
+            if matches!(ack, Ack::Applied | Ack::Stale)
+                && state.pending.get(&result.key).is_some_and(|p| p.outcome == result.outcome)
+            {
+                state.pending.remove(&result.key);
+                state.targets.remove(&result.key);
+                settled.push(result.key);
+            }
+        }
+        settled
     }
 }
 
@@ -188,52 +238,68 @@ pub fn router(service: WorkerService) -> axum::Router {
         .with_state(service)
 }
 
-async fn accept(State(s): State<WorkerService>, Json(spec): Json<AttemptSpec>) -> (StatusCode, Json<DispatchResponse>) {
+async fn accept(State(s): State<WorkerService>, Json(batch): Json<DispatchBatch>) -> Json<DispatchResponse> {
     let capacity = s.worker.slots() as u32;
-    let refuse = |status: StatusCode, reason: String, running: usize| {
-        (status, Json(DispatchResponse { accepted: false, reason, running: running as u32, capacity }))
-    };
+    let answer =
+        |verdicts: Vec<Verdict>| Json(DispatchResponse { verdicts, running: s.worker.running() as u32, capacity });
     if !*s.healthy.borrow() {
-        return refuse(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "this worker is fenced (lease lost)".into(),
-            s.worker.running(),
-        );
+        let refused = Verdict::Refused { reason: "this worker is fenced (lease lost)".into() };
+        return answer(vec![refused; batch.attempts.len()]);
     }
-    // Register first, then check the epoch: see the module docs. The
+    // Register first, then check the epoch: see the module docs. A
     // reservation is given back if this handler ends early — a stale epoch,
     // a store error, or the master dropping the request mid-way (axum then
     // drops this future): a leaked one would make the worker claim forever
     // that the attempt runs.
-    let Some(reservation) = Reservation::new(&s.worker, &spec.key) else {
-        return refuse(StatusCode::TOO_MANY_REQUESTS, "the worker is at capacity".into(), s.worker.running());
-    };
-    match s.store.run_epoch(&spec.key.run_id).await {
-        Ok(Some(epoch)) if epoch == spec.epoch => {}
-        Ok(current) => {
-            drop(reservation);
-            return refuse(
-                StatusCode::CONFLICT,
-                format!("stale dispatch: the run's epoch is {current:?}, the attempt carries {}", spec.epoch),
-                s.worker.running(),
-            );
-        }
-        Err(e) => {
-            drop(reservation);
-            return refuse(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("cannot check the run's epoch: {e}"),
-                s.worker.running(),
-            );
+    let mut reserved: Vec<Option<Reservation<'_>>> = Vec::with_capacity(batch.attempts.len());
+    let mut verdicts: Vec<Verdict> = Vec::with_capacity(batch.attempts.len());
+    for spec in &batch.attempts {
+        let reservation = Reservation::new(&s.worker, &spec.key);
+        verdicts.push(match reservation {
+            Some(_) => Verdict::Accepted,
+            None => Verdict::Refused { reason: "the worker is at capacity".into() },
+        });
+        reserved.push(reservation);
+    }
+    // One look at the store per run: a batch is mostly one run's tasks.
+    let mut epochs: HashMap<&str, Result<Option<i64>, String>> = HashMap::new();
+    for spec in batch.attempts.iter().zip(&reserved).filter(|(_, r)| r.is_some()).map(|(spec, _)| spec) {
+        if !epochs.contains_key(spec.key.run_id.as_str()) {
+            let epoch = s.store.run_epoch(&spec.key.run_id).await.map_err(|e| e.to_string());
+            epochs.insert(&spec.key.run_id, epoch);
         }
     }
-    reservation.keep();
-    s.reporter.track(&spec);
-    s.worker.start(spec, s.reporter.clone());
-    (
-        StatusCode::ACCEPTED,
-        Json(DispatchResponse { accepted: true, reason: String::new(), running: s.worker.running() as u32, capacity }),
-    )
+    for ((spec, reservation), verdict) in batch.attempts.iter().zip(&mut reserved).zip(&mut verdicts) {
+        if reservation.is_none() {
+            continue;
+        }
+        match &epochs[spec.key.run_id.as_str()] {
+            Ok(Some(epoch)) if *epoch == spec.epoch => {}
+            Ok(current) => {
+                *reservation = None;
+                *verdict = Verdict::Refused {
+                    reason: format!(
+                        "stale dispatch: the run's epoch is {current:?}, the attempt carries {}",
+                        spec.epoch
+                    ),
+                };
+            }
+            Err(e) => {
+                *reservation = None;
+                *verdict = Verdict::Refused { reason: format!("cannot check the run's epoch: {e}") };
+            }
+        }
+    }
+    for (spec, reservation) in batch.attempts.into_iter().zip(reserved) {
+        // A duplicate of an attempt that runs here already is accepted, once.
+        if let Some(reservation) = reservation
+            && reservation.keep()
+        {
+            s.reporter.track(&spec);
+            s.worker.start(spec, s.reporter.clone());
+        }
+    }
+    answer(verdicts)
 }
 
 /// A worker slot reserved for an attempt by `accept`, given back on drop
@@ -250,8 +316,10 @@ impl<'a> Reservation<'a> {
         Some(Reservation { worker, key: fresh.then(|| key.clone()) })
     }
 
-    fn keep(mut self) {
-        self.key = None;
+    /// Keeps the slot; true if the reservation was made for this dispatch
+    /// (false: the attempt was running here already).
+    fn keep(mut self) -> bool {
+        self.key.take().is_some()
     }
 }
 
@@ -302,4 +370,34 @@ pub fn fence_on_lease_loss(worker: Worker, mut healthy: watch::Receiver<bool>) {
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_go_to_their_master_then_the_slot_owner_then_everyone_else() {
+        let masters: BTreeMap<String, String> =
+            ["m1", "m2", "m3"].iter().map(|id| (id.to_string(), format!("http://{id}"))).collect();
+        let map = SlotMap::compute(&masters.keys().map(|id| (id.clone(), 1.0)).collect());
+        let run = "run-1";
+        let owner = map.owner(dagr_protocol::slot_of(run)).unwrap().to_owned();
+        let other = masters.keys().find(|id| **id != owner).unwrap().clone();
+
+        let order = ClusterReporter::candidates(run, &other, &masters, &map);
+        assert_eq!(order.len(), 3, "every live master, once: {order:?}");
+        assert_eq!(order[0], format!("http://{other}"), "the dispatching master first");
+        assert_eq!(order[1], format!("http://{owner}"), "then the slot's owner");
+
+        let order = ClusterReporter::candidates(run, "gone", &masters, &map);
+        assert_eq!(order.len(), 3, "{order:?}");
+        assert_eq!(order[0], format!("http://{owner}"), "a master that left is skipped");
+
+        let order = ClusterReporter::candidates(run, &owner, &masters, &map);
+        assert_eq!(order[0], format!("http://{owner}"));
+        assert_eq!(order.len(), 3, "no master twice: {order:?}");
+
+        assert!(ClusterReporter::candidates(run, "m1", &BTreeMap::new(), &SlotMap::default()).is_empty());
+    }
 }
