@@ -214,6 +214,20 @@ async fn files_written_by_one_attempt_are_gone_in_the_next() {
 }
 
 #[tokio::test]
+async fn memory_written_by_one_attempt_is_gone_in_the_next() {
+    // Pool slots are reused, and their first pages stay resident (reset
+    // with memset rather than unmapped): a value a guest left in its memory
+    // must never reach a later instance.
+    let runtime = runtime();
+    let plugin = load(&runtime, builtins::PROBE_PATH);
+    for i in 0..20 {
+        let report = runtime.execute(&plugin, execution(json!({"remember": format!("secret {i}")}))).await;
+        let remembered = &output_json(&report)["remembered"];
+        assert_eq!(remembered, "", "attempt {i} saw what an earlier attempt left in memory: {remembered}");
+    }
+}
+
+#[tokio::test]
 async fn guest_sees_no_environment_variables_and_no_arguments() {
     // There is something to leak: cargo runs tests with a full environment.
     assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some() || std::env::var_os("PATH").is_some());

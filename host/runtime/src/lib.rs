@@ -405,13 +405,61 @@ struct RuntimeInner {
     scratch: ScratchDirs,
     slots: Arc<Semaphore>,
     guests: Option<tokio::runtime::Runtime>,
-    stop_ticker: Arc<AtomicBool>,
+    ticker: Arc<Ticker>,
     config: RuntimeConfig,
+}
+
+/// Drives the epoch thread: it ticks while any store exists (an attempt, or
+/// a `describe` call while loading) and sleeps otherwise, so that an idle
+/// process does not wake up a thousand times a second.
+#[derive(Default)]
+struct Ticker {
+    /// Stores alive, and whether the runtime is gone.
+    state: Mutex<(usize, bool)>,
+    wake: std::sync::Condvar,
+}
+
+impl Ticker {
+    /// Blocks while no store needs ticks; false once the runtime is gone.
+    fn wait_for_work(&self) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        while state.0 == 0 && !state.1 {
+            state = self.wake.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+        !state.1
+    }
+
+    fn stop(&self) {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).1 = true;
+        self.wake.notify_all();
+    }
+}
+
+/// Keeps the epoch thread ticking while it lives (one per store).
+pub(crate) struct Ticking(Arc<Ticker>);
+
+impl Ticking {
+    fn new(ticker: &Arc<Ticker>) -> Ticking {
+        let mut state = ticker.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.0 += 1;
+        if state.0 == 1 {
+            ticker.wake.notify_all();
+        }
+        drop(state);
+        Ticking(ticker.clone())
+    }
+}
+
+impl Drop for Ticking {
+    fn drop(&mut self) {
+        let mut state = self.0.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.0 = state.0.saturating_sub(1);
+    }
 }
 
 impl Drop for RuntimeInner {
     fn drop(&mut self) {
-        self.stop_ticker.store(true, Ordering::Relaxed);
+        self.ticker.stop();
         // `shutdown_background` does not block, so a runtime may be dropped
         // from async code.
         if let Some(guests) = self.guests.take() {
@@ -482,15 +530,15 @@ impl Runtime {
             .build()
             .map_err(|e| Error::Config(format!("cannot start the guest threads: {e}")))?;
 
-        let stop_ticker = Arc::new(AtomicBool::new(false));
+        let ticker = Arc::new(Ticker::default());
         {
             let engine = engine.clone();
-            let stop = stop_ticker.clone();
+            let ticker = ticker.clone();
             let tick = config.epoch_tick;
             std::thread::Builder::new()
                 .name("dagr-epoch".into())
                 .spawn(move || {
-                    while !stop.load(Ordering::Relaxed) {
+                    while ticker.wait_for_work() {
                         std::thread::sleep(tick);
                         engine.increment_epoch();
                     }
@@ -506,7 +554,7 @@ impl Runtime {
                 scratch: ScratchDirs::new(config.scratch_root.clone()),
                 slots: Arc::new(Semaphore::new(config.max_concurrent_attempts as usize)),
                 guests: Some(guests),
-                stop_ticker,
+                ticker,
                 config,
             }),
         })
@@ -601,6 +649,7 @@ impl Runtime {
             }
         }
         let state = StoreState {
+            _ticking: Ticking::new(&self.inner.ticker),
             wasi: wasi.build(),
             http: WasiHttpCtx::new(),
             table: ResourceTable::new(),
@@ -1060,6 +1109,10 @@ fn validate_info(info: bindings::PluginInfo) -> Result<PluginInfo> {
     Ok(PluginInfo { name: info.name, version: info.version, description: info.description, params_schema })
 }
 
+/// Bytes of each linear memory kept resident between the attempts that use
+/// its pool slot.
+const KEEP_RESIDENT: usize = 1 << 20;
+
 fn build_engine(config: &RuntimeConfig) -> Result<Engine> {
     // Headroom for `describe` calls and loads that run beside attempts.
     let slots = config.max_concurrent_attempts + 16;
@@ -1075,7 +1128,14 @@ fn build_engine(config: &RuntimeConfig) -> Result<Engine> {
         .max_tables_per_component(32)
         .max_component_instance_size(1 << 20)
         .max_core_instance_size(1 << 20)
-        .table_elements(100_000);
+        .table_elements(100_000)
+        // Reset the first pages of a slot's memory and tables with memset
+        // (only the pages that were touched, found with PAGEMAP_SCAN where
+        // the kernel has it) instead of madvise: a small task then neither
+        // faults its pages in again nor makes every core flush its TLB.
+        .linear_memory_keep_resident(KEEP_RESIDENT)
+        .table_keep_resident(64 << 10)
+        .pagemap_scan(wasmtime::Enabled::Auto);
 
     let mut wasm = wasmtime::Config::new();
     if config.pooling {

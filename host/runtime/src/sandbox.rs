@@ -18,6 +18,8 @@ use crate::{AttemptObserver, SecretSource};
 
 /// The data of one attempt's `Store`.
 pub(crate) struct StoreState {
+    /// The epoch thread ticks while any store is alive.
+    pub(crate) _ticking: crate::Ticking,
     pub(crate) wasi: WasiCtx,
     pub(crate) http: WasiHttpCtx,
     pub(crate) table: ResourceTable,

@@ -6,13 +6,20 @@
 //! - `"read": "f"`: reads a file from the scratch dir (null if absent);
 //! - `"progress": 40`: reports progress;
 //! - `"wait_for_cancel_ms": N`: checks `cancelled()` until it turns true or N ms pass;
+//! - `"remember": "text"`: keeps the text in a static variable and returns
+//!   what an earlier call kept there as `remembered` (in a fresh instance:
+//!   nothing, ever);
 //! - `"output": <json>`: returned as `output`.
 
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use dagr_sdk::{Context, Inputs, Task, TaskError, Value, info, json};
 
 pub struct Probe;
+
+/// What `remember` kept (see the module docs).
+static REMEMBERED: Mutex<String> = Mutex::new(String::new());
 
 impl Task for Probe {
     type Params = Value;
@@ -53,6 +60,10 @@ impl Task for Probe {
                 std::thread::sleep(Duration::from_millis(5));
             }
             out["cancel_seen"] = json!(false);
+        }
+        if let Some(text) = params["remember"].as_str() {
+            let mut kept = REMEMBERED.lock().unwrap_or_else(|e| e.into_inner());
+            out["remembered"] = json!(std::mem::replace(&mut *kept, text.to_owned()));
         }
         if let Some(output) = params.get("output") {
             out["output"] = output.clone();
