@@ -8,7 +8,7 @@
 #   tests/local-cluster.sh kill|stop|cont NODE     # SIGKILL / SIGSTOP / SIGCONT (NODE: m1, w2, api, etcd, postgres)
 #   tests/local-cluster.sh restart NODE            # start a node again (after kill, or now)
 #   tests/local-cluster.sh add master|worker       # one more master or worker
-#   tests/local-cluster.sh down                    # stop everything and remove the directory
+#   tests/local-cluster.sh down [--keep]           # stop everything and remove the directory (--keep: keep it)
 #
 # The directory is $DAGR_CLUSTER_DIR (default ./.local-cluster); logs are in
 # it, as are the API's tokens (api/token: tenant default; api/admin.token).
@@ -176,7 +176,7 @@ down() {
   done
   sleep 0.5
   for f in "$DIR"/*.pid; do [ -e "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null || true; done
-  rm -rf "$DIR"
+  if [ "${1:-}" = --keep ]; then rm -f "$DIR"/*.pid; else rm -rf "$DIR"; fi
 }
 
 cmd=${1:-}; shift || true
@@ -188,6 +188,6 @@ case $cmd in
   cont) signal CONT "$1" ;;
   restart) restart "$1" ;;
   add) add "$1" ;;
-  down) down ;;
+  down) down "${1:-}" ;;
   *) sed -n '2,15p' "$0"; exit 2 ;;
 esac

@@ -155,12 +155,15 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        if std::env::var("DAGR_KEEP_TEST_DIRS").is_ok_and(|v| v == "1") {
+        // Every process stops either way; the directory (logs, the
+        // database's files) may be kept for a post-mortem.
+        let keep = std::env::var("DAGR_KEEP_TEST_DIRS").is_ok_and(|v| v == "1");
+        if keep {
             eprintln!("keeping the cluster's directory {}", self.dir.display());
-            return;
         }
         let _ = Command::new(support::workspace_root().join("tests/local-cluster.sh"))
             .arg("down")
+            .args(keep.then_some("--keep"))
             .env("DAGR_CLUSTER_DIR", &self.dir)
             .output();
     }

@@ -747,17 +747,19 @@ impl Engine {
         self.runs.get_key_value(run_id).map(|(id, _)| id.clone()).ok_or_else(|| format!("run {run_id} did not load"))
     }
 
-    /// Bumps the run's epoch (fencing out any previous owner), then loads it.
-    async fn claim_and_load(&mut self, mut row: RunRow, step: &mut Step, now: i64) -> Result<(), String> {
-        let epoch = self
+    /// Bumps the run's epoch (fencing out any previous owner), then loads it
+    /// as it is after the claim. A row read before the claim may be older
+    /// than the task rows read after it (the previous owner may commit in
+    /// between): a run still `queued` there, with tasks already running,
+    /// would never dispatch them again.
+    async fn claim_and_load(&mut self, row: RunRow, step: &mut Step, now: i64) -> Result<(), String> {
+        let row = self
             .store
             .claim_run(&row.id, &self.config.node_id, now)
             .await
             .map_err(|e| format!("cannot claim run {}: {e}", row.id))?
             .ok_or_else(|| format!("run {} vanished", row.id))?;
         self.metrics.runs_claimed.fetch_add(1, Ordering::Relaxed);
-        row.epoch = epoch;
-        row.owner = Some(self.config.node_id.clone());
         self.load_run_row(row, step, now).await
     }
 

@@ -376,6 +376,17 @@ async fn fencing(store: &dyn Store, p: &str) -> Result<()> {
     let fresh = store.commit(write(0, "running")).await?;
     check(fresh.fenced.is_empty(), "a write with the right epoch applies")?;
     check(store.get_run(&id).await?.is_some_and(|r| r.state == "running"), "fresh write applied")?;
+
+    // A claim answers the run as it is after the claim: new epoch, new
+    // owner, and the state the previous owner committed last.
+    let claimed = store.claim_run(&id, "m2", 7).await?;
+    check(
+        claimed.as_ref().is_some_and(|r| r.epoch == 1 && r.owner.as_deref() == Some("m2") && r.state == "running"),
+        &format!("claim returns the claimed run: {claimed:?}"),
+    )?;
+    let old_owner = store.commit(write(0, "succeeded")).await?;
+    check(old_owner.fenced == vec![id.clone()], "the previous owner is fenced after a claim")?;
+    check(store.claim_run(&format!("{p}nothing"), "m2", 7).await?.is_none(), "no claim of a missing run")?;
     Ok(())
 }
 

@@ -395,8 +395,10 @@ pub trait Store: TenancyStore + RegistryStore + Send + Sync + 'static {
     /// Active runs (queued, running, paused) whose slot is in `slots`.
     async fn active_runs_in_slots(&self, slots: &[i64]) -> Result<Vec<RunRow>>;
     /// Takes a run over: sets its owner and bumps its epoch, atomically.
-    /// Returns the new epoch. Every later write by an older epoch is fenced.
-    async fn claim_run(&self, run_id: &str, owner: &str, now: i64) -> Result<Option<i64>>;
+    /// Returns the run as it is after the claim (with its new epoch): every
+    /// later write by an older epoch is fenced, so this row and anything
+    /// read after it are what the new owner starts from.
+    async fn claim_run(&self, run_id: &str, owner: &str, now: i64) -> Result<Option<RunRow>>;
     /// Records `holder` as the holder of a singleton duty with `token`,
     /// unless a higher token already holds it. True if this token holds it.
     async fn acquire_singleton(&self, name: &str, holder: &str, token: i64, now: i64) -> Result<bool>;

@@ -699,15 +699,16 @@ impl Store for SqlStore {
         Ok(out)
     }
 
-    async fn claim_run(&self, run_id: &str, owner: &str, now: i64) -> Result<Option<i64>> {
-        let row =
-            sqlx::query("UPDATE runs SET owner = $2, epoch = epoch + 1, updated_at = $3 WHERE id = $1 RETURNING epoch")
-                .bind(run_id)
-                .bind(owner)
-                .bind(now)
-                .fetch_optional(&self.write)
-                .await?;
-        row.map(|r| r.try_get("epoch")).transpose().map_err(Error::from)
+    async fn claim_run(&self, run_id: &str, owner: &str, now: i64) -> Result<Option<RunRow>> {
+        let row = sqlx::query(&format!(
+            "UPDATE runs SET owner = $2, epoch = epoch + 1, updated_at = $3 WHERE id = $1 RETURNING {RUN_COLUMNS}"
+        ))
+        .bind(run_id)
+        .bind(owner)
+        .bind(now)
+        .fetch_optional(&self.write)
+        .await?;
+        row.as_ref().map(run_from).transpose()
     }
 
     async fn acquire_singleton(&self, name: &str, holder: &str, token: i64, now: i64) -> Result<bool> {
