@@ -410,27 +410,49 @@ struct RuntimeInner {
 }
 
 /// Drives the epoch thread: it ticks while any store exists (an attempt, or
-/// a `describe` call while loading) and sleeps otherwise, so that an idle
-/// process does not wake up a thousand times a second.
+/// a `describe` call while loading) and for a moment after the last one
+/// ends, then sleeps until the next store, so that an idle process does not
+/// wake up a thousand times a second (and a busy one does not wake the
+/// thread for every attempt).
 #[derive(Default)]
 struct Ticker {
-    /// Stores alive, and whether the runtime is gone.
-    state: Mutex<(usize, bool)>,
+    state: Mutex<TickerState>,
     wake: std::sync::Condvar,
 }
 
+#[derive(Default)]
+struct TickerState {
+    /// Stores alive.
+    stores: usize,
+    /// The epoch thread waits for a store.
+    parked: bool,
+    /// The runtime is gone.
+    stopped: bool,
+}
+
+/// Ticks without any store before the epoch thread sleeps.
+const IDLE_TICKS: u32 = 100;
+
 impl Ticker {
-    /// Blocks while no store needs ticks; false once the runtime is gone.
-    fn wait_for_work(&self) -> bool {
+    /// Called by the epoch thread before each tick: blocks once no store
+    /// has needed ticks for a while; false once the runtime is gone.
+    fn wait_for_work(&self, idle_ticks: &mut u32) -> bool {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        while state.0 == 0 && !state.1 {
+        if state.stores > 0 {
+            *idle_ticks = 0;
+        } else {
+            *idle_ticks += 1;
+        }
+        while *idle_ticks > IDLE_TICKS && state.stores == 0 && !state.stopped {
+            state.parked = true;
             state = self.wake.wait(state).unwrap_or_else(|e| e.into_inner());
         }
-        !state.1
+        state.parked = false;
+        !state.stopped
     }
 
     fn stop(&self) {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).1 = true;
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).stopped = true;
         self.wake.notify_all();
     }
 }
@@ -441,8 +463,8 @@ pub(crate) struct Ticking(Arc<Ticker>);
 impl Ticking {
     fn new(ticker: &Arc<Ticker>) -> Ticking {
         let mut state = ticker.state.lock().unwrap_or_else(|e| e.into_inner());
-        state.0 += 1;
-        if state.0 == 1 {
+        state.stores += 1;
+        if state.parked {
             ticker.wake.notify_all();
         }
         drop(state);
@@ -453,7 +475,7 @@ impl Ticking {
 impl Drop for Ticking {
     fn drop(&mut self) {
         let mut state = self.0.state.lock().unwrap_or_else(|e| e.into_inner());
-        state.0 = state.0.saturating_sub(1);
+        state.stores = state.stores.saturating_sub(1);
     }
 }
 
@@ -538,7 +560,8 @@ impl Runtime {
             std::thread::Builder::new()
                 .name("dagr-epoch".into())
                 .spawn(move || {
-                    while ticker.wait_for_work() {
+                    let mut idle_ticks = 0;
+                    while ticker.wait_for_work(&mut idle_ticks) {
                         std::thread::sleep(tick);
                         engine.increment_epoch();
                     }
