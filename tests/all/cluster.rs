@@ -376,6 +376,30 @@ async fn a_killed_master_runs_complete_on_the_others_exactly_once() {
     assert!(claimed > 0, "m2 took nothing over: {}", cluster.metrics("m2").await);
 }
 
+/// Dispatches and results travel in batches: big params, outputs and
+/// inputs (together past a 2 MB request body, axum's default) still get
+/// through. (The definition itself must stay under the API's 4 MiB.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn big_params_outputs_and_inputs_cross_the_cluster() {
+    let _one = exclusive().await;
+    let cluster = Cluster::up(1, 1, "3s").await;
+    let blob = "x".repeat(200 << 10);
+    let names: Vec<String> = (0..16).map(|i| format!("t{i}")).collect();
+    let mut tasks: Vec<Value> =
+        names.iter().map(|name| json!({"name": name, "plugin": "echo", "params": {"blob": blob}})).collect();
+    // 16 × 200 KB of inputs for one attempt; its output stays small.
+    tasks.push(json!({
+        "name": "join", "plugin": "transform", "depends_on": names,
+        "params": {"filter": "[.inputs[] | .params.blob | length] | add"}
+    }));
+    cluster.apply(&json!({"name": "big", "tasks": tasks})).await;
+    let run = cluster.trigger("big").await;
+    let details = cluster.wait_all(std::slice::from_ref(&run), Duration::from_secs(120)).await;
+    assert_eq!(details[0]["state"], "succeeded", "{}", details[0]);
+    let join = cluster.get(&format!("/v1/runs/{run}/tasks/join")).await;
+    assert_eq!(join["output"], json!(16 * (200 << 10)), "{join}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_master_is_fenced_when_it_wakes_up() {
     let _one = exclusive().await;
@@ -575,22 +599,21 @@ fn alibaba(count: usize) -> Vec<(String, Vec<Node>)> {
 
 /// The chaos soak: random SIGKILL, SIGSTOP/SIGCONT and restarts of masters
 /// and workers while DAGs from the datasets run. `DAGR_CHAOS_SECS` sets its
-/// length (default 30 s; `tests/chaos.sh` runs long).
+/// length (default 30 s, the short form the suite runs; `tests/chaos.sh`
+/// runs long).
 ///
-/// Not in the default suite yet. Before 2026-11-29 about one short soak in
-/// three left a run `running` (no task ran twice, none was lost; the run
-/// did not finish). Three causes were found and fixed: a worker restarted
-/// under the same id within its TTL (its attempts were never declared
-/// lost: masters now ask workers about long-silent attempts); a run loaded
-/// for a command, or loaded nowhere after a fence, kept its running
-/// attempts untracked (every load now adopts them, and masters sweep their
+/// History: until 2026-11-29 it stayed out of the default suite because
+/// short soaks left a run `running` now and then (no task ran twice, none
+/// was lost; the run did not finish). The causes found and fixed: a worker
+/// restarted under the same id within its TTL (its attempts were never
+/// declared lost: masters now ask workers about long-silent attempts); a
+/// run loaded for a command, or loaded nowhere after a fence, kept its
+/// running attempts untracked (every load adopts them; masters sweep their
 /// slots for such runs); a dispatch dropped mid-request leaked the worker's
-/// reservation (the worker claimed forever that the attempt ran). Since
-/// then the short soak passed every time it ran here; it joins the default
-/// suite once it has a longer record. `tests/chaos.sh` and
-/// `cargo test -- --ignored chaos_soak` run it.
+/// reservation; a master loaded a claimed run from a row read before its
+/// claim, older than the task rows read after it (the run then never
+/// dispatched the tasks it had requeued).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "joins the default suite once it has a longer passing record; run it with tests/chaos.sh"]
 async fn chaos_soak() {
     let _one = exclusive().await;
     let secs: u64 = std::env::var("DAGR_CHAOS_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(30);

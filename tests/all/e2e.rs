@@ -307,6 +307,32 @@ tasks:
 // 2–4. Retries, exhaustion, timeouts ------------------------------------------------
 
 #[tokio::test]
+async fn a_big_output_reaches_a_dependent_started_in_the_same_step() {
+    // Outputs over 64 KiB are not kept in memory; the dependent starts in
+    // the step that records its upstream's output, before that is committed.
+    let api = Api::shared().await;
+    let blob = "x".repeat(100 << 10);
+    api.apply(&format!(
+        r#"
+name: e2e-big-output
+tasks:
+- name: a
+  plugin: echo
+  params: {{blob: "{blob}"}}
+- name: b
+  plugin: transform
+  depends_on: [a]
+  params: {{filter: '.inputs.a.params.blob | length'}}
+"#
+    ))
+    .await;
+    let id = api.trigger("e2e-big-output", json!({})).await;
+    let run = api.finished(&id).await;
+    assert_eq!(state(&run), "succeeded", "{run:#}");
+    assert_eq!(api.task(&id, "b").await["output"], json!(100 << 10));
+}
+
+#[tokio::test]
 async fn a_retryable_failure_is_retried_until_it_succeeds() {
     let api = Api::shared().await;
     api.apply(

@@ -248,6 +248,7 @@ pub fn router(service: MasterService) -> axum::Router {
         .route("/internal/workflow-changed", post(workflow_changed))
         .route("/internal/tenant-changed", post(tenant_changed))
         .route("/metrics", get(metrics))
+        .layer(axum::extract::DefaultBodyLimit::max(dagr_protocol::wire::INTERNAL_BODY_LIMIT))
         .with_state(service)
 }
 

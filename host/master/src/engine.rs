@@ -623,15 +623,23 @@ impl Engine {
         for (run, verdict, ack) in step.acks {
             let _ = ack.send(if fenced.contains(&run) { Ack::NotOwner } else { verdict });
         }
-        // One request per worker, all workers at once.
-        let mut batches: BTreeMap<String, Vec<AttemptSpec>> = BTreeMap::new();
+        // One request per worker (cut if big), all workers at once.
+        let mut by_worker: BTreeMap<String, Vec<AttemptSpec>> = BTreeMap::new();
         for (spec, worker) in step.dispatches {
             if !fenced.contains(&spec.key.run_id) {
-                batches.entry(worker).or_default().push(spec);
+                by_worker.entry(worker).or_default().push(spec);
             }
         }
+        let requests: Vec<(String, Vec<AttemptSpec>)> = by_worker
+            .into_iter()
+            .flat_map(|(worker, specs)| {
+                dagr_protocol::wire::batches(specs, AttemptSpec::payload_bytes)
+                    .into_iter()
+                    .map(move |batch| (worker.clone(), batch))
+            })
+            .collect();
         let dispatcher = &self.dispatcher;
-        let answers = futures::future::join_all(batches.into_iter().map(|(worker, specs)| async move {
+        let answers = futures::future::join_all(requests.into_iter().map(|(worker, specs)| async move {
             let answers = dispatcher.dispatch(specs.clone(), &worker).await;
             (worker, specs, answers)
         }))
@@ -1329,6 +1337,28 @@ impl Engine {
                 .map(|&d| d as i64)
                 .collect()
         };
+        // Outputs written in this very step are not in the store yet.
+        let mut missing = missing;
+        if !missing.is_empty() {
+            let pending: HashMap<i64, &String> = step
+                .batch
+                .outputs
+                .iter()
+                .filter_map(|w| match w {
+                    OutputWrite::Set { run_id: r, idx, output } if **r == **run_id => Some((*idx, output)),
+                    _ => None,
+                })
+                .collect();
+            if let Some(run) = self.runs.get_mut(run_id) {
+                missing.retain(|idx| match pending.get(idx) {
+                    Some(output) => {
+                        run.outputs.insert(*idx as usize, Arc::from(output.as_str()));
+                        false
+                    }
+                    None => true,
+                });
+            }
+        }
         if !missing.is_empty() {
             match self.store.outputs(run_id, &missing).await {
                 Ok(rows) => {

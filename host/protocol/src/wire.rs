@@ -236,6 +236,57 @@ pub enum Verdict {
     Refused { reason: String },
 }
 
+/// The largest request body the internal endpoints (workers' dispatch,
+/// masters' results) accept. One attempt may carry big inputs (every
+/// upstream output, each up to the output limit), so this is generous; a
+/// batch is cut well below it ([`BATCH_BYTES`]).
+pub const INTERNAL_BODY_LIMIT: usize = 256 << 20;
+
+/// A batch of attempts or results is cut once its payload reaches this
+/// size, or [`BATCH_ITEMS`] entries; an item bigger than that goes alone.
+pub const BATCH_BYTES: usize = 4 << 20;
+/// Most attempts or results in one request.
+pub const BATCH_ITEMS: usize = 512;
+
+/// Cuts `items` into batches of at most [`BATCH_ITEMS`] entries and about
+/// [`BATCH_BYTES`] of payload (as `size` estimates it), in order.
+pub fn batches<T>(items: impl IntoIterator<Item = T>, size: impl Fn(&T) -> usize) -> Vec<Vec<T>> {
+    let mut out: Vec<Vec<T>> = Vec::new();
+    let mut bytes = 0;
+    for item in items {
+        let n = size(&item);
+        match out.last_mut() {
+            Some(batch) if batch.len() < BATCH_ITEMS && bytes + n <= BATCH_BYTES => {
+                bytes += n;
+                batch.push(item);
+            }
+            _ => {
+                bytes = n;
+                out.push(vec![item]);
+            }
+        }
+    }
+    out
+}
+
+impl AttemptSpec {
+    /// Roughly how many bytes it takes on the wire.
+    pub fn payload_bytes(&self) -> usize {
+        self.params.len() + self.inputs.len() + 1024
+    }
+}
+
+impl AttemptResult {
+    /// Roughly how many bytes it takes on the wire.
+    pub fn payload_bytes(&self) -> usize {
+        let outcome = match &self.outcome {
+            Outcome::Succeeded { output } => output.len(),
+            Outcome::Failed { message, .. } => message.len(),
+        };
+        outcome + 512
+    }
+}
+
 /// Results a worker delivers to one master in one request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ResultBatch {
@@ -246,4 +297,22 @@ pub struct ResultBatch {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ResultAcks {
     pub acks: Vec<Ack>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_are_cut_by_count_and_by_size_and_keep_the_order() {
+        let counted = batches(0..(BATCH_ITEMS * 2 + 1), |_| 1);
+        assert_eq!(counted.iter().map(Vec::len).collect::<Vec<_>>(), vec![BATCH_ITEMS, BATCH_ITEMS, 1]);
+        assert_eq!(counted.concat(), (0..(BATCH_ITEMS * 2 + 1)).collect::<Vec<_>>());
+
+        let third = BATCH_BYTES / 3 + 1;
+        let sized = batches(vec![third, third, third, BATCH_BYTES * 2, 1], |n| *n);
+        assert_eq!(sized, vec![vec![third, third], vec![third], vec![BATCH_BYTES * 2], vec![1]]);
+
+        assert!(batches(Vec::<usize>::new(), |n| *n).is_empty());
+    }
 }

@@ -23,16 +23,13 @@ use axum::routing::{get, post};
 use dagr_coord::{Membership, Role};
 use dagr_protocol::sharding::SlotMap;
 use dagr_protocol::wire::{
-    Ack, AdoptRequest, AdoptResponse, AttemptKey, AttemptResult, AttemptSpec, CancelRequest, DispatchBatch,
+    self, Ack, AdoptRequest, AdoptResponse, AttemptKey, AttemptResult, AttemptSpec, CancelRequest, DispatchBatch,
     DispatchResponse, ResultAcks, ResultBatch, Verdict,
 };
 use dagr_store::Store;
 use tokio::sync::{Notify, watch};
 
 use crate::{Reporter, Worker};
-
-/// Results sent to a master in one request at most.
-const MAX_RESULTS_PER_REQUEST: usize = 512;
 
 /// Delivers results to masters, retrying and re-routing until acknowledged.
 pub struct ClusterReporter {
@@ -164,8 +161,10 @@ impl ClusterReporter {
                     }
                 }
                 let this: &ClusterReporter = &self;
-                let requests = batches.iter().flat_map(|(addr, results)| {
-                    results.chunks(MAX_RESULTS_PER_REQUEST).map(move |chunk| this.deliver(addr, chunk))
+                let requests = batches.into_iter().flat_map(|(addr, results)| {
+                    wire::batches(results, |r| r.payload_bytes())
+                        .into_iter()
+                        .map(move |chunk| this.deliver(addr, chunk))
                 });
                 let settled: HashSet<AttemptKey> =
                     futures::future::join_all(requests).await.into_iter().flatten().collect();
@@ -183,7 +182,7 @@ impl ClusterReporter {
 
     /// Sends results to one master: the keys of those it settled (recorded,
     /// or found stale).
-    async fn deliver(&self, addr: &str, results: &[&AttemptResult]) -> Vec<AttemptKey> {
+    async fn deliver(&self, addr: &str, results: Vec<&AttemptResult>) -> Vec<AttemptKey> {
         let batch = ResultBatch { results: results.iter().map(|r| (*r).clone()).collect() };
         let answer = self
             .http
@@ -235,6 +234,7 @@ pub fn router(service: WorkerService) -> axum::Router {
         .route("/internal/attempts/cancel", post(cancel))
         .route("/internal/attempts/adopt", post(adopt))
         .route("/internal/status", get(status))
+        .layer(axum::extract::DefaultBodyLimit::max(wire::INTERNAL_BODY_LIMIT))
         .with_state(service)
 }
 
