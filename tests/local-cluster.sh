@@ -84,6 +84,7 @@ url = "$(cat "$DIR/postgres.url")"
 etcd = ["http://127.0.0.1:$eport"]
 prefix = "/dagr"
 ttl = "$ttl"
+secret = "$(python3 -c 'import secrets; print(secrets.token_hex(32))')"
 [auth]
 # At its first start the API node makes the admin token (api/admin.token)
 # and the tenant "default" with a first token (api/token).

@@ -91,6 +91,15 @@ impl Cluster {
         line.split("listening on ").nth(1).and_then(|r| r.split_whitespace().next()).unwrap_or_default().to_owned()
     }
 
+    /// The cluster's shared secret (from its config file).
+    pub fn secret(&self) -> String {
+        std::fs::read_to_string(self.dir.join("dagr.toml"))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("secret = ").map(|v| v.trim_matches('"').to_owned()))
+            .expect("the cluster's config has a secret")
+    }
+
     pub async fn metrics(&self, master: &str) -> Value {
         match self.http.get(format!("{}/metrics", self.addr(master))).send().await {
             Ok(r) => r.json().await.unwrap_or(Value::Null),
@@ -400,6 +409,45 @@ async fn big_params_outputs_and_inputs_cross_the_cluster() {
     assert_eq!(join["output"], json!(16 * (200 << 10)), "{join}");
 }
 
+/// Reaching a node's port is not enough: internal endpoints want the
+/// cluster's secret (a dispatch names its tenant, whose secrets the task
+/// may read; a result decides a task).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn internal_endpoints_refuse_requests_without_the_cluster_secret() {
+    let _one = exclusive().await;
+    let cluster = Cluster::up(1, 1, "3s").await;
+    let http = reqwest::Client::new();
+    let (worker, master) = (cluster.addr("w1"), cluster.addr("m1"));
+    let attempts = json!({"attempts": []});
+    for (url, body) in [
+        (format!("{worker}/internal/attempts"), attempts.clone()),
+        (format!("{worker}/internal/attempts/adopt"), json!({})),
+        (format!("{master}/internal/results"), json!({"results": []})),
+        (format!("{master}/internal/wake"), json!(null)),
+    ] {
+        for secret in [None, Some("not-the-cluster-secret-at-all")] {
+            let mut request = http.post(&url).json(&body);
+            if let Some(secret) = secret {
+                request = request.header("x-dagr-cluster-secret", secret);
+            }
+            let status = request.send().await.unwrap().status();
+            assert_eq!(status, reqwest::StatusCode::UNAUTHORIZED, "{url} with {secret:?}");
+        }
+    }
+    for url in [format!("{worker}/healthz"), format!("{master}/healthz"), format!("{master}/metrics")] {
+        assert!(http.get(&url).send().await.unwrap().status().is_success(), "{url} stays open");
+    }
+    // With the secret, the same endpoint answers.
+    let response = http
+        .post(format!("{worker}/internal/attempts"))
+        .header("x-dagr-cluster-secret", cluster.secret())
+        .json(&attempts)
+        .send()
+        .await
+        .unwrap();
+    assert!(response.status().is_success(), "{}", response.status());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_master_is_fenced_when_it_wakes_up() {
     let _one = exclusive().await;
@@ -478,8 +526,15 @@ async fn nodes_self_fence_while_etcd_is_down_and_recover() {
     // Workers stopped acting: they report themselves unhealthy.
     let http = reqwest::Client::new();
     for w in ["w1", "w2"] {
-        let status: Value =
-            http.get(format!("{}/internal/status", cluster.addr(w))).send().await.unwrap().json().await.unwrap();
+        let status: Value = http
+            .get(format!("{}/internal/status", cluster.addr(w)))
+            .header("x-dagr-cluster-secret", cluster.secret())
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
         assert_eq!(status["healthy"], false, "{w} still acts without etcd: {status}");
     }
     let m = cluster.metrics("m1").await;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use axum::response::IntoResponse as _;
 use clap::Args;
 use dagr_config::Settings;
 use dagr_coord::etcd::EtcdCoordinator;
@@ -14,6 +15,7 @@ use dagr_coord::{Coordinator, NodeInfo, Role, SessionConfig};
 use dagr_master::cluster::{ClusterControl, HttpDispatcher, MasterService, OwnershipConfig, Strategy, drive_ownership};
 use dagr_master::rebalance::RebalanceConfig;
 use dagr_master::{Engine, EngineConfig};
+use dagr_protocol::wire::ClusterSecret;
 use dagr_worker::service::{ClusterReporter, WorkerService, fence_on_lease_loss};
 use dagr_worker::{LogWriter, Worker};
 
@@ -71,6 +73,34 @@ fn settings(args: &RoleArgs, role: Role) -> anyhow::Result<Settings> {
     Ok(settings)
 }
 
+/// The cluster's shared secret; cluster roles do not start without one.
+fn cluster_secret(settings: &Settings) -> anyhow::Result<ClusterSecret> {
+    ClusterSecret::new(&settings.cluster_secret).ok_or_else(|| {
+        anyhow::anyhow!(
+            "cluster.secret is not set, or shorter than {} characters: every node of a cluster (api, masters, \
+             workers) must share one, as internal requests are refused without it. Set it in the config file \
+             or as DAGR_CLUSTER__SECRET, e.g. DAGR_CLUSTER__SECRET=$(openssl rand -hex 32)",
+            ClusterSecret::MIN_LEN
+        )
+    })
+}
+
+/// Refuses a node's internal requests that do not carry the cluster's
+/// secret; `/healthz` and `/metrics` stay open.
+fn internal_only(app: axum::Router, secret: ClusterSecret) -> axum::Router {
+    app.layer(axum::middleware::from_fn(move |request: axum::extract::Request, next: axum::middleware::Next| {
+        let admitted = matches!(request.uri().path(), "/healthz" | "/metrics") || secret.admits(request.headers());
+        async move {
+            if admitted {
+                next.run(request).await
+            } else {
+                let message = "this internal endpoint needs the cluster's secret (cluster.secret)";
+                (axum::http::StatusCode::UNAUTHORIZED, message).into_response()
+            }
+        }
+    }))
+}
+
 fn node_id(settings: &Settings, role: Role) -> String {
     if !settings.node_id.is_empty() {
         return settings.node_id.clone();
@@ -99,6 +129,7 @@ fn announce(role: Role, id: &str, addr: &std::net::SocketAddr) {
 /// `dagr master`.
 pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
     let settings = settings(&args, Role::Master)?;
+    let secret = cluster_secret(&settings)?;
     runtime()?.block_on(async move {
         let id = node_id(&settings, Role::Master);
         let store = open_store(&settings).await?;
@@ -123,6 +154,7 @@ pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
             coordinator.membership(),
             strategy,
             settings.max_in_flight as usize,
+            &secret,
         ));
         let policy = dagr_master::StorePolicy::load(store.clone()).await.context("cannot read the tenants")?;
         policy.spawn_refresh(crate::node::POLICY_REFRESH);
@@ -147,6 +179,7 @@ pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
         };
         let owned = drive_ownership(engine.clone(), coordinator.clone(), store.clone(), ownership);
         let app = dagr_master::cluster::router(MasterService { engine: engine.clone(), owned_slots: owned });
+        let app = internal_only(app, secret);
         announce(Role::Master, &id, &addr);
         serve_until_signal(listener, app).await;
         coordinator.leave();
@@ -158,6 +191,7 @@ pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
 /// `dagr worker`.
 pub fn worker(args: RoleArgs) -> anyhow::Result<ExitCode> {
     let settings = settings(&args, Role::Worker)?;
+    let secret = cluster_secret(&settings)?;
     runtime()?.block_on(async move {
         let id = node_id(&settings, Role::Worker);
         let store = open_store(&settings).await?;
@@ -194,13 +228,14 @@ pub fn worker(args: RoleArgs) -> anyhow::Result<ExitCode> {
         let guard = coordinator.lease_guard();
         worker.guard_with(Arc::new(move || guard.is_safe()));
         fence_on_lease_loss(worker.clone(), coordinator.health());
-        let reporter = ClusterReporter::start(coordinator.membership());
+        let reporter = ClusterReporter::start(coordinator.membership(), &secret);
         let app = dagr_worker::service::router(WorkerService {
             worker: worker.clone(),
             store: store.clone(),
             reporter,
             healthy: coordinator.health(),
         });
+        let app = internal_only(app, secret);
         announce(Role::Worker, &id, &addr);
         serve_until_signal(listener, app).await;
         coordinator.leave();
@@ -212,6 +247,7 @@ pub fn worker(args: RoleArgs) -> anyhow::Result<ExitCode> {
 /// `dagr api`.
 pub fn api(args: RoleArgs) -> anyhow::Result<ExitCode> {
     let settings = settings(&args, Role::Api)?;
+    let secret = cluster_secret(&settings)?;
     runtime()?.block_on(async move {
         let id = node_id(&settings, Role::Api);
         let store = open_store(&settings).await?;
@@ -239,7 +275,7 @@ pub fn api(args: RoleArgs) -> anyhow::Result<ExitCode> {
             pid: std::process::id(),
         };
         let coordinator = join(&settings, node, false).await?;
-        let control = Arc::new(ClusterControl::new(store.clone(), coordinator.membership()));
+        let control = Arc::new(ClusterControl::new(store.clone(), coordinator.membership(), &secret));
         let app = dagr_api::router(dagr_api::ApiState {
             store: store.clone(),
             control,

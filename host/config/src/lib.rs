@@ -83,6 +83,11 @@ pub struct ClusterConfig {
     pub ttl: String,
     /// This node's id; empty: `<role>-<host>-<pid>`.
     pub node_id: String,
+    /// The secret every node of the cluster shares (at least 16
+    /// characters): internal requests between nodes carry it, and nodes
+    /// refuse internal requests without it. Required by `dagr api`,
+    /// `master` and `worker`.
+    pub secret: String,
 }
 
 impl Default for ClusterConfig {
@@ -92,6 +97,7 @@ impl Default for ClusterConfig {
             prefix: "/dagr".into(),
             ttl: "10s".into(),
             node_id: String::new(),
+            secret: String::new(),
         }
     }
 }
@@ -290,6 +296,7 @@ pub struct Settings {
     pub cluster_prefix: String,
     pub ttl: Duration,
     pub node_id: String,
+    pub cluster_secret: String,
     pub master_listen: SocketAddr,
     pub dispatch: String,
     pub max_in_flight: u32,
@@ -379,6 +386,7 @@ impl Config {
             cluster_prefix: self.cluster.prefix.clone(),
             ttl: duration("cluster.ttl", &self.cluster.ttl)?,
             node_id: self.cluster.node_id.clone(),
+            cluster_secret: self.cluster.secret.clone(),
             master_listen: self
                 .master
                 .listen

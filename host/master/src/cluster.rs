@@ -14,8 +14,8 @@ use dagr_coord::{Coordinator, Membership, NodeInfo, Role};
 use dagr_protocol::control::{CommandOutcome, Control};
 use dagr_protocol::sharding::SlotMap;
 use dagr_protocol::wire::{
-    AdoptRequest, AdoptResponse, AttemptKey, AttemptSpec, CancelRequest, DispatchBatch, DispatchResponse, ResultAcks,
-    ResultBatch, Verdict,
+    AdoptRequest, AdoptResponse, AttemptKey, AttemptSpec, CancelRequest, ClusterSecret, DispatchBatch,
+    DispatchResponse, ResultAcks, ResultBatch, Verdict,
 };
 use dagr_store::Store;
 use serde::{Deserialize, Serialize};
@@ -68,7 +68,13 @@ struct DispatchState {
 }
 
 impl HttpDispatcher {
-    pub fn new(me: String, membership: watch::Receiver<Membership>, strategy: Strategy, max_in_flight: usize) -> Self {
+    pub fn new(
+        me: String,
+        membership: watch::Receiver<Membership>,
+        strategy: Strategy,
+        max_in_flight: usize,
+        secret: &ClusterSecret,
+    ) -> Self {
         HttpDispatcher {
             me,
             membership,
@@ -76,6 +82,7 @@ impl HttpDispatcher {
             max_in_flight,
             state: Mutex::new(DispatchState::default()),
             http: reqwest::Client::builder()
+                .default_headers(secret.headers())
                 .timeout(Duration::from_secs(10))
                 .connect_timeout(Duration::from_secs(2))
                 .build()
@@ -414,11 +421,15 @@ pub struct ClusterControl {
 }
 
 impl ClusterControl {
-    pub fn new(store: Arc<dyn Store>, membership: watch::Receiver<Membership>) -> Self {
+    pub fn new(store: Arc<dyn Store>, membership: watch::Receiver<Membership>, secret: &ClusterSecret) -> Self {
         ClusterControl {
             store,
             membership,
-            http: reqwest::Client::builder().timeout(Duration::from_secs(2)).build().unwrap_or_default(),
+            http: reqwest::Client::builder()
+                .default_headers(secret.headers())
+                .timeout(Duration::from_secs(2))
+                .build()
+                .unwrap_or_default(),
         }
     }
 

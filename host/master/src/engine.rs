@@ -117,6 +117,9 @@ pub struct Engine {
     finished_tx: broadcast::Sender<(String, String)>,
 
     runs: HashMap<Arc<str>, ActiveRun>,
+    /// Runs dropped during the current step, with the epoch held (see
+    /// `finish_step`).
+    dropped_epochs: HashMap<String, i64>,
     workflows: HashMap<(String, String, i64), Arc<Workflow>>,
     ready: ReadyQueue,
     in_flight: HashMap<AttemptKey, InFlight>,
@@ -190,6 +193,7 @@ impl Engine {
             commands_tx,
             finished_tx,
             runs: HashMap::new(),
+            dropped_epochs: HashMap::new(),
             workflows: HashMap::new(),
             ready: ReadyQueue::default(),
             in_flight: HashMap::new(),
@@ -572,6 +576,11 @@ impl Engine {
 
     /// Commits the step, then performs what must follow a commit.
     async fn finish_step(&mut self, mut step: Step) {
+        self.finish_step_inner(std::mem::take(&mut step)).await;
+        self.dropped_epochs.clear();
+    }
+
+    async fn finish_step_inner(&mut self, mut step: Step) {
         let mut batch = std::mem::take(&mut step.batch);
         let mut fenced: HashSet<String> = HashSet::new();
         if !batch.is_empty() {
@@ -582,9 +591,16 @@ impl Engine {
                 touched.extend(batch.tasks.iter().map(|t| t.run_id.as_str()));
                 touched.extend(batch.attempts.iter().map(|a| a.run_id.as_str()));
                 touched.extend(batch.events.iter().filter_map(|e| e.run_id.as_deref()));
+                // A run dropped during this step (its slot handed over)
+                // keeps the epoch it had: without a fence its writes
+                // would land even after another master claimed it.
                 batch.fences = touched
                     .into_iter()
-                    .filter_map(|id| self.runs.get(id).map(|r| (id.to_owned(), r.row.epoch)))
+                    .filter_map(|id| {
+                        let epoch =
+                            self.runs.get(id).map(|r| r.row.epoch).or_else(|| self.dropped_epochs.get(id).copied());
+                        epoch.map(|epoch| (id.to_owned(), epoch))
+                    })
                     .collect();
             }
             if !batch.new_runs.is_empty() || !batch.schedule_cursors.is_empty() {
@@ -849,6 +865,9 @@ impl Engine {
     /// over): its in-flight attempts are the new owner's to track.
     fn drop_run(&mut self, run_id: &str) {
         let Some(run) = self.runs.remove(run_id) else { return };
+        // Writes for it may wait in the step being built: they are still
+        // fenced with the epoch this master held.
+        self.dropped_epochs.insert(run_id.to_owned(), run.row.epoch);
         if matches!(run.machine.state(), RunState::Running | RunState::Paused) {
             self.count_active(&run, -1);
         }

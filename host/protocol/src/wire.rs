@@ -287,6 +287,51 @@ impl AttemptResult {
     }
 }
 
+/// The secret every node of a cluster shares. Internal requests (dispatch,
+/// results, adoption, cancellation, nudges from the API) carry it in
+/// [`ClusterSecret::HEADER`], and internal endpoints refuse requests without
+/// it: reaching a worker's port must not be enough to run an attempt as any
+/// tenant (with that tenant's secrets), nor a master's to forge a result.
+#[derive(Clone)]
+pub struct ClusterSecret(std::sync::Arc<str>);
+
+impl ClusterSecret {
+    pub const HEADER: &'static str = "x-dagr-cluster-secret";
+    pub const MIN_LEN: usize = 16;
+
+    /// `None` unless `secret` is long enough to guess at no better than by
+    /// brute force.
+    pub fn new(secret: &str) -> Option<ClusterSecret> {
+        let secret = secret.trim();
+        (secret.len() >= Self::MIN_LEN && http::HeaderValue::from_str(secret).is_ok())
+            .then(|| ClusterSecret(std::sync::Arc::from(secret)))
+    }
+
+    /// Headers that every internal request carries.
+    pub fn headers(&self) -> http::HeaderMap {
+        let mut headers = http::HeaderMap::new();
+        if let Ok(mut value) = http::HeaderValue::from_str(&self.0) {
+            value.set_sensitive(true);
+            headers.insert(Self::HEADER, value);
+        }
+        headers
+    }
+
+    /// Whether a request's headers carry this secret (compared in constant
+    /// time for a given length).
+    pub fn admits(&self, headers: &http::HeaderMap) -> bool {
+        let Some(presented) = headers.get(Self::HEADER) else { return false };
+        let (a, b) = (presented.as_bytes(), self.0.as_bytes());
+        a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    }
+}
+
+impl fmt::Debug for ClusterSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ClusterSecret(…)")
+    }
+}
+
 /// Results a worker delivers to one master in one request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ResultBatch {
@@ -314,5 +359,17 @@ mod tests {
         assert_eq!(sized, vec![vec![third, third], vec![third], vec![BATCH_BYTES * 2], vec![1]]);
 
         assert!(batches(Vec::<usize>::new(), |n| *n).is_empty());
+    }
+
+    #[test]
+    fn a_cluster_secret_admits_only_itself() {
+        assert!(ClusterSecret::new("short").is_none(), "too short");
+        assert!(ClusterSecret::new("sixteen chars\nxx").is_none(), "not a header value");
+        let secret = ClusterSecret::new("0123456789abcdef0123").unwrap();
+        assert!(secret.admits(&secret.headers()));
+        let other = ClusterSecret::new("0123456789abcdef0124").unwrap();
+        assert!(!secret.admits(&other.headers()));
+        assert!(!secret.admits(&http::HeaderMap::new()));
+        assert!(!format!("{secret:?}").contains("0123"), "never printed");
     }
 }

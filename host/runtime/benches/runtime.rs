@@ -420,7 +420,10 @@ mod floor {
             .max_tables_per_component(32)
             .max_component_instance_size(1 << 20)
             .max_core_instance_size(1 << 20)
-            .table_elements(100_000);
+            .table_elements(100_000)
+            .linear_memory_keep_resident(1 << 20)
+            .table_keep_resident(64 << 10)
+            .pagemap_scan(wasmtime::Enabled::Auto);
         let mut config = wasmtime::Config::new();
         config
             .allocation_strategy(InstanceAllocationStrategy::Pooling(pool))

@@ -23,8 +23,8 @@ use axum::routing::{get, post};
 use dagr_coord::{Membership, Role};
 use dagr_protocol::sharding::SlotMap;
 use dagr_protocol::wire::{
-    self, Ack, AdoptRequest, AdoptResponse, AttemptKey, AttemptResult, AttemptSpec, CancelRequest, DispatchBatch,
-    DispatchResponse, ResultAcks, ResultBatch, Verdict,
+    self, Ack, AdoptRequest, AdoptResponse, AttemptKey, AttemptResult, AttemptSpec, CancelRequest, ClusterSecret,
+    DispatchBatch, DispatchResponse, ResultAcks, ResultBatch, Verdict,
 };
 use dagr_store::Store;
 use tokio::sync::{Notify, watch};
@@ -50,13 +50,17 @@ struct ReporterState {
 }
 
 impl ClusterReporter {
-    pub fn start(membership: watch::Receiver<Membership>) -> Arc<ClusterReporter> {
+    pub fn start(membership: watch::Receiver<Membership>, secret: &ClusterSecret) -> Arc<ClusterReporter> {
         let reporter = Arc::new(ClusterReporter {
             state: Mutex::new(ReporterState::default()),
             notify: Notify::new(),
             membership,
             slot_map: Mutex::new((Vec::new(), Arc::new(SlotMap::default()))),
-            http: reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap_or_default(),
+            http: reqwest::Client::builder()
+                .default_headers(secret.headers())
+                .timeout(Duration::from_secs(10))
+                .build()
+                .unwrap_or_default(),
         });
         tokio::spawn(reporter.clone().deliver_forever());
         reporter
