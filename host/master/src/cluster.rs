@@ -167,6 +167,10 @@ impl Dispatcher for HttpDispatcher {
             Err(e) => return all_failed(format!("worker {worker} unreachable: {e}")),
         };
         let status = response.status();
+        if !status.is_success() {
+            let text = response.text().await.unwrap_or_default();
+            return all_failed(format!("worker {worker} answered {status}: {}", text.trim()));
+        }
         let body = match response.json::<DispatchResponse>().await {
             Ok(body) if body.verdicts.len() == n => body,
             Ok(body) => {
