@@ -409,6 +409,71 @@ async fn big_params_outputs_and_inputs_cross_the_cluster() {
     assert_eq!(join["output"], json!(16 * (200 << 10)), "{join}");
 }
 
+/// Tenancy holds in a cluster too: each tenant's job runs on the masters
+/// and workers, and another tenant's token sees none of it (404, never its
+/// contents); a tenant's limits are enforced by the API node there as well.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_stay_apart_in_a_cluster() {
+    let _one = exclusive().await;
+    let cluster = Cluster::up(2, 1, "3s").await;
+    let admin = std::fs::read_to_string(cluster.dir.join("api/admin.token")).unwrap().trim().to_owned();
+    let http = reqwest::Client::new();
+    let api = cluster.api.clone();
+    let call = |method: reqwest::Method, path: &str, token: &str, body: Option<Value>| {
+        let mut request = http.request(method, format!("{api}{path}")).bearer_auth(token);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status();
+            (status, response.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let mut tokens = HashMap::new();
+    for (tenant, limits) in [("alpha", json!({})), ("beta", json!({"max_memory": 32 << 20}))] {
+        let body = json!({"name": tenant, "limits": limits});
+        let (status, answer) = call(reqwest::Method::POST, "/v1/tenants", &admin, Some(body)).await;
+        assert_eq!(status, reqwest::StatusCode::CREATED, "{answer}");
+        let body = json!({"scopes": ["read", "write"], "label": "test"});
+        let path = format!("/v1/tenants/{tenant}/tokens");
+        let (status, answer) = call(reqwest::Method::POST, &path, &admin, Some(body)).await;
+        assert_eq!(status, reqwest::StatusCode::CREATED, "{answer}");
+        tokens.insert(tenant, answer["token"].as_str().unwrap().to_owned());
+    }
+    let (alpha, beta) = (&tokens["alpha"], &tokens["beta"]);
+
+    let job = json!({"plugin": "echo", "params": {"private": "alpha's"}});
+    let (status, answer) = call(reqwest::Method::POST, "/v1/jobs?wait=true", alpha, Some(job)).await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{answer}");
+    assert_eq!(answer["state"], "succeeded", "{answer}");
+    let run = answer["run_id"].as_str().unwrap().to_owned();
+
+    let task = answer["outputs"].as_object().and_then(|o| o.keys().next().cloned()).unwrap_or_else(|| "echo".into());
+    for path in [
+        format!("/v1/runs/{run}"),
+        format!("/v1/runs/{run}/events"),
+        format!("/v1/runs/{run}/tasks/{task}"),
+        format!("/v1/runs/{run}/tasks/{task}/logs"),
+    ] {
+        let (status, _) = call(reqwest::Method::GET, &path, alpha, None).await;
+        assert!(status.is_success(), "alpha reads {path}: {status}");
+        let (status, answer) = call(reqwest::Method::GET, &path, beta, None).await;
+        assert_eq!(status, reqwest::StatusCode::NOT_FOUND, "beta reads {path}: {answer}");
+        assert!(!answer.to_string().contains("alpha's"), "{answer}");
+    }
+    let (status, answer) = call(reqwest::Method::POST, &format!("/v1/runs/{run}/kill"), beta, Some(json!({}))).await;
+    assert_eq!(status, reqwest::StatusCode::NOT_FOUND, "beta kills alpha's run: {answer}");
+    let (_, listed) = call(reqwest::Method::GET, "/v1/runs", beta, None).await;
+    assert!(!listed.to_string().contains(&run), "beta lists alpha's run: {listed}");
+
+    // Beta's cap on memory holds here too.
+    let job = json!({"tasks": [{"name": "t", "plugin": "echo", "memory": "64MiB"}]});
+    let (status, answer) = call(reqwest::Method::POST, "/v1/jobs", beta, Some(job)).await;
+    assert_eq!(status, reqwest::StatusCode::BAD_REQUEST, "{answer}");
+    assert!(answer["message"].as_str().unwrap_or("").contains("max_memory"), "{answer}");
+}
+
 /// Reaching a node's port is not enough: internal endpoints want the
 /// cluster's secret (a dispatch names its tenant, whose secrets the task
 /// may read; a result decides a task).
