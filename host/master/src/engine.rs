@@ -117,8 +117,8 @@ pub struct Engine {
     finished_tx: broadcast::Sender<(String, String)>,
 
     runs: HashMap<Arc<str>, ActiveRun>,
-    /// Runs dropped during the current step, with the epoch held (see
-    /// `finish_step`).
+    /// Runs dropped during the current step, with the epoch held: their
+    /// writes waiting in the step are still fenced (see `finish_step`).
     dropped_epochs: HashMap<String, i64>,
     workflows: HashMap<(String, String, i64), Arc<Workflow>>,
     ready: ReadyQueue,
@@ -576,11 +576,6 @@ impl Engine {
 
     /// Commits the step, then performs what must follow a commit.
     async fn finish_step(&mut self, mut step: Step) {
-        self.finish_step_inner(std::mem::take(&mut step)).await;
-        self.dropped_epochs.clear();
-    }
-
-    async fn finish_step_inner(&mut self, mut step: Step) {
         let mut batch = std::mem::take(&mut step.batch);
         let mut fenced: HashSet<String> = HashSet::new();
         if !batch.is_empty() {
@@ -656,21 +651,25 @@ impl Engine {
             .collect();
         let dispatcher = &self.dispatcher;
         let answers = futures::future::join_all(requests.into_iter().map(|(worker, specs)| async move {
-            let answers = dispatcher.dispatch(specs.clone(), &worker).await;
-            (worker, specs, answers)
+            // What a refusal needs to be reported; the specs themselves
+            // (params, inputs) go to the worker without a copy.
+            let sent: Vec<(AttemptKey, i64, String)> =
+                specs.iter().map(|s| (s.key.clone(), s.epoch, s.task_name.clone())).collect();
+            let answers = dispatcher.dispatch(specs, &worker).await;
+            (worker, sent, answers)
         }))
         .await;
-        for (worker, specs, answers) in answers {
-            self.metrics.dispatched.fetch_add(specs.len() as u64, Ordering::Relaxed);
-            for (spec, answer) in specs.into_iter().zip(answers) {
+        for (worker, sent, answers) in answers {
+            self.metrics.dispatched.fetch_add(sent.len() as u64, Ordering::Relaxed);
+            for ((key, epoch, task_name), answer) in sent.into_iter().zip(answers) {
                 let Err(message) = answer else { continue };
-                tracing::warn!(attempt = %spec.key, %message, "dispatch failed; the attempt goes again");
+                tracing::warn!(attempt = %key, %message, "dispatch failed; the attempt goes again");
                 // The worker did not take it: it never ran, so it is not charged.
                 let now = now_ms();
                 self.deferred.push(AttemptResult {
-                    key: spec.key,
-                    epoch: spec.epoch,
-                    task_name: spec.task_name,
+                    key,
+                    epoch,
+                    task_name,
                     worker: worker.clone(),
                     started_at: now,
                     finished_at: now,
@@ -699,6 +698,7 @@ impl Engine {
                 self.retire_run(&run);
             }
         }
+        self.dropped_epochs.clear();
     }
 }
 
@@ -1345,7 +1345,7 @@ impl Engine {
     /// Starts the next attempt of a queued task. False if it could not be
     /// prepared for a transient reason (the task stays queued).
     async fn start_task(&mut self, run_id: &Arc<str>, task: usize, worker: String, step: &mut Step, now: i64) -> bool {
-        let missing: Vec<i64> = {
+        let mut missing: Vec<i64> = {
             let Some(run) = self.runs.get(run_id) else {
                 return true;
             };
@@ -1357,7 +1357,6 @@ impl Engine {
                 .collect()
         };
         // Outputs written in this very step are not in the store yet.
-        let mut missing = missing;
         if !missing.is_empty() {
             let pending: HashMap<i64, &String> = step
                 .batch

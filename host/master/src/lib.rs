@@ -213,8 +213,9 @@ impl EngineHandle {
     }
 
     /// Workers' reports, each answered once the engine has durably recorded
-    /// it (or decided it is stale or not its own). All are handed to the engine before waiting, so that one engine step
-    /// can record them together; one [`Ack`] each, in order.
+    /// it (or decided it is stale or not its own): one [`Ack`] each, in
+    /// order. All are handed to the engine before waiting, so that one
+    /// engine step can record them together.
     pub async fn report_acked(&self, results: Vec<AttemptResult>) -> Vec<Ack> {
         let waiting: Vec<_> = results
             .into_iter()
