@@ -28,6 +28,7 @@ pub mod extract;
 mod handlers;
 pub mod inspect;
 mod plugins;
+mod unread;
 mod views;
 
 use std::sync::Arc;
@@ -45,6 +46,7 @@ use utoipa_axum::routes;
 use crate::error::AppError;
 pub use crate::inspect::{InspectLimits, Inspector};
 pub use crate::plugins::UploadConfig;
+pub use crate::unread::close_if_unread;
 
 /// The tenant a request acts for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -208,5 +210,6 @@ pub fn router(state: ApiState) -> axum::Router {
         })
         .layer(DefaultBodyLimit::max(max_body))
         .layer(axum::middleware::from_fn_with_state(state.clone(), auth::authenticate))
+        .layer(axum::middleware::from_fn(unread::close_if_unread))
         .with_state(state)
 }

@@ -99,6 +99,7 @@ fn internal_only(app: axum::Router, secret: ClusterSecret) -> axum::Router {
             }
         }
     }))
+    .layer(axum::middleware::from_fn(dagr_api::close_if_unread))
 }
 
 fn node_id(settings: &Settings, role: Role) -> String {
