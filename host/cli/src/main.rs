@@ -12,6 +12,13 @@ mod tenancy;
 
 use clap::{Parser, Subcommand};
 
+/// mimalloc instead of glibc's allocator: the engine, the API and the
+/// runtime allocate and free on different threads all the time, and with
+/// glibc that cost ~15 % of the CPU time of a fan-out (see
+/// docs/BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// dagr: DAG workflows whose tasks are sandboxed WebAssembly components.
 #[derive(Debug, Parser)]
 #[command(name = "dagr", version, about, propagate_version = true)]

@@ -574,7 +574,7 @@ impl Runtime {
                 engine,
                 linker,
                 cache,
-                scratch: ScratchDirs::new(config.scratch_root.clone()),
+                scratch: ScratchDirs::new(config.scratch_root.clone(), config.max_concurrent_attempts as usize),
                 slots: Arc::new(Semaphore::new(config.max_concurrent_attempts as usize)),
                 guests: Some(guests),
                 ticker,

@@ -28,15 +28,23 @@ use std::sync::Mutex;
 
 use tempfile::TempDir;
 
-/// Empty directories kept per tenant for later attempts, beyond which they
-/// are removed.
-const MAX_IDLE: usize = 32;
-
 /// Hands out scratch directories under one root.
 pub(crate) struct ScratchDirs {
     root: PathBuf,
-    /// Idle directories by tenant.
-    idle: Mutex<HashMap<String, Vec<TempDir>>>,
+    /// Idle directories: by tenant, and how many in all.
+    idle: Mutex<Idle>,
+    /// Idle directories kept per tenant (as many as attempts can run at
+    /// once, so that a burst of short attempts creates none), and in all
+    /// (twice that, so that many tenants do not pile up empty directories);
+    /// beyond either, a returned directory is removed.
+    max_per_tenant: usize,
+    max_total: usize,
+}
+
+#[derive(Default)]
+struct Idle {
+    by_tenant: HashMap<String, Vec<TempDir>>,
+    total: usize,
 }
 
 /// The scratch directory of one attempt.
@@ -58,8 +66,11 @@ impl Scratch {
 }
 
 impl ScratchDirs {
-    pub(crate) fn new(root: PathBuf) -> Self {
-        ScratchDirs { root, idle: Mutex::new(HashMap::new()) }
+    /// Scratch directories under `root` for a runtime that runs at most
+    /// `concurrent` attempts at once.
+    pub(crate) fn new(root: PathBuf, concurrent: usize) -> Self {
+        let max_per_tenant = concurrent.max(1);
+        ScratchDirs { root, idle: Mutex::new(Idle::default()), max_per_tenant, max_total: 2 * max_per_tenant }
     }
 
     /// The scratch directory for an attempt of `tenant`: the caller's,
@@ -73,8 +84,12 @@ impl ScratchDirs {
             return Ok(Scratch::Given(dir));
         }
         let tenant = path_safe(tenant);
-        if let Some(dir) = self.lock().get_mut(&tenant).and_then(Vec::pop) {
-            return Ok(Scratch::Owned(dir, tenant));
+        {
+            let mut idle = self.lock();
+            if let Some(dir) = idle.by_tenant.get_mut(&tenant).and_then(Vec::pop) {
+                idle.total -= 1;
+                return Ok(Scratch::Owned(dir, tenant));
+            }
         }
         let root = self.root.join(&tenant);
         let create = || tempfile::Builder::new().prefix("attempt-").tempdir_in(&root);
@@ -97,10 +112,13 @@ impl ScratchDirs {
         let Scratch::Owned(dir, tenant) = scratch else { return };
         if returned && is_empty(dir.path()) {
             let mut idle = self.lock();
-            let idle = idle.entry(tenant).or_default();
-            if idle.len() < MAX_IDLE {
-                idle.push(dir);
-                return;
+            if idle.total < self.max_total {
+                let mine = idle.by_tenant.entry(tenant).or_default();
+                if mine.len() < self.max_per_tenant {
+                    mine.push(dir);
+                    idle.total += 1;
+                    return;
+                }
             }
         }
         // Dropping a `TempDir` removes it with everything inside; a failure
@@ -108,7 +126,7 @@ impl ScratchDirs {
         drop(dir);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<TempDir>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Idle> {
         self.idle.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -148,7 +166,7 @@ mod tests {
     #[test]
     fn empty_directories_are_reused_others_removed() {
         let root = tempfile::tempdir().unwrap();
-        let dirs = ScratchDirs::new(root.path().join("scratch"));
+        let dirs = ScratchDirs::new(root.path().join("scratch"), 4);
 
         let first = dirs.take(None, "t").unwrap();
         let first_path = first.path().to_path_buf();
@@ -171,20 +189,20 @@ mod tests {
     #[test]
     fn given_directories_are_left_alone() {
         let root = tempfile::tempdir().unwrap();
-        let dirs = ScratchDirs::new(root.path().join("scratch"));
+        let dirs = ScratchDirs::new(root.path().join("scratch"), 4);
         let given = root.path().join("mine/nested");
         let scratch = dirs.take(Some(given.clone()), "t").unwrap();
         assert!(given.is_dir());
         std::fs::write(given.join("keep"), b"x").unwrap();
         dirs.give_back(scratch, true);
         assert!(given.join("keep").exists());
-        assert!(dirs.lock().is_empty());
+        assert_eq!(dirs.lock().total, 0);
     }
 
     #[test]
     fn tenants_never_share_a_directory() {
         let root = tempfile::tempdir().unwrap();
-        let dirs = ScratchDirs::new(root.path().join("scratch"));
+        let dirs = ScratchDirs::new(root.path().join("scratch"), 4);
         let a = dirs.take(None, "a").unwrap();
         let a_path = a.path().to_path_buf();
         assert!(a_path.starts_with(root.path().join("scratch/a")), "{}", a_path.display());
@@ -193,5 +211,28 @@ mod tests {
         assert_ne!(b.path(), a_path, "another tenant gets a directory of its own");
         assert!(b.path().starts_with(root.path().join("scratch/b____a")), "{}", b.path().display());
         assert_eq!(dirs.take(None, "a").unwrap().path(), a_path);
+    }
+
+    #[test]
+    fn idle_directories_are_capped_per_tenant_and_in_all() {
+        let root = tempfile::tempdir().unwrap();
+        let dirs = ScratchDirs::new(root.path().join("scratch"), 2);
+        let give_back_three = |tenant: &str| {
+            let taken: Vec<Scratch> = (0..3).map(|_| dirs.take(None, tenant).unwrap()).collect();
+            let paths: Vec<PathBuf> = taken.iter().map(|s| s.path().to_path_buf()).collect();
+            for scratch in taken {
+                dirs.give_back(scratch, true);
+            }
+            paths.iter().filter(|p| p.exists()).count()
+        };
+        assert_eq!(give_back_three("a"), 2, "two kept for `a`, the third removed");
+        assert_eq!(give_back_three("b"), 2, "two kept for `b`: four in all");
+        // `c` finds no idle directory of its own and the total is reached.
+        assert_eq!(give_back_three("c"), 0);
+        assert_eq!(dirs.lock().total, 4);
+        let a = dirs.take(None, "a").unwrap();
+        assert_eq!(dirs.lock().total, 3);
+        dirs.give_back(a, true);
+        assert_eq!(dirs.lock().total, 4);
     }
 }

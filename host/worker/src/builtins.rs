@@ -53,6 +53,11 @@ impl BuiltinPlugins {
         Ok(BuiltinPlugins { plugins, descriptors, by_sha })
     }
 
+    /// What each built-in describes, without copying it.
+    pub fn descriptors(&self) -> &[PluginDescriptor] {
+        &self.descriptors
+    }
+
     /// The loaded plugins (to preload into a worker).
     pub fn plugins(&self) -> impl Iterator<Item = &Plugin> {
         self.plugins.iter().map(|(p, _)| p)

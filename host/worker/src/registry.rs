@@ -138,10 +138,11 @@ impl PluginDirectory for Registry {
     }
 
     fn resolve(&self, tenant: &str, name: &str, version: Option<&str>) -> Result<PluginDescriptor, String> {
+        // Called for every attempt: borrow the descriptors, copy only the
+        // one that is picked.
         let snapshot = self.current();
-        let builtins = self.builtins.list(tenant);
         let own = snapshot.by_tenant.get(tenant).map(Vec::as_slice).unwrap_or_default();
-        pick(builtins.iter().chain(own), name, version)
+        pick(self.builtins.descriptors().iter().chain(own), name, version)
     }
 
     async fn refresh(&self) {
