@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use axum::Json;
@@ -65,6 +65,38 @@ struct DispatchState {
     reported: HashMap<String, u32>,
     /// Smooth weighted round robin: current weights.
     current: HashMap<String, i64>,
+    /// Workers whose last dispatch failed as a whole (unreachable, or a
+    /// refusal such as a wrong cluster secret): not picked until the
+    /// instant, and the pause doubles with each failure in a row. Without
+    /// it a master would send the same attempts to such a worker again in
+    /// every step, as fast as it can commit.
+    resting: HashMap<String, Rest>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Rest {
+    until: Instant,
+    pause: Duration,
+}
+
+/// The first pause of a worker whose dispatch failed, and the longest.
+const FIRST_REST: Duration = Duration::from_millis(250);
+const LONGEST_REST: Duration = Duration::from_secs(10);
+
+impl DispatchState {
+    fn resting(&self, worker: &str, now: Instant) -> bool {
+        self.resting.get(worker).is_some_and(|r| r.until > now)
+    }
+
+    /// A failed dispatch to `worker`: how long it rests now.
+    fn failed(&mut self, worker: &str, now: Instant) -> Duration {
+        let pause = match self.resting.get(worker) {
+            Some(r) => (r.pause * 2).min(LONGEST_REST),
+            None => FIRST_REST,
+        };
+        self.resting.insert(worker.to_owned(), Rest { until: now + pause, pause });
+        pause
+    }
 }
 
 impl HttpDispatcher {
@@ -114,8 +146,10 @@ impl Dispatcher for HttpDispatcher {
 
     fn pick(&self, group: Option<&str>) -> Option<String> {
         let members = self.membership.borrow().clone();
-        let workers: Vec<&NodeInfo> = members.with_role(Role::Worker).filter(|w| in_group(w, group)).collect();
+        let now = Instant::now();
         let mut state = self.lock();
+        let workers: Vec<&NodeInfo> =
+            members.with_role(Role::Worker).filter(|w| in_group(w, group) && !state.resting(&w.id, now)).collect();
         let load = |state: &DispatchState, id: &str| {
             let mine = state.outstanding.get(id).copied().unwrap_or(0);
             mine.max(state.reported.get(id).copied().unwrap_or(0))
@@ -152,7 +186,11 @@ impl Dispatcher for HttpDispatcher {
 
     async fn dispatch(&self, specs: Vec<AttemptSpec>, worker: &str) -> Vec<Result<(), String>> {
         let n = specs.len();
-        let all_failed = |message: String| vec![Err(message); n];
+        let all_failed = |message: String| {
+            let pause = self.lock().failed(worker, Instant::now());
+            tracing::warn!(%worker, ?pause, %message, "dispatch failed; the worker gets no attempts for a while");
+            vec![Err(message); n]
+        };
         let Some(addr) = self.addr(worker) else {
             return all_failed(format!("worker {worker} is not a member any more"));
         };
@@ -181,7 +219,10 @@ impl Dispatcher for HttpDispatcher {
             }
             Err(e) => return all_failed(format!("worker {worker} answered {status}: {e}")),
         };
-        self.lock().reported.insert(worker.to_owned(), body.running);
+        let mut state = self.lock();
+        state.reported.insert(worker.to_owned(), body.running);
+        state.resting.remove(worker);
+        drop(state);
         body.verdicts
             .into_iter()
             .map(|verdict| match verdict {
@@ -495,5 +536,57 @@ impl Control for ClusterControl {
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(Duration::from_millis(200));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn worker(id: &str, addr: &str) -> NodeInfo {
+        NodeInfo {
+            id: id.into(),
+            role: Role::Worker,
+            addr: addr.into(),
+            capacity: 100,
+            labels: BTreeMap::new(),
+            pid: 0,
+        }
+    }
+
+    #[test]
+    fn a_failing_worker_rests_longer_each_time_up_to_a_limit() {
+        let mut state = DispatchState::default();
+        let now = Instant::now();
+        assert!(!state.resting("w", now));
+        assert_eq!(state.failed("w", now), FIRST_REST);
+        assert!(state.resting("w", now));
+        assert!(!state.resting("w", now + FIRST_REST));
+        assert_eq!(state.failed("w", now), FIRST_REST * 2);
+        for _ in 0..10 {
+            state.failed("w", now);
+        }
+        assert_eq!(state.failed("w", now), LONGEST_REST);
+        assert!(!state.resting("other", now));
+    }
+
+    #[tokio::test]
+    async fn a_worker_whose_dispatch_failed_is_not_picked_while_it_rests() {
+        // Port 1 on loopback: nothing listens there, the connection is refused.
+        let nodes = [worker("dead", "http://127.0.0.1:1"), worker("alive", "http://127.0.0.1:1")];
+        let membership = Membership { nodes: nodes.into_iter().map(|n| (n.id.clone(), n)).collect() };
+        let (_tx, rx) = watch::channel(membership);
+        let secret = ClusterSecret::new("a-secret-long-enough-for-the-check-0123456789").unwrap();
+        let dispatcher = HttpDispatcher::new("m".into(), rx, Strategy::LeastLoaded, 16, &secret);
+        assert_eq!(dispatcher.pick(None).as_deref(), Some("alive"), "least loaded, then by id");
+        let answers = dispatcher.dispatch(Vec::new(), "dead").await;
+        assert!(answers.is_empty());
+        assert!(dispatcher.lock().resting("dead", Instant::now()));
+        for _ in 0..8 {
+            assert_eq!(dispatcher.pick(None).as_deref(), Some("alive"), "the resting worker is skipped");
+        }
+        dispatcher.lock().resting.get_mut("dead").unwrap().until = Instant::now();
+        let picks: HashSet<String> = (0..4).filter_map(|_| dispatcher.pick(None)).collect();
+        assert!(picks.contains("dead"), "picked again once its rest is over: {picks:?}");
     }
 }
