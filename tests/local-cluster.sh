@@ -85,6 +85,9 @@ etcd = ["http://127.0.0.1:$eport"]
 prefix = "/dagr"
 ttl = "$ttl"
 secret = "$(python3 -c 'import secrets; print(secrets.token_hex(32))')"
+[secrets]
+# Seals tenants' secrets in PostgreSQL; the api and workers share it.
+key = "$(python3 -c 'import secrets; print(secrets.token_hex(32))')"
 [auth]
 # At its first start the API node makes the admin token (api/admin.token)
 # and the tenant "default" with a first token (api/token).

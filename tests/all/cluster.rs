@@ -472,6 +472,42 @@ async fn tenants_stay_apart_in_a_cluster() {
     let (status, answer) = call(reqwest::Method::POST, "/v1/jobs", beta, Some(job)).await;
     assert_eq!(status, reqwest::StatusCode::BAD_REQUEST, "{answer}");
     assert!(answer["message"].as_str().unwrap_or("").contains("max_memory"), "{answer}");
+
+    // Alpha's secret, set through the API node, reaches alpha's task on a
+    // worker (which opens it with the cluster's secrets key) and nobody
+    // else's; PostgreSQL holds it sealed.
+    let value = format!("alpha-secret-{}", std::process::id());
+    let body = json!({"value": value});
+    let (status, answer) = call(reqwest::Method::PUT, "/v1/secrets/k", alpha, Some(body)).await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{answer}");
+    let reads = json!({"plugin": "script", "params": {"script": "let v = secret(\"k\"); if v == () { \"none\" } else { v.len() }"}});
+    let (status, answer) = call(reqwest::Method::POST, "/v1/jobs?wait=true", alpha, Some(reads.clone())).await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{answer}");
+    assert_eq!(answer["output"], json!(value.len()), "alpha's task reads alpha's secret: {answer}");
+    let (status, answer) = call(reqwest::Method::POST, "/v1/jobs?wait=true", beta, Some(reads)).await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{answer}");
+    assert_eq!(answer["output"], "none", "beta's task does not see alpha's secret: {answer}");
+    let dump = pg_dump_table(&cluster, "secrets");
+    assert!(dump.contains("sealed:v1:"), "{dump}");
+    assert!(!dump.contains(&value), "the secret is in PostgreSQL in plain text: {dump}");
+}
+
+/// The rows of `table` in the cluster's PostgreSQL, as `pg_dump` prints them.
+fn pg_dump_table(cluster: &Cluster, table: &str) -> String {
+    let url = std::fs::read_to_string(cluster.dir.join("postgres.url")).unwrap();
+    let bin = std::env::var("DAGR_TEST_PG_BIN").ok().map(PathBuf::from).unwrap_or_else(|| {
+        let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+            .map(|d| d.flatten().map(|e| e.path().join("bin")).collect())
+            .unwrap_or_default();
+        versions.sort();
+        versions.pop().unwrap_or_default()
+    });
+    let out = Command::new(bin.join("pg_dump"))
+        .args(["--data-only", "--table", table, url.trim()])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run pg_dump from {}: {e}", bin.display()));
+    assert!(out.status.success(), "pg_dump: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Reaching a node's port is not enough: internal endpoints want the

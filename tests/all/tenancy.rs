@@ -769,7 +769,7 @@ fn contains(haystack: &[u8], needle: &str) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tokens_are_stored_only_as_hashes() {
+async fn tokens_and_secrets_are_not_stored_in_plain_text() {
     let _serial = serial().await;
     let server = own_server().await;
     let client = Client::of(&server);
@@ -777,8 +777,22 @@ async fn tokens_are_stored_only_as_hashes() {
     let team = tenant_with_token(&client, &admin, "hashed", json!({})).await;
     let (read, _) = token_of(&client, &admin, "hashed", &["read"]).await;
     client.expect(Method::GET, "/v1/workflows", &team, Body::None, StatusCode::OK).await;
+    let value = "the-password-is-swordfish-7f3a9c";
+    let path = "/v1/secrets/db_password";
+    client.expect(Method::PUT, path, &team, Body::Json(json!({ "value": value })), StatusCode::OK).await;
 
     let database = database_bytes(&server);
+    assert!(!contains(&database, value), "a secret's value is in the database in plain text");
+    assert!(contains(&database, "sealed:v1:"), "no sealed secret in the database");
+    // The key that seals them is in the data directory, readable by its
+    // owner only, and not in the database.
+    let key = std::fs::read_to_string(server.data_dir().join("secrets.key")).unwrap();
+    assert_eq!(key.trim().len(), 64, "{key}");
+    assert!(!contains(&database, key.trim()), "the sealing key is in the database");
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(server.data_dir().join("secrets.key")).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "secrets.key has mode {mode:o}");
+
     for token in [server.token(), admin, team, read] {
         let (id, secret) = token.trim_start_matches("dagr_").split_once('_').unwrap();
         assert!(!contains(&database, secret), "the secret of token {id} is in the database in plain text");

@@ -447,7 +447,8 @@ pub async fn put_secret(
         return Err(AppError::bad_at("invalid_secret", "value", format!("at most {MAX_SECRET_BYTES} bytes")));
     }
     let now = now_ms();
-    state.store.put_secret(&tenant.0, &name, &req.value, now).await?;
+    let sealed = state.config.secrets.seal(&tenant.0, &name, &req.value);
+    state.store.put_secret(&tenant.0, &name, &sealed, now).await?;
     audit(&state, &caller, &tenant.0, "secret.put", &name, json!({})).await;
     Ok((StatusCode::OK, axum::Json(SecretView { name, updated_at: time(now) })))
 }

@@ -84,6 +84,8 @@ pub struct ApiConfig {
     pub max_job_tasks: usize,
     /// Plugin uploads (their own size limit; `max_body_bytes` does not apply).
     pub uploads: UploadConfig,
+    /// Seals tenants' secrets before they are stored.
+    pub secrets: dagr_protocol::sealed::SecretKey,
 }
 
 impl Default for ApiConfig {
@@ -95,6 +97,9 @@ impl Default for ApiConfig {
             max_backfill_runs: 10_000,
             max_job_tasks: 100,
             uploads: UploadConfig::default(),
+            // A key that lives as long as the process: only for an API whose
+            // secrets nobody will read after it (tests); nodes configure one.
+            secrets: dagr_protocol::sealed::SecretKey::generate(),
         }
     }
 }

@@ -193,6 +193,7 @@ pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
 pub fn worker(args: RoleArgs) -> anyhow::Result<ExitCode> {
     let settings = settings(&args, Role::Worker)?;
     let secret = cluster_secret(&settings)?;
+    let secrets_key = crate::node::secrets_key(&settings, false)?;
     runtime()?.block_on(async move {
         let id = node_id(&settings, Role::Worker);
         let store = open_store(&settings).await?;
@@ -220,7 +221,7 @@ pub fn worker(args: RoleArgs) -> anyhow::Result<ExitCode> {
             id.clone(),
             wasm,
             plugins.clone(),
-            Some(Arc::new(crate::secrets::StoreSecrets::new(store.clone()))),
+            Some(Arc::new(crate::secrets::StoreSecrets::new(store.clone(), secrets_key))),
             logs,
         );
         for plugin in plugins.builtins().plugins() {
@@ -249,6 +250,7 @@ pub fn worker(args: RoleArgs) -> anyhow::Result<ExitCode> {
 pub fn api(args: RoleArgs) -> anyhow::Result<ExitCode> {
     let settings = settings(&args, Role::Api)?;
     let secret = cluster_secret(&settings)?;
+    let secrets_key = crate::node::secrets_key(&settings, false)?;
     runtime()?.block_on(async move {
         let id = node_id(&settings, Role::Api);
         let store = open_store(&settings).await?;
@@ -281,7 +283,7 @@ pub fn api(args: RoleArgs) -> anyhow::Result<ExitCode> {
             store: store.clone(),
             control,
             plugins,
-            config: Arc::new(api_config(&settings)?),
+            config: Arc::new(api_config(&settings, secrets_key)?),
         });
         announce(Role::Api, &id, &addr);
         serve_until_signal(listener, app).await;

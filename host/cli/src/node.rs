@@ -8,6 +8,7 @@ use anyhow::Context as _;
 use async_trait::async_trait;
 use dagr_config::Settings;
 use dagr_master::{Adoption, Dispatcher, Engine, EngineConfig, EngineHandle};
+use dagr_protocol::sealed::SecretKey;
 use dagr_protocol::wire::{AttemptKey, AttemptResult, AttemptSpec};
 use dagr_runtime::{Runtime, RuntimeConfig};
 use dagr_store::{SqlStore, Synchronous};
@@ -42,7 +43,8 @@ impl Node {
             dagr_api::auth::bootstrap(store.as_ref(), &settings.data_dir, settings.admin_token.as_deref(), true)
                 .await
                 .context("cannot set up the API tokens")?;
-        let secrets = Arc::new(crate::secrets::StoreSecrets::new(store.clone()));
+        let key = secrets_key(settings, true)?;
+        let secrets = Arc::new(crate::secrets::StoreSecrets::new(store.clone(), key.clone()));
         let runtime = make_runtime(settings, settings.slots)?;
         let plugins = load_plugins(&runtime, settings, store.clone()).await?;
         let logs = LogWriter::start(store.clone());
@@ -78,7 +80,7 @@ impl Node {
             store: store.clone(),
             control: Arc::new(engine.clone()),
             plugins,
-            config: Arc::new(api_config(settings)?),
+            config: Arc::new(api_config(settings, key)?),
         });
         let listener = tokio::net::TcpListener::bind(settings.listen)
             .await
@@ -130,6 +132,44 @@ fn lock_data_dir(dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
     }
 }
 
+/// The key that seals tenants' secrets: `[secrets] key`, else (if
+/// `in_data_dir`, as for `dagr serve`) `<data_dir>/secrets.key`, made at the
+/// first start. Cluster nodes that handle secrets (api, worker) must be
+/// given the same key.
+pub fn secrets_key(settings: &Settings, in_data_dir: bool) -> anyhow::Result<SecretKey> {
+    if !settings.secrets_key.is_empty() {
+        return SecretKey::from_hex(&settings.secrets_key).map_err(|e| anyhow::anyhow!("config: secrets.key: {e}"));
+    }
+    if !in_data_dir {
+        anyhow::bail!(
+            "secrets.key is not set: the api and worker nodes of a cluster must share the key that seals tenants' \
+             secrets. Set it in the config file ([secrets] key) or as DAGR_SECRETS__KEY, e.g. \
+             DAGR_SECRETS__KEY=$(openssl rand -hex 32), and keep it apart from the database's backups"
+        );
+    }
+    let path = settings.data_dir.join("secrets.key");
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            return SecretKey::from_hex(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+    }
+    let key = SecretKey::generate();
+    let partial = settings.data_dir.join("secrets.key.partial");
+    let write = || -> std::io::Result<()> {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let _ = std::fs::remove_file(&partial);
+        let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&partial)?;
+        file.write_all(format!("{}\n", key.to_hex()).as_bytes())?;
+        file.sync_all()?;
+        std::fs::rename(&partial, &path)
+    };
+    write().with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(key)
+}
+
 /// Opens the configured store.
 pub async fn open_store(settings: &Settings) -> anyhow::Result<Arc<SqlStore>> {
     let sync = if settings.synchronous_full { Synchronous::Full } else { Synchronous::Normal };
@@ -175,7 +215,7 @@ pub async fn load_plugins(
 
 /// The API's settings: body limits, and plugin uploads checked by this very
 /// binary (`dagr plugin inspect`) in a limited child process.
-pub fn api_config(settings: &Settings) -> anyhow::Result<dagr_api::ApiConfig> {
+pub fn api_config(settings: &Settings, secrets: SecretKey) -> anyhow::Result<dagr_api::ApiConfig> {
     let program = std::env::current_exe().context("cannot find the dagr binary (to compile uploads with)")?;
     let limits = dagr_api::InspectLimits {
         cpu: settings.compile_cpu,
@@ -187,6 +227,7 @@ pub fn api_config(settings: &Settings) -> anyhow::Result<dagr_api::ApiConfig> {
     Ok(dagr_api::ApiConfig {
         max_body_bytes: settings.max_body as usize,
         uploads: dagr_api::UploadConfig { max_bytes: settings.max_upload as usize, inspector: Some(inspector) },
+        secrets,
         ..Default::default()
     })
 }

@@ -1,4 +1,5 @@
-//! Tenants' secrets for their attempts, read from the store.
+//! Tenants' secrets for their attempts, read from the store and opened
+//! with the node's [`SecretKey`] (see [`dagr_protocol::sealed`]).
 //!
 //! The worker asks for a tenant's [`SecretSource`] when an attempt starts;
 //! the store is read only if the plugin calls `secret(name)`, once per
@@ -10,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use dagr_protocol::sealed::SecretKey;
 use dagr_runtime::SecretSource;
 use dagr_store::Store;
 use dagr_worker::SecretResolver;
@@ -20,13 +22,14 @@ const LOAD_TIMEOUT: Duration = Duration::from_secs(30);
 /// A [`SecretResolver`] backed by the store.
 pub struct StoreSecrets {
     store: Arc<dyn Store>,
+    key: Arc<SecretKey>,
     runtime: Option<tokio::runtime::Handle>,
 }
 
 impl StoreSecrets {
     /// Call it inside the runtime the store queries should run on.
-    pub fn new(store: Arc<dyn Store>) -> Self {
-        StoreSecrets { store, runtime: tokio::runtime::Handle::try_current().ok() }
+    pub fn new(store: Arc<dyn Store>, key: SecretKey) -> Self {
+        StoreSecrets { store, key: Arc::new(key), runtime: tokio::runtime::Handle::try_current().ok() }
     }
 }
 
@@ -35,6 +38,7 @@ impl SecretResolver for StoreSecrets {
         Some(Arc::new(TenantSecrets {
             tenant: tenant.to_owned(),
             store: self.store.clone(),
+            key: self.key.clone(),
             runtime: self.runtime.clone(),
             loaded: OnceLock::new(),
         }))
@@ -45,6 +49,7 @@ impl SecretResolver for StoreSecrets {
 struct TenantSecrets {
     tenant: String,
     store: Arc<dyn Store>,
+    key: Arc<SecretKey>,
     runtime: Option<tokio::runtime::Handle>,
     loaded: OnceLock<HashMap<String, String>>,
 }
@@ -62,7 +67,18 @@ impl TenantSecrets {
             let _ = tx.send(store.tenant_secrets(&tenant).await);
         });
         match rx.recv_timeout(LOAD_TIMEOUT) {
-            Ok(Ok(secrets)) => secrets.into_iter().collect(),
+            Ok(Ok(secrets)) => secrets
+                .into_iter()
+                .filter_map(|(name, stored)| match self.key.open(&self.tenant, &name, &stored) {
+                    Ok(value) => Some((name, value)),
+                    Err(e) => {
+                        // The plugin sees the secret as missing; the operator
+                        // learns why (never the value).
+                        tracing::error!(tenant = %self.tenant, secret = %name, error = %e, "cannot open a secret");
+                        None
+                    }
+                })
+                .collect(),
             Ok(Err(e)) => {
                 tracing::error!(tenant = %self.tenant, error = %e, "cannot read the tenant's secrets");
                 HashMap::new()

@@ -27,6 +27,10 @@
 //! #   default: generated at first start, printed once, in data_dir/admin.token
 //! default_tenant = false      # `dagr serve` always makes the tenant `default`
 //!
+//! [secrets]
+//! # key = "<64 hex digits>"   # seals tenants' secrets at rest; `dagr serve`
+//! #   makes one in data_dir/secrets.key; api and worker nodes must share one
+//!
 //! [plugins]
 //! max_upload = "20MiB"       # tenants' uploads; compiled in a child process
 //! compile_cpu = "20s"        # with these limits
@@ -56,6 +60,18 @@ pub struct Config {
     pub master: MasterConfig,
     pub plugins: PluginsConfig,
     pub auth: AuthConfig,
+    pub secrets: SecretsConfig,
+}
+
+/// Tenants' secrets.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SecretsConfig {
+    /// The key (64 hex digits: 32 bytes) that seals tenants' secrets in the
+    /// store. Empty: `dagr serve` reads `<data_dir>/secrets.key`, made at
+    /// the first start; `dagr api` and `dagr worker` require it, and must
+    /// share it. Keep it apart from the database's backups.
+    pub key: String,
 }
 
 /// API authentication.
@@ -309,6 +325,8 @@ pub struct Settings {
     /// The configured admin token, if any.
     pub admin_token: Option<String>,
     pub default_tenant: bool,
+    /// `[secrets] key`, checked to be 64 hex digits; empty if not set.
+    pub secrets_key: String,
     pub max_upload: u64,
     pub compile_cpu: Duration,
     pub compile_memory: u64,
@@ -406,6 +424,7 @@ impl Config {
             extra_plugins: self.plugins.extra.clone(),
             admin_token: (!self.auth.admin_token.is_empty()).then(|| self.auth.admin_token.clone()),
             default_tenant: self.auth.default_tenant,
+            secrets_key: self.secrets.key.trim().to_owned(),
             max_upload: bytes("plugins.max_upload", &self.plugins.max_upload)?,
             compile_cpu: duration("plugins.compile_cpu", &self.plugins.compile_cpu)?,
             compile_memory: bytes("plugins.compile_memory", &self.plugins.compile_memory)?,
@@ -413,6 +432,14 @@ impl Config {
             concurrent_compiles: self.plugins.concurrent_compiles,
             plugin_refresh: duration("plugins.refresh_interval", &self.plugins.refresh_interval)?,
         };
+        if !settings.secrets_key.is_empty()
+            && (settings.secrets_key.len() != 64 || !settings.secrets_key.bytes().all(|b| b.is_ascii_hexdigit()))
+        {
+            return Err(err(
+                "secrets.key",
+                "must be 64 hex digits (32 bytes), e.g. from `openssl rand -hex 32`; the value is not shown".into(),
+            ));
+        }
         if !matches!(settings.dispatch.as_str(), "least-loaded" | "round-robin") {
             return Err(err("master.dispatch", format!("`{}` must be least-loaded or round-robin", settings.dispatch)));
         }
@@ -520,6 +547,20 @@ mod tests {
         for bad in ["secret", "dagr_short_ssssssssssssssssssssssssssssssssss", "dagr_abcdefghij12_tooshort"] {
             c.auth.admin_token = bad.into();
             assert_eq!(c.validate().unwrap_err().field, "auth.admin_token", "{bad}");
+        }
+    }
+
+    #[test]
+    fn secrets_keys_are_checked_without_showing_them() {
+        let mut c = Config::default();
+        assert_eq!(c.validate().unwrap().secrets_key, "");
+        c.secrets.key = format!(" {} ", "ab".repeat(32));
+        assert_eq!(c.validate().unwrap().secrets_key, "ab".repeat(32));
+        for bad in ["abcd", &"zz".repeat(32), &"ab".repeat(33)] {
+            c.secrets.key = bad.to_owned();
+            let e = c.validate().unwrap_err();
+            assert_eq!(e.field, "secrets.key", "{bad}");
+            assert!(!e.message.contains(bad), "{e}");
         }
     }
 

@@ -11,12 +11,15 @@
 //!   generates the OpenAPI document from them) and the CLI.
 //! - [`plugins`]: the plugin directory the API validates against and the
 //!   engine resolves plugins with.
+//! - [`sealed`]: tenants' secrets sealed at rest (ChaCha20-Poly1305),
+//!   sealed by the API and opened by workers.
 //! - [`control`]: how the API reaches the engine (wake it, wait for a
 //!   command or a run), whether in-process or over the store.
 
 pub mod api;
 pub mod control;
 pub mod plugins;
+pub mod sealed;
 pub mod sharding;
 pub mod tenancy;
 pub mod wire;
