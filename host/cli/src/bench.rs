@@ -16,7 +16,7 @@ use std::time::Instant;
 use anyhow::{Context as _, bail};
 use clap::{Args, ValueEnum};
 use dagr_config::Config;
-use dagr_protocol::api::{Applied, RunList, RunSummary, TriggerRequest};
+use dagr_protocol::api::{Applied, RunDetail, RunList, RunSummary, TriggerRequest};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
@@ -297,6 +297,9 @@ async fn measure(
             }
         };
         let wall = start.elapsed();
+        if state != "succeeded" {
+            explain_failure(&api, &run.id, &args.plugin).await;
+        }
         let measurement = Measurement {
             run: number,
             state,
@@ -324,6 +327,25 @@ async fn measure(
         measurements.push(measurement);
     }
     Ok(measurements)
+}
+
+/// Says on stderr which tasks of a run that did not succeed failed, and why
+/// (after the run's wall time was taken).
+async fn explain_failure(api: &Api, run: &str, plugin: &BenchPlugin) {
+    let Ok(detail) = api.json::<RunDetail>(api.get(&["v1", "runs", run])).await else { return };
+    let failed: Vec<_> = detail.tasks.iter().filter(|t| t.state == "failed").collect();
+    for task in failed.iter().take(5) {
+        eprintln!("run {run}: task {} failed: {}", task.name, task.error.as_deref().unwrap_or("(no message)"));
+    }
+    if failed.len() > 5 {
+        eprintln!("run {run}: and {} more failed tasks", failed.len() - 5);
+    }
+    if *plugin == BenchPlugin::Echo && failed.iter().any(|t| t.error.as_deref().is_some_and(|e| e.contains("output"))) {
+        eprintln!(
+            "`echo` returns its inputs, so outputs grow along the DAG and a task after a wide fan-in can pass the \
+             output limit; `--plugin fib --fib-n 1` runs a task of about no work with a small output instead"
+        );
+    }
 }
 
 /// `chain:N`, `fanout:N`, or a file.
