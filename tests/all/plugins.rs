@@ -234,6 +234,31 @@ async fn http_rejects_a_bad_url() {
     assert_eq!(server.requests(), 0);
 }
 
+/// An `https` request goes, with TLS, to the address the policy checked:
+/// a listener there receives the TLS handshake (it answers none, so the
+/// attempt fails with the transport error, and nothing panics).
+#[tokio::test]
+async fn https_connects_to_the_checked_address_and_speaks_tls() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let hello = tokio::spawn(async move {
+        use tokio::io::AsyncReadExt as _;
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut first = [0u8; 3];
+        stream.read_exact(&mut first).await.unwrap();
+        first
+    });
+    let runtime = runtime();
+    let plugin = load(&runtime, builtins::HTTP_PATH);
+    let mut exec = execution(json!({"url": format!("https://127.0.0.1:{port}/secure")}));
+    exec.network = NetworkPolicy::allow([format!("127.0.0.1:{port}")]).unwrap();
+    let report = runtime.execute(&plugin, exec).await;
+    let first = tokio::time::timeout(Duration::from_secs(10), hello).await.unwrap().unwrap();
+    assert_eq!(first, [0x16, 0x03, 0x01], "a TLS handshake record (ClientHello) reached the listener");
+    let failure = failure(&report);
+    assert_eq!(failure.kind, FailureKind::Retryable, "{failure}\nlog:\n{}", log_text(&report));
+}
+
 // ---------------------------------------------------------------------------
 // transform
 

@@ -40,6 +40,7 @@ mod cache;
 mod limits;
 mod log;
 mod network;
+mod outgoing;
 mod sandbox;
 mod scratch;
 

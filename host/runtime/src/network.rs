@@ -8,10 +8,11 @@
 //! 2. The name is resolved, and every address must be public, unless the
 //!    allowlist names that very address: a public name can resolve to
 //!    127.0.0.1 or 10.0.0.1, and that must not open the internal network.
-//! 3. For plain `http`, the connection goes to the address that was checked
-//!    (the URI is rewritten, `Host` keeps the name), so a second DNS answer
-//!    cannot swap in another address. `https` connects by name, because TLS
-//!    needs it; the certificate then binds the connection to that name.
+//! 3. The connection goes to the address that was checked, so a second DNS
+//!    answer cannot swap in another address: for plain `http` the URI is
+//!    rewritten (`Host` keeps the name); `https` goes through a sender of
+//!    ours (`outgoing.rs`) that connects to the address and does TLS with
+//!    the name.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};

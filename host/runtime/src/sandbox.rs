@@ -141,16 +141,20 @@ impl WasiHttpHooks for HttpPolicyHooks {
                 Ok(addrs) => addrs,
                 Err(denied) => return Err(deny(denied.0, HttpError::DestinationIpProhibited)),
             };
-            if !https {
-                // Connect to the address we checked, not to whatever a second
-                // lookup returns. `Host` already carries the original name.
-                let addr = addrs[0];
-                let mut parts = uri.into_parts();
-                parts.authority = addr.to_string().parse().ok();
-                match http::Uri::from_parts(parts) {
-                    Ok(pinned) => *request.uri_mut() = pinned,
-                    Err(_) => return Err(HttpError::HttpRequestUriInvalid),
-                }
+            // Connect to the address we checked, not to whatever a second
+            // lookup returns.
+            let addr = addrs[0];
+            if https {
+                // TLS needs the name (SNI, the certificate): a sender of ours.
+                let host = host.to_owned();
+                return crate::outgoing::send_https_to(request, options, &host, addr).await;
+            }
+            // `Host` already carries the original name.
+            let mut parts = uri.into_parts();
+            parts.authority = addr.to_string().parse().ok();
+            match http::Uri::from_parts(parts) {
+                Ok(pinned) => *request.uri_mut() = pinned,
+                Err(_) => return Err(HttpError::HttpRequestUriInvalid),
             }
             let (response, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
             let response = response.map(|body| body.boxed_unsync());

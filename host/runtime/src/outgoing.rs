@@ -1,0 +1,152 @@
+//! Sending a guest's HTTPS request to the address the policy checked.
+//!
+//! wasmtime-wasi-http's `default_send_request` connects to the request's
+//! authority, which means a second name lookup: a name whose first answer
+//! was a public address could answer 127.0.0.1 or 169.254.169.254 the second
+//! time (DNS rebinding). Plain HTTP is pinned by writing the checked address
+//! into the URI (the `Host` header keeps the name); HTTPS cannot be, since
+//! TLS needs the name for SNI and the certificate check. So HTTPS requests
+//! are sent here: a TCP connection to the checked address, TLS with the
+//! request's host name (webpki's roots), then HTTP/1.1 — with the request's
+//! connect, first-byte and between-bytes timeouts, as wasi-http's own
+//! sender has them.
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::BodyExt;
+use tokio::net::TcpStream;
+use wasmtime_wasi_http::io::TokioIo;
+use wasmtime_wasi_http::{Error, RequestOptions, WasiBody};
+
+/// What wasi-http's sender uses when a request sets no timeout.
+const NO_TIMEOUT_SET: Duration = Duration::from_secs(600);
+
+type Io = Box<dyn Future<Output = Result<(), Error>> + Send>;
+
+/// Sends `request` (an `https` URI for `host`) over a connection to `addr`.
+pub(crate) async fn send_https_to(
+    mut request: http::Request<WasiBody>,
+    options: Option<RequestOptions>,
+    host: &str,
+    addr: SocketAddr,
+) -> Result<(http::Response<WasiBody>, Io), Error> {
+    let timeout =
+        |pick: fn(&RequestOptions) -> Option<Duration>| options.as_ref().and_then(pick).unwrap_or(NO_TIMEOUT_SET);
+    let connect_timeout = timeout(|o| o.connect_timeout);
+    let first_byte_timeout = timeout(|o| o.first_byte_timeout);
+    let between_bytes_timeout = timeout(|o| o.between_bytes_timeout).max(Duration::from_nanos(1));
+
+    let name = match addr_literal(host) {
+        Some(ip) => rustls::pki_types::ServerName::from(ip),
+        None => rustls::pki_types::ServerName::try_from(host.to_owned()).map_err(|_| Error::HttpRequestUriInvalid)?,
+    };
+    let tcp = match tokio::time::timeout(connect_timeout, TcpStream::connect(addr)).await {
+        Ok(stream) => stream.map_err(Error::Connect)?,
+        Err(_) => return Err(Error::ConnectionTimeout),
+    };
+    let connector = tokio_rustls::TlsConnector::from(tls_config());
+    let tls = match tokio::time::timeout(connect_timeout, connector.connect(name, tcp)).await {
+        Ok(stream) => stream.map_err(Error::Tls)?,
+        Err(_) => return Err(Error::ConnectionTimeout),
+    };
+    let (mut sender, conn) =
+        match tokio::time::timeout(connect_timeout, hyper::client::conn::http1::handshake(TokioIo::new(tls))).await {
+            Ok(handshake) => handshake?,
+            Err(_) => return Err(Error::ConnectionTimeout),
+        };
+
+    // The request line carries only the path; `Host` names the server.
+    let path = request.uri().path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_else(|| "/".into());
+    *request.uri_mut() = http::Uri::builder().path_and_query(path).build().map_err(|_| Error::HttpRequestUriInvalid)?;
+
+    // The connection must be driven while the answer is awaited; afterwards
+    // wasi-http drives it through the returned future.
+    let mut conn = Box::pin(conn);
+    let response = tokio::select! {
+        answered = tokio::time::timeout(first_byte_timeout, sender.send_request(request)) => match answered {
+            Ok(response) => response?,
+            Err(_) => return Err(Error::ConnectionReadTimeout),
+        },
+        closed = &mut conn => {
+            return Err(match closed {
+                Err(e) => Error::from(e),
+                Ok(()) => Error::HttpResponseIncomplete,
+            });
+        }
+    };
+    let response = response.map(|incoming| Paced::new(incoming, between_bytes_timeout).boxed_unsync());
+    Ok((response, Box::new(async move { conn.await.map_err(Error::from) })))
+}
+
+/// An IP address written as the host (`[::1]` or `10.0.0.1`): TLS then
+/// checks the certificate for the address.
+fn addr_literal(host: &str) -> Option<std::net::IpAddr> {
+    host.trim_start_matches('[').trim_end_matches(']').parse().ok()
+}
+
+/// TLS as wasi-http's own sender does it: the webpki roots, no client
+/// certificate; built once.
+fn tls_config() -> Arc<rustls::ClientConfig> {
+    static CONFIG: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.into() };
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let config = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .unwrap_or_else(|e| unreachable!("ring supports the default TLS versions: {e}"))
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+            Arc::new(config)
+        })
+        .clone()
+}
+
+/// A response body that fails if the next frame takes longer than the
+/// between-bytes timeout.
+struct Paced {
+    incoming: hyper::body::Incoming,
+    every: Duration,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl Paced {
+    fn new(incoming: hyper::body::Incoming, every: Duration) -> Paced {
+        Paced { incoming, every, deadline: Box::pin(tokio::time::sleep(every)) }
+    }
+}
+
+impl Body for Paced {
+    type Data = Bytes;
+    type Error = Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Error>>> {
+        match Pin::new(&mut self.incoming).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                let next = tokio::time::Instant::now() + self.every;
+                self.deadline.as_mut().reset(next);
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Error::from(e)))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => match self.deadline.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Some(Err(Error::ConnectionReadTimeout))),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.incoming.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.incoming.size_hint()
+    }
+}
