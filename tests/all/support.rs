@@ -10,6 +10,8 @@
 //!   they do not measure each other.
 //! - [`dagr_binary`]: the `dagr` executable of this build, built if needed.
 //! - [`log_text`], [`output_json`], [`failure`]: read an [`AttemptReport`].
+//! - [`send_upload`]: send a request with a body the server may refuse
+//!   before reading it.
 
 #![allow(dead_code)]
 
@@ -126,6 +128,22 @@ pub fn serial_blocking() -> tokio::sync::MutexGuard<'static, ()> {
 }
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Sends the request `make` builds, whose body the server may refuse (401,
+/// 413) before it has read it: the server then answers and closes the
+/// connection, and the client, still sending, may see the broken connection
+/// instead of the answer. Such a request is sent again (a few times at
+/// most); the answer it gets is what a test checks.
+pub async fn send_upload(make: impl Fn() -> reqwest::RequestBuilder) -> reqwest::Result<reqwest::Response> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match make().send().await {
+            Err(e) if e.is_request() && tries < 4 => continue,
+            sent => return sent,
+        }
+    }
+}
 
 /// The workspace root (the directory of the root `Cargo.toml`).
 pub fn workspace_root() -> PathBuf {

@@ -73,14 +73,7 @@ impl Client {
     }
 
     async fn call(&self, call: Call<'_>) -> Answer {
-        // A server may answer a refused upload (401, 413) before it has read
-        // the body, and close the connection; the client, still sending,
-        // then sees a broken connection instead of the answer. Such a
-        // request is sent again (a few times at most); the answer it gets
-        // is what the test checks.
-        let mut tries = 0;
-        let response = loop {
-            tries += 1;
+        let make = || {
             let mut request = self.http.request(call.method.clone(), format!("{}{}", self.base, call.path));
             match call.auth {
                 Auth::None => {}
@@ -90,19 +83,19 @@ impl Client {
             if let Some(tenant) = call.tenant_header {
                 request = request.header("x-dagr-tenant", tenant);
             }
-            let uploads = matches!(call.body, Body::Bytes(_));
-            request = match call.body.clone() {
+            match call.body.clone() {
                 Body::None => request,
                 Body::Json(value) => request.json(&value),
                 Body::Text(text) => request.header("content-type", "application/yaml").body(text),
                 Body::Bytes(bytes) => request.header("content-type", "application/wasm").body(bytes),
-            };
-            match request.send().await {
-                Ok(response) => break response,
-                Err(e) if uploads && e.is_request() && tries < 4 => continue,
-                Err(e) => panic!("{} {}: no answer: {e}", call.method, call.path),
             }
         };
+        // A refused upload (401, 413) is answered before it is read.
+        let sent = match call.body {
+            Body::Bytes(_) => crate::support::send_upload(make).await,
+            _ => make().send().await,
+        };
+        let response = sent.unwrap_or_else(|e| panic!("{} {}: no answer: {e}", call.method, call.path));
         let status = response.status();
         let retry_after = response.headers().get("retry-after").map(|v| v.to_str().unwrap_or_default().to_owned());
         let text = response.text().await.unwrap_or_default();

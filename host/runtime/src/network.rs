@@ -134,7 +134,7 @@ impl HostPattern {
     }
 }
 
-fn parse_ip_host(host: &str) -> Option<IpAddr> {
+pub(crate) fn parse_ip_host(host: &str) -> Option<IpAddr> {
     host.trim_start_matches('[').trim_end_matches(']').parse().ok()
 }
 

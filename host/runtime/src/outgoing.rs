@@ -42,7 +42,8 @@ pub(crate) async fn send_https_to(
     let first_byte_timeout = timeout(|o| o.first_byte_timeout);
     let between_bytes_timeout = timeout(|o| o.between_bytes_timeout).max(Duration::from_nanos(1));
 
-    let name = match addr_literal(host) {
+    // An IP address written as the host: TLS checks the certificate for it.
+    let name = match crate::network::parse_ip_host(host) {
         Some(ip) => rustls::pki_types::ServerName::from(ip),
         None => rustls::pki_types::ServerName::try_from(host.to_owned()).map_err(|_| Error::HttpRequestUriInvalid)?,
     };
@@ -82,12 +83,6 @@ pub(crate) async fn send_https_to(
     };
     let response = response.map(|incoming| Paced::new(incoming, between_bytes_timeout).boxed_unsync());
     Ok((response, Box::new(async move { conn.await.map_err(Error::from) })))
-}
-
-/// An IP address written as the host (`[::1]` or `10.0.0.1`): TLS then
-/// checks the certificate for the address.
-fn addr_literal(host: &str) -> Option<std::net::IpAddr> {
-    host.trim_start_matches('[').trim_end_matches(']').parse().ok()
 }
 
 /// TLS as wasi-http's own sender does it: the webpki roots, no client

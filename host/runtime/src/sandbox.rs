@@ -146,8 +146,7 @@ impl WasiHttpHooks for HttpPolicyHooks {
             let addr = addrs[0];
             if https {
                 // TLS needs the name (SNI, the certificate): a sender of ours.
-                let host = host.to_owned();
-                return crate::outgoing::send_https_to(request, options, &host, addr).await;
+                return crate::outgoing::send_https_to(request, options, host, addr).await;
             }
             // `Host` already carries the original name.
             let mut parts = uri.into_parts();

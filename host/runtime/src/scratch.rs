@@ -35,10 +35,9 @@ pub(crate) struct ScratchDirs {
     idle: Mutex<Idle>,
     /// Idle directories kept per tenant (as many as attempts can run at
     /// once, so that a burst of short attempts creates none), and in all
-    /// (twice that, so that many tenants do not pile up empty directories);
+    /// twice that (so that many tenants do not pile up empty directories);
     /// beyond either, a returned directory is removed.
     max_per_tenant: usize,
-    max_total: usize,
 }
 
 #[derive(Default)]
@@ -69,8 +68,7 @@ impl ScratchDirs {
     /// Scratch directories under `root` for a runtime that runs at most
     /// `concurrent` attempts at once.
     pub(crate) fn new(root: PathBuf, concurrent: usize) -> Self {
-        let max_per_tenant = concurrent.max(1);
-        ScratchDirs { root, idle: Mutex::new(Idle::default()), max_per_tenant, max_total: 2 * max_per_tenant }
+        ScratchDirs { root, idle: Mutex::new(Idle::default()), max_per_tenant: concurrent.max(1) }
     }
 
     /// The scratch directory for an attempt of `tenant`: the caller's,
@@ -112,7 +110,7 @@ impl ScratchDirs {
         let Scratch::Owned(dir, tenant) = scratch else { return };
         if returned && is_empty(dir.path()) {
             let mut idle = self.lock();
-            if idle.total < self.max_total {
+            if idle.total < 2 * self.max_per_tenant {
                 let mine = idle.by_tenant.entry(tenant).or_default();
                 if mine.len() < self.max_per_tenant {
                     mine.push(dir);
