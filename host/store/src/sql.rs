@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::any::{AnyArguments, AnyConnectOptions, AnyPoolOptions, AnyRow};
+use sqlx::pool::PoolConnection;
 use sqlx::query::Query;
 use sqlx::{Any, AnyPool, Executor, Row};
 
@@ -62,6 +63,10 @@ const MAX_PARAMS: usize = 30_000;
 /// Most bind parameters in one multi-row statement.
 const MAX_STATEMENT_PARAMS: usize = 4096;
 
+/// Most bind parameters of a statement that a [`Script`] sends on SQLite
+/// together with others.
+const SMALL_STATEMENT_PARAMS: usize = 256;
+
 impl SqlStore {
     /// Opens (creating if needed) the SQLite database at `path` and migrates it.
     pub async fn open_sqlite(path: &Path, sync: Synchronous) -> Result<SqlStore> {
@@ -86,6 +91,9 @@ impl SqlStore {
                 .max_connections(max)
                 .min_connections(1)
                 .acquire_timeout(Duration::from_secs(30))
+                // A file on this machine: no ping before each use (on
+                // SQLite that is one more round trip to its thread).
+                .test_before_acquire(false)
                 .after_connect(move |conn, _| {
                     let pragmas = pragmas.clone();
                     Box::pin(async move {
@@ -166,12 +174,11 @@ fn bind_all<'q>(mut query: Query<'q, Any, AnyArguments<'q>>, args: Vec<Arg>) -> 
     query
 }
 
-/// `(?,?),(?,?)` (SQLite) or `($1,$2),($3,$4)` for `rows` rows of `cols`
-/// columns. SQLite gets anonymous parameters: it resolves `$N` names by a
-/// linear search while parsing, which makes big statements quadratic.
-fn values(backend: Backend, rows: usize, cols: usize) -> String {
-    let mut sql = String::with_capacity(rows * cols * 5);
-    let mut n = 0;
+/// `(?,?),(?,?)` for `rows` rows of `cols` columns. SQLite gets anonymous
+/// parameters: it resolves `$N` names by a linear search while parsing,
+/// which makes big statements quadratic.
+fn placeholders(rows: usize, cols: usize) -> String {
+    let mut sql = String::with_capacity(rows * (cols * 2 + 2));
     for r in 0..rows {
         if r > 0 {
             sql.push(',');
@@ -181,18 +188,36 @@ fn values(backend: Backend, rows: usize, cols: usize) -> String {
             if c > 0 {
                 sql.push(',');
             }
-            n += 1;
-            match backend {
-                Backend::Sqlite => sql.push('?'),
-                Backend::Postgres => {
-                    sql.push('$');
-                    sql.push_str(&n.to_string());
-                }
-            }
+            sql.push('?');
         }
         sql.push(')');
     }
     sql
+}
+
+/// `sql` with its anonymous parameters numbered `$1`, `$2`, … (PostgreSQL
+/// knows only those). The statements given to it have no other `?`.
+fn numbered(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len() + sql.len() / 2);
+    let mut n = 0;
+    for c in sql.chars() {
+        if c == '?' {
+            n += 1;
+            out.push('$');
+            out.push_str(&n.to_string());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// `(?,?),(?,?)` (SQLite) or `($1,$2),($3,$4)` (PostgreSQL).
+fn values(backend: Backend, rows: usize, cols: usize) -> String {
+    match backend {
+        Backend::Sqlite => placeholders(rows, cols),
+        Backend::Postgres => numbered(&placeholders(rows, cols)),
+    }
 }
 
 /// Rows per multi-row statement: powers of two, so that a handful of
@@ -200,6 +225,80 @@ fn values(backend: Backend, rows: usize, cols: usize) -> String {
 fn chunk_rows(remaining: usize, cols: usize) -> usize {
     let cap = (MAX_STATEMENT_PARAMS / cols).clamp(1, 512).min(remaining);
     1 << (usize::BITS - 1 - cap.leading_zeros())
+}
+
+/// Statements that run one after another on one connection (in its
+/// transaction), written with anonymous `?` parameters.
+///
+/// On SQLite they go as one multi-statement query: sqlx runs SQLite on a
+/// thread of its own, and every query is a round trip to that thread
+/// (two thread wake-ups, ~100 µs each on a small VM), which made a
+/// handful of statements most of an engine step. On PostgreSQL, whose
+/// extended protocol takes one statement at a time, they go one by one.
+struct Script {
+    backend: Backend,
+    statements: Vec<(String, Vec<Arg>)>,
+}
+
+impl Script {
+    fn new(backend: Backend) -> Script {
+        Script { backend, statements: Vec::new() }
+    }
+
+    fn push(&mut self, sql: impl Into<String>, args: Vec<Arg>) {
+        self.statements.push((sql.into(), args));
+    }
+
+    /// `head VALUES (...) tail` over `rows`, in chunks.
+    fn rows(&mut self, head: &str, tail: &str, cols: usize, rows: Vec<Vec<Arg>>) {
+        let mut rows = rows.into_iter().peekable();
+        let mut remaining = rows.len();
+        while rows.peek().is_some() {
+            let n = chunk_rows(remaining, cols);
+            remaining -= n;
+            let chunk: Vec<Vec<Arg>> = rows.by_ref().take(n).collect();
+            let sql = format!("{head} VALUES {} {tail}", placeholders(chunk.len(), cols));
+            self.push(sql, chunk.into_iter().flatten().collect());
+        }
+    }
+
+    async fn run(self, conn: &mut sqlx::AnyConnection) -> Result<()> {
+        match self.backend {
+            Backend::Sqlite => {
+                // Small statements travel together; sqlx binds anonymous
+                // parameters across the statements of one query in order,
+                // so their arguments simply follow each other. A big one
+                // (a chunk of a multi-row insert) goes alone: its text
+                // stays the same from batch to batch and so stays
+                // prepared, where a text joined from varying neighbours
+                // would be parsed again every time.
+                let mut sql = String::new();
+                let mut args = Vec::new();
+                for (text, mut more) in self.statements {
+                    if more.len() > SMALL_STATEMENT_PARAMS {
+                        if !sql.is_empty() {
+                            bind_all(sqlx::query(&sql), std::mem::take(&mut args)).execute(&mut *conn).await?;
+                            sql.clear();
+                        }
+                        bind_all(sqlx::query(&text), more).execute(&mut *conn).await?;
+                        continue;
+                    }
+                    sql.push_str(&text);
+                    sql.push_str(";\n");
+                    args.append(&mut more);
+                }
+                if !sql.is_empty() {
+                    bind_all(sqlx::query(&sql), args).execute(&mut *conn).await?;
+                }
+            }
+            Backend::Postgres => {
+                for (text, args) in self.statements {
+                    bind_all(sqlx::query(&numbered(&text)), args).execute(&mut *conn).await?;
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Runs `head VALUES (...) tail` over `rows`, in chunks.
@@ -211,17 +310,40 @@ async fn insert_rows(
     cols: usize,
     rows: Vec<Vec<Arg>>,
 ) -> Result<()> {
-    let mut rows = rows.into_iter().peekable();
-    let mut remaining = rows.len();
-    while rows.peek().is_some() {
-        let n = chunk_rows(remaining, cols);
-        remaining -= n;
-        let chunk: Vec<Vec<Arg>> = rows.by_ref().take(n).collect();
-        let sql = format!("{head} VALUES {} {tail}", values(backend, chunk.len(), cols));
-        let args: Vec<Arg> = chunk.into_iter().flatten().collect();
-        bind_all(sqlx::query(&sql), args).execute(&mut *conn).await?;
+    let mut script = Script::new(backend);
+    script.rows(head, tail, cols, rows);
+    script.run(conn).await
+}
+
+/// The write connection of a transaction that is opened and committed by
+/// hand: unless [`Writer::release`]d after its COMMIT, it is closed rather
+/// than returned to the pool, and closing rolls back whatever it had begun.
+struct Writer {
+    conn: PoolConnection<Any>,
+    committed: bool,
+}
+
+impl Writer {
+    async fn acquire(pool: &AnyPool) -> Result<Writer> {
+        Ok(Writer { conn: pool.acquire().await?, committed: false })
     }
-    Ok(())
+
+    fn get(&mut self) -> &mut sqlx::AnyConnection {
+        &mut self.conn
+    }
+
+    /// The transaction was committed: the connection goes back to the pool.
+    fn release(mut self) {
+        self.committed = true;
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        if !self.committed {
+            self.conn.close_on_drop();
+        }
+    }
 }
 
 /// `$start,$start+1,…` for an IN list.
@@ -795,7 +917,23 @@ impl Store for SqlStore {
         if batch.is_empty() {
             return Ok(Committed::default());
         }
-        let mut tx = self.write.begin().await?;
+        // The transaction is ours (not sqlx's) so that BEGIN and COMMIT
+        // can travel with the statements (see `Script`); a step that
+        // must read inside it first (fences, the leader's token, new
+        // runs) opens it on its own. Should anything fail or the future
+        // be dropped, the connection is closed, which rolls back.
+        let mut conn = Writer::acquire(&self.write).await?;
+        let tx = conn.get();
+        let begin = match self.backend {
+            Backend::Sqlite => "BEGIN IMMEDIATE",
+            Backend::Postgres => "BEGIN",
+        };
+        let mut script = Script::new(self.backend);
+        if !batch.fences.is_empty() || batch.singleton.is_some() || !batch.new_runs.is_empty() {
+            tx.execute(begin).await?;
+        } else {
+            script.push(begin, Vec::new());
+        }
         let mut committed = Committed::default();
 
         if !batch.fences.is_empty() {
@@ -843,7 +981,7 @@ impl Store for SqlStore {
         }
 
         for new in &batch.new_runs {
-            if Self::insert_run(&mut tx, self.backend, new).await?
+            if Self::insert_run(&mut *tx, self.backend, new).await?
                 && let Some(kind) = &batch.new_run_command
             {
                 sqlx::query(
@@ -859,18 +997,19 @@ impl Store for SqlStore {
             }
         }
 
+        // The rest is written in one go.
         for run in &batch.runs {
-            sqlx::query(
-                "UPDATE runs SET state = $2, started_at = COALESCE(started_at, $3), finished_at = $4, updated_at = $5 \
-                 WHERE id = $1",
-            )
-            .bind(&run.id)
-            .bind(&run.state)
-            .bind(run.started_at)
-            .bind(run.finished_at)
-            .bind(run.updated_at)
-            .execute(&mut *tx)
-            .await?;
+            script.push(
+                "UPDATE runs SET state = ?, started_at = COALESCE(started_at, ?), finished_at = ?, updated_at = ? \
+                 WHERE id = ?",
+                vec![
+                    Arg::Text(run.state.clone()),
+                    Arg::OptI64(run.started_at),
+                    Arg::OptI64(run.finished_at),
+                    Arg::I64(run.updated_at),
+                    Arg::Text(run.id.clone()),
+                ],
+            );
         }
 
         if !batch.tasks.is_empty() {
@@ -901,17 +1040,14 @@ impl Store for SqlStore {
                     ]
                 })
                 .collect();
-            insert_rows(
-                &mut tx,
-                self.backend,
+            script.rows(
                 "INSERT INTO tasks (run_id, idx, name, state, attempts, failures, forced, retry_at, error, started_at, finished_at)",
                 "ON CONFLICT (run_id, idx) DO UPDATE SET state = excluded.state, attempts = excluded.attempts, \
                  failures = excluded.failures, forced = excluded.forced, retry_at = excluded.retry_at, \
                  error = excluded.error, started_at = excluded.started_at, finished_at = excluded.finished_at",
                 11,
                 rows,
-            )
-            .await?;
+            );
         }
 
         if !batch.outputs.is_empty() {
@@ -923,11 +1059,10 @@ impl Store for SqlStore {
                     }
                     OutputWrite::Clear { run_id, idx } => {
                         sets.remove(&(run_id.clone(), idx));
-                        sqlx::query("DELETE FROM task_outputs WHERE run_id = $1 AND idx = $2")
-                            .bind(run_id)
-                            .bind(idx)
-                            .execute(&mut *tx)
-                            .await?;
+                        script.push(
+                            "DELETE FROM task_outputs WHERE run_id = ? AND idx = ?",
+                            vec![Arg::Text(run_id), Arg::I64(idx)],
+                        );
                     }
                 }
             }
@@ -935,15 +1070,12 @@ impl Store for SqlStore {
                 .into_iter()
                 .map(|((run_id, idx), output)| vec![Arg::Text(run_id), Arg::I64(idx), Arg::Text(output)])
                 .collect();
-            insert_rows(
-                &mut tx,
-                self.backend,
+            script.rows(
                 "INSERT INTO task_outputs (run_id, idx, output)",
                 "ON CONFLICT (run_id, idx) DO UPDATE SET output = excluded.output",
                 3,
                 rows,
-            )
-            .await?;
+            );
         }
 
         if !batch.attempts.is_empty() {
@@ -973,17 +1105,14 @@ impl Store for SqlStore {
                     ]
                 })
                 .collect();
-            insert_rows(
-                &mut tx,
-                self.backend,
+            script.rows(
                 &format!("INSERT INTO attempts ({ATTEMPT_COLUMNS})"),
                 "ON CONFLICT (run_id, task_idx, number) DO UPDATE SET state = excluded.state, \
                  failure_kind = excluded.failure_kind, message = excluded.message, charged = excluded.charged, \
                  finished_at = excluded.finished_at",
                 12,
                 rows,
-            )
-            .await?;
+            );
         }
 
         if !batch.events.is_empty() {
@@ -1001,37 +1130,26 @@ impl Store for SqlStore {
                     ]
                 })
                 .collect();
-            insert_rows(
-                &mut tx,
-                self.backend,
-                "INSERT INTO events (tenant, at, kind, run_id, task, data)",
-                "",
-                6,
-                rows,
-            )
-            .await?;
+            script.rows("INSERT INTO events (tenant, at, kind, run_id, task, data)", "", 6, rows);
         }
 
         let now = batch.runs.first().map(|r| r.updated_at).unwrap_or_else(now_ms);
         for (id, result) in &batch.commands_done {
-            sqlx::query("UPDATE commands SET done_at = $2, result = $3 WHERE id = $1")
-                .bind(id)
-                .bind(now)
-                .bind(result)
-                .execute(&mut *tx)
-                .await?;
+            script.push(
+                "UPDATE commands SET done_at = ?, result = ? WHERE id = ?",
+                vec![Arg::I64(now), Arg::Text(result.clone()), Arg::I64(*id)],
+            );
         }
 
         for (tenant, workflow, cursor) in &batch.schedule_cursors {
-            sqlx::query("UPDATE workflows SET schedule_cursor = $3 WHERE tenant = $1 AND name = $2")
-                .bind(tenant)
-                .bind(workflow)
-                .bind(cursor)
-                .execute(&mut *tx)
-                .await?;
+            script.push(
+                "UPDATE workflows SET schedule_cursor = ? WHERE tenant = ? AND name = ?",
+                vec![Arg::I64(*cursor), Arg::Text(tenant.clone()), Arg::Text(workflow.clone())],
+            );
         }
-
-        tx.commit().await?;
+        script.push("COMMIT", Vec::new());
+        script.run(&mut *tx).await?;
+        conn.release();
         Ok(committed)
     }
 
@@ -1195,4 +1313,80 @@ impl Store for SqlStore {
 /// Milliseconds since the Unix epoch, now.
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    fn event(kind: &str) -> NewEvent {
+        NewEvent { tenant: "script-test".into(), at: 1, kind: kind.into(), run_id: None, task: None, data: "{}".into() }
+    }
+
+    async fn kinds(store: &SqlStore) -> Vec<String> {
+        store.events("script-test", None, 0, 1000).await.unwrap().into_iter().map(|e| e.kind).collect()
+    }
+
+    /// A hand-made transaction that fails halfway leaves nothing behind,
+    /// and the next commit finds a clean connection.
+    async fn a_failed_script_rolls_back(store: &SqlStore) {
+        let begin = if store.is_postgres() { "BEGIN" } else { "BEGIN IMMEDIATE" };
+        let mut writer = Writer::acquire(&store.write).await.unwrap();
+        let mut script = Script::new(store.backend);
+        script.push(begin, Vec::new());
+        script.push(
+            "INSERT INTO events (tenant, at, kind, run_id, task, data) VALUES (?, ?, ?, NULL, NULL, '{}')",
+            vec![Arg::Text("script-test".into()), Arg::I64(1), Arg::Text("lost".into())],
+        );
+        script.push("INSERT INTO no_such_table VALUES (?)", vec![Arg::I64(1)]);
+        script.push("COMMIT", Vec::new());
+        let error = script.run(writer.get()).await.unwrap_err();
+        assert!(error.to_string().contains("no_such_table"), "{error}");
+        drop(writer);
+
+        let batch = WriteBatch { events: vec![event("kept")], ..WriteBatch::default() };
+        store.commit(batch).await.unwrap();
+        assert_eq!(kinds(store).await, ["kept"]);
+    }
+
+    #[tokio::test]
+    async fn a_failed_script_rolls_back_on_sqlite() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqlStore::open_sqlite(&dir.path().join("dagr.db"), Synchronous::Normal).await.unwrap();
+        a_failed_script_rolls_back(&store).await;
+    }
+
+    #[tokio::test]
+    async fn a_failed_script_rolls_back_on_postgres() {
+        let Ok(url) = std::env::var("DAGR_TEST_POSTGRES_URL") else {
+            assert!(std::env::var("CI").is_err(), "CI must set DAGR_TEST_POSTGRES_URL");
+            return;
+        };
+        let store = SqlStore::open_postgres(&url, 2).await.unwrap();
+        sqlx::query("DELETE FROM events WHERE tenant = 'script-test'").execute(&store.write).await.unwrap();
+        a_failed_script_rolls_back(&store).await;
+    }
+
+    /// Statements of one script, small and big mixed, bind their own
+    /// arguments in order.
+    #[tokio::test]
+    async fn a_script_binds_each_statement_s_arguments() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqlStore::open_sqlite(&dir.path().join("dagr.db"), Synchronous::Normal).await.unwrap();
+        let many: Vec<NewEvent> = (0..SMALL_STATEMENT_PARAMS).map(|i| event(&format!("big-{i}"))).collect();
+        let batch = WriteBatch {
+            events: std::iter::once(event("first")).chain(many).collect(),
+            commands_done: vec![(12345, "{}".into())],
+            schedule_cursors: vec![("script-test".into(), "nothing".into(), 7)],
+            ..WriteBatch::default()
+        };
+        store.commit(batch).await.unwrap();
+        let kinds = kinds(&store).await;
+        assert_eq!(kinds.len(), SMALL_STATEMENT_PARAMS + 1);
+        assert_eq!(kinds[0], "first");
+        assert_eq!(kinds[1], "big-0");
+        assert_eq!(kinds[SMALL_STATEMENT_PARAMS], format!("big-{}", SMALL_STATEMENT_PARAMS - 1));
+    }
 }
