@@ -15,6 +15,17 @@
 //!   survives (the guest cannot change the directory's permissions; its
 //!   timestamps may differ from a new directory's, like any file's do).
 //!
+//! Listing a directory takes four system calls; a `stat` is one. Adding,
+//! removing or renaming an entry sets the directory's change time (ctime)
+//! to the current, clock-tick-coarse time, and unlike the modification
+//! time no program can set it to anything else. So a directory whose
+//! change time is the one it had when it went idle, and was already older
+//! than a settling margin when the attempt started, has had no entry added
+//! or removed since it was last found empty: it is reused without listing
+//! it. A directory changed within the margin before the attempt could
+//! carry a time that a change in the same clock tick would not move, so it
+//! is listed, as is every directory on a system without change times.
+//!
 //! Anything else is removed before the attempt reports.
 //! Directories a caller brings ([`crate::Execution::scratch_dir`]) are the
 //! caller's and never reused or removed.
@@ -25,6 +36,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
 
 use tempfile::TempDir;
 
@@ -40,17 +52,24 @@ pub(crate) struct ScratchDirs {
     max_per_tenant: usize,
 }
 
+/// How long before an attempt starts its directory's last change must lie
+/// for the modification time alone to show that it stayed empty (many
+/// clock ticks, which are 1–10 ms).
+const SETTLED: Duration = Duration::from_millis(100);
+
 #[derive(Default)]
 struct Idle {
-    by_tenant: HashMap<String, Vec<TempDir>>,
+    /// With each directory its change time when it went idle.
+    by_tenant: HashMap<String, Vec<(TempDir, Option<SystemTime>)>>,
     total: usize,
 }
 
 /// The scratch directory of one attempt.
 pub(crate) enum Scratch {
     /// The runtime's (of a tenant): empty at the start, reused or removed
-    /// at the end.
-    Owned(TempDir, String),
+    /// at the end. `settled`: its change time, if that was older
+    /// than [`SETTLED`] when the attempt took it.
+    Owned { dir: TempDir, tenant: String, settled: Option<SystemTime> },
     /// Brought by the caller, who owns its lifetime.
     Given(PathBuf),
 }
@@ -58,7 +77,7 @@ pub(crate) enum Scratch {
 impl Scratch {
     pub(crate) fn path(&self) -> &Path {
         match self {
-            Scratch::Owned(dir, _) => dir.path(),
+            Scratch::Owned { dir, .. } => dir.path(),
             Scratch::Given(dir) => dir,
         }
     }
@@ -84,9 +103,11 @@ impl ScratchDirs {
         let tenant = path_safe(tenant);
         {
             let mut idle = self.lock();
-            if let Some(dir) = idle.by_tenant.get_mut(&tenant).and_then(Vec::pop) {
+            if let Some((dir, changed)) = idle.by_tenant.get_mut(&tenant).and_then(Vec::pop) {
                 idle.total -= 1;
-                return Ok(Scratch::Owned(dir, tenant));
+                let now = SystemTime::now();
+                let settled = changed.filter(|&c| now.duration_since(c).is_ok_and(|age| age > SETTLED));
+                return Ok(Scratch::Owned { dir, tenant, settled });
             }
         }
         let root = self.root.join(&tenant);
@@ -100,20 +121,22 @@ impl ScratchDirs {
                 create().map_err(|e| format!("cannot create a scratch directory in {}: {e}", root.display()))?
             }
         };
-        Ok(Scratch::Owned(dir, tenant))
+        Ok(Scratch::Owned { dir, tenant, settled: None })
     }
 
     /// Takes back an attempt's directory once nothing uses it any more.
     /// `returned` says whether the guest's `run` returned (see the module
     /// docs); if not, or if the directory is not empty, it is removed.
     pub(crate) fn give_back(&self, scratch: Scratch, returned: bool) {
-        let Scratch::Owned(dir, tenant) = scratch else { return };
-        if returned && is_empty(dir.path()) {
+        let Scratch::Owned { dir, tenant, settled } = scratch else { return };
+        let changed = changed_at(dir.path());
+        let untouched = settled.is_some() && settled == changed;
+        if returned && (untouched || is_empty(dir.path())) {
             let mut idle = self.lock();
             if idle.total < 2 * self.max_per_tenant {
                 let mine = idle.by_tenant.entry(tenant).or_default();
                 if mine.len() < self.max_per_tenant {
-                    mine.push(dir);
+                    mine.push((dir, changed));
                     idle.total += 1;
                     return;
                 }
@@ -150,6 +173,23 @@ pub(crate) fn dir_size(dir: &Path) -> u64 {
         .sum()
 }
 
+/// When `dir`'s inode last changed (ctime), where the system says.
+fn changed_at(dir: &Path) -> Option<SystemTime> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(dir).ok()?;
+        let secs = u64::try_from(meta.ctime()).ok()?;
+        let nanos = u32::try_from(meta.ctime_nsec()).ok()?;
+        Some(SystemTime::UNIX_EPOCH + Duration::new(secs, nanos))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = dir;
+        None
+    }
+}
+
 fn is_empty(dir: &Path) -> bool {
     match std::fs::read_dir(dir) {
         Ok(mut entries) => entries.next().is_none(),
@@ -182,6 +222,34 @@ mod tests {
         let third_path = third.path().to_path_buf();
         dirs.give_back(third, false);
         assert!(!third_path.exists(), "an interrupted attempt's directory is removed");
+    }
+
+    #[test]
+    fn a_settled_directory_is_checked_by_its_change_time() {
+        let root = tempfile::tempdir().unwrap();
+        let dirs = ScratchDirs::new(root.path().join("scratch"), 4);
+        let first = dirs.take(None, "t").unwrap();
+        let path = first.path().to_path_buf();
+        dirs.give_back(first, true);
+        std::thread::sleep(SETTLED + Duration::from_millis(50));
+
+        // Untouched: reused.
+        let again = dirs.take(None, "t").unwrap();
+        assert!(matches!(again, Scratch::Owned { settled: Some(_), .. }));
+        dirs.give_back(again, true);
+        assert!(path.exists());
+        std::thread::sleep(SETTLED + Duration::from_millis(50));
+
+        // Written to, and its modification time put back as it was: the
+        // change time still moved, so the directory is listed and removed.
+        let written = dirs.take(None, "t").unwrap();
+        assert_eq!(written.path(), path);
+        let modified = std::fs::metadata(&path).unwrap().modified().unwrap();
+        std::fs::write(path.join("left-over"), b"x").unwrap();
+        std::fs::File::open(&path).unwrap().set_modified(modified).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().modified().unwrap(), modified);
+        dirs.give_back(written, true);
+        assert!(!path.exists(), "a directory with something in it is removed");
     }
 
     #[test]
