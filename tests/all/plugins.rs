@@ -9,7 +9,9 @@ use dagr_builtins as builtins;
 use dagr_runtime::{AttemptContext, AttemptReport, Execution, FailureKind, LogSource, NetworkPolicy, Runtime};
 use serde_json::{Value, json};
 
-use crate::support::{TestServer, execution, failure, load, log_from, log_text, output_json, run, runtime};
+use crate::support::{
+    TestServer, execution, failure, load, log_from, log_text, output_json, run, runtime, runtime_with,
+};
 
 /// Asserts that the attempt failed with `kind` and a message containing `needle`.
 fn assert_fails(report: &AttemptReport, kind: FailureKind, needle: &str) {
@@ -257,6 +259,91 @@ async fn https_connects_to_the_checked_address_and_speaks_tls() {
     assert_eq!(first, [0x16, 0x03, 0x01], "a TLS handshake record (ClientHello) reached the listener");
     let failure = failure(&report);
     assert_eq!(failure.kind, FailureKind::Retryable, "{failure}\nlog:\n{}", log_text(&report));
+}
+
+/// A TLS server on loopback with a certificate for 127.0.0.1 signed by
+/// nobody the public roots know; it answers every request with a small JSON
+/// body. Returns its port and the certificate (PEM) to trust.
+async fn tls_server() -> (u16, String) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let rcgen::CertifiedKey { cert, key_pair } = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()]).unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(key_pair.serialize_der().into());
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.der().clone()], key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                // A client that does not trust the certificate gives up here.
+                let Ok(mut tls) = acceptor.accept(stream).await else { return };
+                let mut request = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match tls.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let body = r#"{"tls":true}"#;
+                let response = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = tls.write_all(response.as_bytes()).await;
+                let _ = tls.shutdown().await;
+            });
+        }
+    });
+    (port, cert.pem())
+}
+
+#[tokio::test]
+async fn https_trusts_the_operator_s_extra_ca_file_and_only_then() {
+    let (port, pem) = tls_server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("internal-ca.pem");
+    std::fs::write(&ca_file, pem).unwrap();
+    let request = || {
+        let mut exec = execution(json!({"url": format!("https://127.0.0.1:{port}/internal")}));
+        exec.network = NetworkPolicy::allow([format!("127.0.0.1:{port}")]).unwrap();
+        exec
+    };
+
+    let trusting = runtime_with(|c| c.extra_ca_file = Some(ca_file.clone()));
+    let plugin = load(&trusting, builtins::HTTP_PATH);
+    let report = trusting.execute(&plugin, request()).await;
+    let output = output_json(&report);
+    assert_eq!(output["status"], 200, "{output}");
+    assert_eq!(output["body"], json!({"tls": true}));
+
+    // The same server is a stranger to a runtime with the public roots only.
+    let plain = runtime();
+    let plugin = load(&plain, builtins::HTTP_PATH);
+    let report = plain.execute(&plugin, request()).await;
+    assert_eq!(failure(&report).kind, FailureKind::Retryable, "log:\n{}", log_text(&report));
+}
+
+#[test]
+fn an_unusable_extra_ca_file_stops_the_runtime_with_its_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.pem");
+    let not_pem = dir.path().join("not.pem");
+    std::fs::write(&not_pem, "just text, no certificate\n").unwrap();
+    for (path, needle) in [(&missing, "cannot read"), (&not_pem, "holds no PEM certificate")] {
+        let mut config = crate::support::test_config();
+        config.extra_ca_file = Some(path.clone());
+        let Err(error) = Runtime::new(config) else { panic!("{} was accepted", path.display()) };
+        let message = error.to_string();
+        assert!(message.contains(&path.display().to_string()) && message.contains(needle), "{message}");
+    }
 }
 
 // ---------------------------------------------------------------------------

@@ -192,6 +192,7 @@ pub fn make_runtime(settings: &Settings, slots: u32) -> anyhow::Result<Runtime> 
         max_memory_bytes: settings.max_memory,
         cache_dir: Some(settings.cache_dir.clone()),
         scratch_root: settings.data_dir.join("scratch"),
+        extra_ca_file: settings.extra_ca_file.clone(),
         ..RuntimeConfig::default()
     })?)
 }

@@ -230,6 +230,9 @@ pub struct WorkerConfig {
     pub guest_threads: usize,
     /// Compiled-code cache; empty: `<data_dir>/cache`.
     pub cache_dir: String,
+    /// A PEM file of certificate authorities that plugins' HTTPS requests
+    /// trust besides the public (webpki) roots; empty: none.
+    pub extra_ca_file: String,
 }
 
 impl Default for WorkerConfig {
@@ -240,6 +243,7 @@ impl Default for WorkerConfig {
             slots: 256,
             guest_threads: 0,
             cache_dir: String::new(),
+            extra_ca_file: String::new(),
         }
     }
 }
@@ -302,6 +306,7 @@ pub struct Settings {
     pub slots: u32,
     pub guest_threads: usize,
     pub cache_dir: PathBuf,
+    pub extra_ca_file: Option<PathBuf>,
     pub default_timeout: Duration,
     pub default_memory: u64,
     pub max_memory: u64,
@@ -394,6 +399,7 @@ impl Config {
             } else {
                 PathBuf::from(&self.worker.cache_dir)
             },
+            extra_ca_file: (!self.worker.extra_ca_file.is_empty()).then(|| PathBuf::from(&self.worker.extra_ca_file)),
             default_timeout: duration("limits.default_timeout", &self.limits.default_timeout)?,
             default_memory: bytes("limits.default_memory", &self.limits.default_memory)?,
             max_memory: bytes("limits.max_memory", &self.limits.max_memory)?,

@@ -127,6 +127,10 @@ pub struct RuntimeConfig {
     /// that compiles uploads (`dagr plugin inspect`). Code compiled one way
     /// is not reused by the other: the cache keys them apart.
     pub pooling: bool,
+    /// A PEM file of certificate authorities that plugins' `https`
+    /// requests trust besides webpki's roots (say, a company's internal
+    /// CA). Read when the runtime starts.
+    pub extra_ca_file: Option<PathBuf>,
 }
 
 impl Default for RuntimeConfig {
@@ -141,6 +145,7 @@ impl Default for RuntimeConfig {
             scratch_root: std::env::temp_dir().join("dagr-scratch"),
             guest_nice: 10,
             pooling: true,
+            extra_ca_file: None,
         }
     }
 }
@@ -407,6 +412,7 @@ struct RuntimeInner {
     slots: Arc<Semaphore>,
     guests: Option<tokio::runtime::Runtime>,
     ticker: Arc<Ticker>,
+    tls: Arc<rustls::ClientConfig>,
     config: RuntimeConfig,
 }
 
@@ -538,6 +544,15 @@ impl Runtime {
             Some(dir) => Some(CodeCache::open(dir, &engine)?),
             None => None,
         };
+        let extra_cas = match &config.extra_ca_file {
+            Some(path) => outgoing::read_pem_certificates(path)
+                .map_err(|e| Error::Config(format!("extra CA file for plugins' HTTPS: {e}")))?,
+            None => Vec::new(),
+        };
+        let tls = outgoing::tls_config(&extra_cas).map_err(|e| {
+            let file = config.extra_ca_file.as_deref().map(|p| p.display().to_string()).unwrap_or_default();
+            Error::Config(format!("extra CA file {file} for plugins' HTTPS: {e}"))
+        })?;
 
         let nice = config.guest_nice;
         let guests = tokio::runtime::Builder::new_multi_thread()
@@ -579,6 +594,7 @@ impl Runtime {
                 slots: Arc::new(Semaphore::new(config.max_concurrent_attempts as usize)),
                 guests: Some(guests),
                 ticker,
+                tls,
                 config,
             }),
         })
@@ -677,7 +693,12 @@ impl Runtime {
             wasi: wasi.build(),
             http: WasiHttpCtx::new(),
             table: ResourceTable::new(),
-            hooks: HttpPolicyHooks { policy: Arc::new(network), log: log.clone(), keep_going: None },
+            hooks: HttpPolicyHooks {
+                policy: Arc::new(network),
+                log: log.clone(),
+                keep_going: None,
+                tls: self.inner.tls.clone(),
+            },
             limiter: AttemptLimiter::new(limits.memory_bytes.min(self.inner.config.max_memory_bytes)),
             host: HostState {
                 log: log.clone(),

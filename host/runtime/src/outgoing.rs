@@ -7,19 +7,22 @@
 //! into the URI (the `Host` header keeps the name); HTTPS cannot be, since
 //! TLS needs the name for SNI and the certificate check. So HTTPS requests
 //! are sent here: a TCP connection to the checked address, TLS with the
-//! request's host name (webpki's roots), then HTTP/1.1 — with the request's
+//! request's host name (webpki's roots and any the operator added), then HTTP/1.1 — with the request's
 //! connect, first-byte and between-bytes timeouts, as wasi-http's own
 //! sender has them.
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::pin::Pin;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
 use tokio::net::TcpStream;
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody};
@@ -35,6 +38,7 @@ pub(crate) async fn send_https_to(
     options: Option<RequestOptions>,
     host: &str,
     addr: SocketAddr,
+    tls: Arc<rustls::ClientConfig>,
 ) -> Result<(http::Response<WasiBody>, Io), Error> {
     let timeout =
         |pick: fn(&RequestOptions) -> Option<Duration>| options.as_ref().and_then(pick).unwrap_or(NO_TIMEOUT_SET);
@@ -51,7 +55,7 @@ pub(crate) async fn send_https_to(
         Ok(stream) => stream.map_err(Error::Connect)?,
         Err(_) => return Err(Error::ConnectionTimeout),
     };
-    let connector = tokio_rustls::TlsConnector::from(tls_config());
+    let connector = tokio_rustls::TlsConnector::from(tls);
     let tls = match tokio::time::timeout(connect_timeout, connector.connect(name, tcp)).await {
         Ok(stream) => stream.map_err(Error::Tls)?,
         Err(_) => return Err(Error::ConnectionTimeout),
@@ -67,40 +71,60 @@ pub(crate) async fn send_https_to(
     *request.uri_mut() = http::Uri::builder().path_and_query(path).build().map_err(|_| Error::HttpRequestUriInvalid)?;
 
     // The connection must be driven while the answer is awaited; afterwards
-    // wasi-http drives it through the returned future.
+    // wasi-http drives it through the returned future. A server that sends
+    // its answer and closes (`Connection: close`) ends the connection in
+    // the same moment the answer arrives: the answer is taken first, and a
+    // connection that ended is asked for the answer it may have delivered.
     let mut conn = Box::pin(conn);
-    let response = tokio::select! {
-        answered = tokio::time::timeout(first_byte_timeout, sender.send_request(request)) => match answered {
-            Ok(response) => response?,
-            Err(_) => return Err(Error::ConnectionReadTimeout),
-        },
+    let send = tokio::time::timeout(first_byte_timeout, sender.send_request(request));
+    tokio::pin!(send);
+    let mut ended = false;
+    let answered = tokio::select! {
+        biased;
+        answered = &mut send => answered,
         closed = &mut conn => {
-            return Err(match closed {
-                Err(e) => Error::from(e),
-                Ok(()) => Error::HttpResponseIncomplete,
-            });
+            closed.map_err(Error::from)?;
+            ended = true;
+            send.await
         }
     };
+    let response = match answered {
+        Ok(response) => response?,
+        Err(_) => return Err(Error::ConnectionReadTimeout),
+    };
     let response = response.map(|incoming| Paced::new(incoming, between_bytes_timeout).boxed_unsync());
-    Ok((response, Box::new(async move { conn.await.map_err(Error::from) })))
+    let io: Io =
+        if ended { Box::new(async { Ok(()) }) } else { Box::new(async move { conn.await.map_err(Error::from) }) };
+    Ok((response, io))
 }
 
-/// TLS as wasi-http's own sender does it: the webpki roots, no client
-/// certificate; built once.
-fn tls_config() -> Arc<rustls::ClientConfig> {
-    static CONFIG: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
-    CONFIG
-        .get_or_init(|| {
-            let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.into() };
-            let provider = Arc::new(rustls::crypto::ring::default_provider());
-            let config = rustls::ClientConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()
-                .unwrap_or_else(|e| unreachable!("ring supports the default TLS versions: {e}"))
-                .with_root_certificates(roots)
-                .with_no_client_auth();
-            Arc::new(config)
-        })
-        .clone()
+/// TLS for plugins' requests: webpki's roots and `extra` (an operator's
+/// own certificate authorities), no client certificate. Built once per
+/// runtime.
+pub(crate) fn tls_config(extra: &[CertificateDer<'static>]) -> Result<Arc<rustls::ClientConfig>, String> {
+    let mut roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.into() };
+    for (i, cert) in extra.iter().enumerate() {
+        roots.add(cert.clone()).map_err(|e| format!("certificate {} is not a usable authority: {e}", i + 1))?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("ring does not support the default TLS versions: {e}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+/// The certificates of a PEM file, for [`tls_config`].
+pub(crate) fn read_pem_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let certs = CertificateDer::pem_slice_iter(&bytes)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("{} is not a PEM file of certificates: {e}", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!("{} holds no PEM certificate", path.display()));
+    }
+    Ok(certs)
 }
 
 /// A response body that fails if the next frame takes longer than the

@@ -90,6 +90,8 @@ pub(crate) struct HttpPolicyHooks {
     pub(crate) log: AttemptLog,
     /// While it returns false, no request leaves (see `Execution::keep_going`).
     pub(crate) keep_going: Option<Arc<dyn Fn() -> bool + Send + Sync>>,
+    /// The runtime's TLS settings for `https` requests.
+    pub(crate) tls: Arc<rustls::ClientConfig>,
 }
 
 type ResponseFuture = Box<
@@ -113,6 +115,7 @@ impl WasiHttpHooks for HttpPolicyHooks {
     ) -> ResponseFuture {
         let policy = self.policy.clone();
         let log = self.log.clone();
+        let tls = self.tls.clone();
         let fenced = self.keep_going.as_ref().is_some_and(|ok| !ok());
         Box::new(async move {
             use wasmtime_wasi_http::Error as HttpError;
@@ -146,7 +149,7 @@ impl WasiHttpHooks for HttpPolicyHooks {
             let addr = addrs[0];
             if https {
                 // TLS needs the name (SNI, the certificate): a sender of ours.
-                return crate::outgoing::send_https_to(request, options, host, addr).await;
+                return crate::outgoing::send_https_to(request, options, host, addr, tls).await;
             }
             // `Host` already carries the original name.
             let mut parts = uri.into_parts();
