@@ -17,6 +17,7 @@
 //!
 //! [worker]
 //! slots = 256
+//! # extra_ca_file = "/etc/dagr/internal-ca.pem"  # plugins' HTTPS also trusts these CAs
 //!
 //! [limits]
 //! default_timeout = "1h"
@@ -524,9 +525,13 @@ mod tests {
         std::fs::write(&path, "[server]\nlisten = \"127.0.0.1:9999\"\n[worker]\nslots = 8\n").unwrap();
         figment::Jail::expect_with(|jail| {
             jail.set_env("DAGR_WORKER__SLOTS", "16");
+            jail.set_env("DAGR_WORKER__EXTRA_CA_FILE", "/etc/dagr/ca.pem");
             let config = Config::load(Some(&path)).unwrap();
             assert_eq!(config.server.listen, "127.0.0.1:9999");
             assert_eq!(config.worker.slots, 16);
+            let settings = config.validate().unwrap();
+            assert_eq!(settings.extra_ca_file.as_deref(), Some(Path::new("/etc/dagr/ca.pem")));
+            assert_eq!(Config::default().validate().unwrap().extra_ca_file, None);
             Ok(())
         });
     }
