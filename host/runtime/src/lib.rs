@@ -544,15 +544,8 @@ impl Runtime {
             Some(dir) => Some(CodeCache::open(dir, &engine)?),
             None => None,
         };
-        let extra_cas = match &config.extra_ca_file {
-            Some(path) => outgoing::read_pem_certificates(path)
-                .map_err(|e| Error::Config(format!("extra CA file for plugins' HTTPS: {e}")))?,
-            None => Vec::new(),
-        };
-        let tls = outgoing::tls_config(&extra_cas).map_err(|e| {
-            let file = config.extra_ca_file.as_deref().map(|p| p.display().to_string()).unwrap_or_default();
-            Error::Config(format!("extra CA file {file} for plugins' HTTPS: {e}"))
-        })?;
+        let tls = outgoing::tls_config(config.extra_ca_file.as_deref())
+            .map_err(|e| Error::Config(format!("TLS for plugins' HTTPS: {e}")))?;
 
         let nice = config.guest_nice;
         let guests = tokio::runtime::Builder::new_multi_thread()

@@ -98,13 +98,24 @@ pub(crate) async fn send_https_to(
     Ok((response, io))
 }
 
-/// TLS for plugins' requests: webpki's roots and `extra` (an operator's
-/// own certificate authorities), no client certificate. Built once per
-/// runtime.
-pub(crate) fn tls_config(extra: &[CertificateDer<'static>]) -> Result<Arc<rustls::ClientConfig>, String> {
+/// TLS for plugins' requests: webpki's roots and the certificate
+/// authorities of `extra_ca_file` (an operator's own), no client
+/// certificate. Built once per runtime; every error names the file.
+pub(crate) fn tls_config(extra_ca_file: Option<&Path>) -> Result<Arc<rustls::ClientConfig>, String> {
     let mut roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.into() };
-    for (i, cert) in extra.iter().enumerate() {
-        roots.add(cert.clone()).map_err(|e| format!("certificate {} is not a usable authority: {e}", i + 1))?;
+    if let Some(path) = extra_ca_file {
+        let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let certs = CertificateDer::pem_slice_iter(&bytes)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("{} is not a PEM file of certificates: {e}", path.display()))?;
+        if certs.is_empty() {
+            return Err(format!("{} holds no PEM certificate", path.display()));
+        }
+        for (i, cert) in certs.into_iter().enumerate() {
+            roots
+                .add(cert)
+                .map_err(|e| format!("{}: certificate {} is not a usable authority: {e}", path.display(), i + 1))?;
+        }
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
@@ -113,18 +124,6 @@ pub(crate) fn tls_config(extra: &[CertificateDer<'static>]) -> Result<Arc<rustls
         .with_root_certificates(roots)
         .with_no_client_auth();
     Ok(Arc::new(config))
-}
-
-/// The certificates of a PEM file, for [`tls_config`].
-pub(crate) fn read_pem_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let certs = CertificateDer::pem_slice_iter(&bytes)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("{} is not a PEM file of certificates: {e}", path.display()))?;
-    if certs.is_empty() {
-        return Err(format!("{} holds no PEM certificate", path.display()));
-    }
-    Ok(certs)
 }
 
 /// A response body that fails if the next frame takes longer than the

@@ -53,8 +53,8 @@ pub(crate) struct ScratchDirs {
 }
 
 /// How long before an attempt starts its directory's last change must lie
-/// for the modification time alone to show that it stayed empty (many
-/// clock ticks, which are 1–10 ms).
+/// for the change time alone to show that it stayed empty (many clock
+/// ticks, which are 1–10 ms).
 const SETTLED: Duration = Duration::from_millis(100);
 
 #[derive(Default)]
@@ -129,7 +129,8 @@ impl ScratchDirs {
     /// docs); if not, or if the directory is not empty, it is removed.
     pub(crate) fn give_back(&self, scratch: Scratch, returned: bool) {
         let Scratch::Owned { dir, tenant, settled } = scratch else { return };
-        let changed = changed_at(dir.path());
+        // An interrupted attempt's directory is removed: no need to look.
+        let changed = if returned { changed_at(dir.path()) } else { None };
         let untouched = settled.is_some() && settled == changed;
         if returned && (untouched || is_empty(dir.path())) {
             let mut idle = self.lock();
@@ -201,10 +202,16 @@ fn is_empty(dir: &Path) -> bool {
 mod tests {
     use super::*;
 
+    /// Scratch directories under a fresh root (kept alive by the first value).
+    fn scratch_dirs(concurrent: usize) -> (TempDir, ScratchDirs) {
+        let root = tempfile::tempdir().unwrap();
+        let dirs = ScratchDirs::new(root.path().join("scratch"), concurrent);
+        (root, dirs)
+    }
+
     #[test]
     fn empty_directories_are_reused_others_removed() {
-        let root = tempfile::tempdir().unwrap();
-        let dirs = ScratchDirs::new(root.path().join("scratch"), 4);
+        let (_root, dirs) = scratch_dirs(4);
 
         let first = dirs.take(None, "t").unwrap();
         let first_path = first.path().to_path_buf();
@@ -226,8 +233,7 @@ mod tests {
 
     #[test]
     fn a_settled_directory_is_checked_by_its_change_time() {
-        let root = tempfile::tempdir().unwrap();
-        let dirs = ScratchDirs::new(root.path().join("scratch"), 4);
+        let (_root, dirs) = scratch_dirs(4);
         let first = dirs.take(None, "t").unwrap();
         let path = first.path().to_path_buf();
         dirs.give_back(first, true);
@@ -254,8 +260,7 @@ mod tests {
 
     #[test]
     fn given_directories_are_left_alone() {
-        let root = tempfile::tempdir().unwrap();
-        let dirs = ScratchDirs::new(root.path().join("scratch"), 4);
+        let (root, dirs) = scratch_dirs(4);
         let given = root.path().join("mine/nested");
         let scratch = dirs.take(Some(given.clone()), "t").unwrap();
         assert!(given.is_dir());
@@ -267,8 +272,7 @@ mod tests {
 
     #[test]
     fn tenants_never_share_a_directory() {
-        let root = tempfile::tempdir().unwrap();
-        let dirs = ScratchDirs::new(root.path().join("scratch"), 4);
+        let (root, dirs) = scratch_dirs(4);
         let a = dirs.take(None, "a").unwrap();
         let a_path = a.path().to_path_buf();
         assert!(a_path.starts_with(root.path().join("scratch/a")), "{}", a_path.display());
@@ -281,8 +285,7 @@ mod tests {
 
     #[test]
     fn idle_directories_are_capped_per_tenant_and_in_all() {
-        let root = tempfile::tempdir().unwrap();
-        let dirs = ScratchDirs::new(root.path().join("scratch"), 2);
+        let (_root, dirs) = scratch_dirs(2);
         let give_back_three = |tenant: &str| {
             let taken: Vec<Scratch> = (0..3).map(|_| dirs.take(None, tenant).unwrap()).collect();
             let paths: Vec<PathBuf> = taken.iter().map(|s| s.path().to_path_buf()).collect();
