@@ -1,6 +1,7 @@
 //! The handlers. Each one is declared for OpenAPI next to its code.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -267,10 +268,31 @@ fn new_run(
     }
 }
 
-fn stored_workflow(version: &dagr_store::VersionRow) -> ApiResult<Workflow> {
+/// The latest version of a workflow, validated: from the cache when it was
+/// validated before, else fetched, parsed and validated (and kept).
+async fn latest_workflow(state: &ApiState, tenant: &str, name: &str) -> ApiResult<(i64, Arc<Workflow>)> {
+    let row = state
+        .store
+        .get_workflow(tenant, name)
+        .await?
+        .filter(|w| !w.deleted)
+        .ok_or_else(|| AppError::NotFound(format!("there is no workflow `{name}`")))?;
+    let v = row.latest_version;
+    if let Some(workflow) = state.versions.get(tenant, name, v) {
+        return Ok((v, workflow));
+    }
+    let version = state
+        .store
+        .get_version(tenant, name, v)
+        .await?
+        .ok_or_else(|| AppError::NotFound(format!("workflow `{name}` has no version {v}")))?;
     let spec = WorkflowSpec::parse(&version.spec, Format::Json)
         .map_err(|e| AppError::internal(format!("stored definition: {e}")))?;
-    Workflow::validate(spec, &TrustedCatalog).map_err(|e| AppError::internal(format!("stored definition: {e}")))
+    let workflow =
+        Workflow::validate(spec, &TrustedCatalog).map_err(|e| AppError::internal(format!("stored definition: {e}")))?;
+    let workflow = Arc::new(workflow);
+    state.versions.insert(tenant, name, v, workflow.clone());
+    Ok((v, workflow))
 }
 
 /// Triggers a run of the latest version, with param overrides.
@@ -286,8 +308,7 @@ pub async fn trigger_run(
     Path(name): Path<String>,
     Json(req): Json<TriggerRequest>,
 ) -> Answer<RunSummary> {
-    let (_, version) = workflow_version(&state, &tenant.0, &name, None).await?;
-    let workflow = stored_workflow(&version)?;
+    let (version, workflow) = latest_workflow(&state, &tenant.0, &name).await?;
     let params = workflow.resolve_params(&req.params).map_err(|e| AppError::invalid("invalid_params", &e))?;
     let logical_time = match &req.logical_time {
         Some(text) => {
@@ -297,11 +318,11 @@ pub async fn trigger_run(
     };
     let params = serde_json::to_string(&params).map_err(AppError::internal)?;
     crate::admin::check_run_rate(&state, &tenant.0).await?;
-    let run = new_run(&tenant.0, &workflow, Some(version.version), RunKind::Manual, logical_time, &params, None, None);
+    let run = new_run(&tenant.0, &workflow, Some(version), RunKind::Manual, logical_time, &params, None, None);
     let summary = run_summary(&run.run);
     state.store.create_runs(vec![run], Some("admit")).await?;
     state.control.wake();
-    let detail = json!({"workflow": name, "version": version.version});
+    let detail = json!({"workflow": name, "version": version});
     audit(&state, &caller, &tenant.0, "run.trigger", &summary.id, detail).await;
     created(summary)
 }
@@ -750,8 +771,7 @@ pub async fn create_backfill(
     }
     let from = parse_time(&req.from).map_err(|m| AppError::bad_at("invalid_backfill", "from", m))?;
     let to = parse_time(&req.to).map_err(|m| AppError::bad_at("invalid_backfill", "to", m))?;
-    let (_, version) = workflow_version(&state, &tenant.0, &req.workflow, None).await?;
-    let workflow = stored_workflow(&version)?;
+    let (version, workflow) = latest_workflow(&state, &tenant.0, &req.workflow).await?;
     let params = workflow.resolve_params(&req.params).map_err(|e| AppError::invalid("invalid_params", &e))?;
     let params = serde_json::to_string(&params).map_err(AppError::internal)?;
     let times = backfill_times(workflow.schedule.as_ref(), from, to, state.config.max_backfill_runs)
@@ -782,7 +802,7 @@ pub async fn create_backfill(
             new_run(
                 &tenant.0,
                 &workflow,
-                Some(version.version),
+                Some(version),
                 RunKind::Backfill,
                 t.timestamp_millis(),
                 &params,

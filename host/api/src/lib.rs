@@ -29,6 +29,7 @@ mod handlers;
 pub mod inspect;
 mod plugins;
 mod unread;
+pub mod versions;
 mod views;
 
 use std::sync::Arc;
@@ -111,6 +112,9 @@ pub struct ApiState {
     pub control: Arc<dyn Control>,
     pub plugins: Arc<dyn PluginDirectory>,
     pub config: Arc<ApiConfig>,
+    /// Validated workflow versions, so that a trigger does not parse and
+    /// validate its definition again.
+    pub versions: Arc<versions::VersionCache>,
 }
 
 #[derive(OpenApi)]

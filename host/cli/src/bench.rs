@@ -108,6 +108,9 @@ struct Measurement {
     state: String,
     wall_ms: f64,
     tasks_per_s: f64,
+    /// Processor time (user + system, all threads) the node used during
+    /// the run, in ms; `None` where it is not known (`--remote`).
+    cpu_ms: Option<f64>,
     peak_rss_mib: f64,
 }
 
@@ -140,7 +143,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         config.worker.slots = slots;
     }
     let settings = config.validate()?;
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = crate::node::node_runtime(&settings, true)?;
     let measurements = runtime.block_on(async {
         let node = Node::start(&settings).await?;
         let result = measure(&node, &settings.data_dir, &dag, &workflow, &args).await;
@@ -166,11 +169,15 @@ fn report(dag: &Dag, measurements: &[Measurement], args: &BenchArgs) -> ExitCode
                     m.state.clone(),
                     format!("{:.1}", m.wall_ms),
                     format!("{:.0}", m.tasks_per_s),
+                    m.cpu_ms.map_or_else(|| "-".into(), |cpu| format!("{cpu:.0}")),
                     if m.peak_rss_mib > 0.0 { format!("{:.1}", m.peak_rss_mib) } else { "-".into() },
                 ]
             })
             .collect();
-        print!("{}", table(&["DAG", "TASKS", "EDGES", "RUN", "STATE", "WALL MS", "TASKS/S", "PEAK RSS MIB"], rows));
+        print!(
+            "{}",
+            table(&["DAG", "TASKS", "EDGES", "RUN", "STATE", "WALL MS", "TASKS/S", "CPU MS", "PEAK RSS MIB"], rows)
+        );
     }
     if measurements.iter().all(|m| m.state == "succeeded") { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }
@@ -237,6 +244,7 @@ async fn measure_remote(
             state,
             wall_ms: wall.as_secs_f64() * 1000.0,
             tasks_per_s: tasks as f64 / wall.as_secs_f64(),
+            cpu_ms: None,
             peak_rss_mib: 0.0,
         };
         if args.json {
@@ -280,6 +288,7 @@ async fn measure(
     for number in 1..=args.runs {
         // Subscribed before the trigger, so the end cannot be missed.
         let mut finished = node.engine.finished_runs();
+        let cpu_before = process_cpu_ms();
         let start = Instant::now();
         let run: RunSummary =
             api.json(api.post(&["v1", "workflows", &applied.name, "runs"]).json(&TriggerRequest::default())).await?;
@@ -297,6 +306,7 @@ async fn measure(
             }
         };
         let wall = start.elapsed();
+        let cpu_ms = process_cpu_ms().zip(cpu_before).map(|(after, before)| after - before);
         if state != "succeeded" {
             explain_failure(&api, &run.id, &args.plugin).await;
         }
@@ -305,6 +315,7 @@ async fn measure(
             state,
             wall_ms: wall.as_secs_f64() * 1000.0,
             tasks_per_s: dag.tasks.len() as f64 / wall.as_secs_f64(),
+            cpu_ms,
             peak_rss_mib: peak_rss_mib(),
         };
         if args.json {
@@ -320,6 +331,7 @@ async fn measure(
                     "state": measurement.state,
                     "wall_ms": (measurement.wall_ms * 10.0).round() / 10.0,
                     "tasks_per_s": measurement.tasks_per_s.round(),
+                    "cpu_ms": measurement.cpu_ms.map(|cpu| cpu.round()),
                     "peak_rss_mib": (measurement.peak_rss_mib * 10.0).round() / 10.0,
                 })
             );
@@ -435,6 +447,19 @@ fn workflow_json(dag: &Dag, plugin: BenchPlugin, fib_n: u32) -> Value {
         .map(|(name, deps)| json!({"name": name, "plugin": plugin, "params": params, "depends_on": deps}))
         .collect();
     json!({"name": dag.name, "description": "dagr bench", "tasks": tasks})
+}
+
+/// Processor time this process has used so far (user + system, all its
+/// threads), in ms, from `/proc/self/stat` (in USER_HZ ticks, 100 per second
+/// on Linux); `None` where unknown.
+fn process_cpu_ms() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name (field 2) may hold spaces; fields after it are plain.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace().skip(11);
+    let user: f64 = fields.next()?.parse().ok()?;
+    let system: f64 = fields.next()?.parse().ok()?;
+    Some((user + system) * 10.0)
 }
 
 /// The process's peak resident memory (VmHWM), in MiB; 0 where unknown.

@@ -117,10 +117,6 @@ async fn join(settings: &Settings, node: NodeInfo, campaign: bool) -> anyhow::Re
         .with_context(|| format!("cannot join the cluster through etcd at {:?}", settings.etcd))
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread().enable_all().build()?)
-}
-
 fn announce(role: Role, id: &str, addr: &std::net::SocketAddr) {
     tracing::info!(%role, node = id, %addr, "serving");
     // Scripts and tests wait for this line.
@@ -131,7 +127,7 @@ fn announce(role: Role, id: &str, addr: &std::net::SocketAddr) {
 pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
     let settings = settings(&args, Role::Master)?;
     let secret = cluster_secret(&settings)?;
-    runtime()?.block_on(async move {
+    crate::node::node_runtime(&settings, false)?.block_on(async move {
         let id = node_id(&settings, Role::Master);
         let store = open_store(&settings).await?;
         let listener = tokio::net::TcpListener::bind(settings.master_listen)
@@ -194,7 +190,7 @@ pub fn worker(args: RoleArgs) -> anyhow::Result<ExitCode> {
     let settings = settings(&args, Role::Worker)?;
     let secret = cluster_secret(&settings)?;
     let secrets_key = crate::node::secrets_key(&settings, false)?;
-    runtime()?.block_on(async move {
+    crate::node::node_runtime(&settings, true)?.block_on(async move {
         let id = node_id(&settings, Role::Worker);
         let store = open_store(&settings).await?;
         let listener = tokio::net::TcpListener::bind(settings.worker_listen)
@@ -251,7 +247,7 @@ pub fn api(args: RoleArgs) -> anyhow::Result<ExitCode> {
     let settings = settings(&args, Role::Api)?;
     let secret = cluster_secret(&settings)?;
     let secrets_key = crate::node::secrets_key(&settings, false)?;
-    runtime()?.block_on(async move {
+    crate::node::node_runtime(&settings, false)?.block_on(async move {
         let id = node_id(&settings, Role::Api);
         let store = open_store(&settings).await?;
         let tokens = dagr_api::auth::bootstrap(
@@ -284,6 +280,7 @@ pub fn api(args: RoleArgs) -> anyhow::Result<ExitCode> {
             control,
             plugins,
             config: Arc::new(api_config(&settings, secrets_key)?),
+            versions: Default::default(),
         });
         announce(Role::Api, &id, &addr);
         serve_until_signal(listener, app).await;

@@ -37,7 +37,7 @@ pub fn load_config(
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let settings = load_config(args.config.as_ref(), args.listen, args.data_dir)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = crate::node::node_runtime(&settings, true)?;
     runtime.block_on(async {
         let node = crate::node::Node::start(&settings).await?;
         show_tokens(&node.bootstrap);

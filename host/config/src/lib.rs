@@ -10,6 +10,8 @@
 //! [server]
 //! listen = "127.0.0.1:8080"
 //! data_dir = "./dagr-data"
+//! threads = 0    # the engine's, the API's and dispatch's threads; 0: half the
+//!                # CPUs beside guests (serve, worker), all of them otherwise
 //!
 //! [store]
 //! # url = "postgres://dagr@127.0.0.1/dagr"   # default: SQLite in data_dir
@@ -194,11 +196,15 @@ pub struct ServerConfig {
     pub listen: String,
     /// Where dagr keeps its files (the SQLite database, compiled code).
     pub data_dir: PathBuf,
+    /// Threads of the node's own runtime (engine, API, dispatch, the
+    /// worker's service); 0: half the CPUs (at least one) in a process that
+    /// also runs guests, which have threads of their own, else one per CPU.
+    pub threads: usize,
 }
 
 impl Default for ServerConfig {
     fn default() -> Self {
-        ServerConfig { listen: "127.0.0.1:8080".into(), data_dir: PathBuf::from("./dagr-data") }
+        ServerConfig { listen: "127.0.0.1:8080".into(), data_dir: PathBuf::from("./dagr-data"), threads: 0 }
     }
 }
 
@@ -305,6 +311,8 @@ pub struct Settings {
     pub store_url: String,
     pub synchronous_full: bool,
     pub slots: u32,
+    /// The node's own runtime threads; 0: chosen by the role.
+    pub threads: usize,
     pub guest_threads: usize,
     pub cache_dir: PathBuf,
     pub extra_ca_file: Option<PathBuf>,
@@ -394,6 +402,7 @@ impl Config {
             store_url,
             synchronous_full,
             slots: self.worker.slots,
+            threads: self.server.threads,
             guest_threads: self.worker.guest_threads,
             cache_dir: if self.worker.cache_dir.is_empty() {
                 self.server.data_dir.join("cache")
@@ -526,12 +535,15 @@ mod tests {
         figment::Jail::expect_with(|jail| {
             jail.set_env("DAGR_WORKER__SLOTS", "16");
             jail.set_env("DAGR_WORKER__EXTRA_CA_FILE", "/etc/dagr/ca.pem");
+            jail.set_env("DAGR_SERVER__THREADS", "3");
             let config = Config::load(Some(&path)).unwrap();
             assert_eq!(config.server.listen, "127.0.0.1:9999");
             assert_eq!(config.worker.slots, 16);
             let settings = config.validate().unwrap();
             assert_eq!(settings.extra_ca_file.as_deref(), Some(Path::new("/etc/dagr/ca.pem")));
             assert_eq!(Config::default().validate().unwrap().extra_ca_file, None);
+            assert_eq!(settings.threads, 3);
+            assert_eq!(Config::default().validate().unwrap().threads, 0, "0: chosen by the role");
             Ok(())
         });
     }

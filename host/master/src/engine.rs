@@ -790,14 +790,23 @@ impl Engine {
     async fn load_run_row(&mut self, row: RunRow, step: &mut Step, now: i64) -> Result<(), String> {
         self.config.policy.prepare(&row.tenant).await;
         let workflow = self.workflow_for(&row).await?;
-        let tasks = self.store.run_tasks(&row.id).await.map_err(|e| e.to_string())?;
-        if tasks.len() != workflow.tasks.len() {
-            return Err(format!("run {} has {} task rows for {} tasks", row.id, tasks.len(), workflow.tasks.len()));
-        }
         let state =
             RunState::parse(&row.state).ok_or_else(|| format!("run {} has unknown state `{}`", row.id, row.state))?;
-        let mut progress = Vec::with_capacity(tasks.len());
-        let mut extra = Vec::with_capacity(tasks.len());
+        // A queued run claimed for the first time (epoch 1) was never owned
+        // before: only an owner writes task rows, so every task is still
+        // as the run was created, pending. Its rows need not be read
+        // (10,000 rows of a big fan-out are tens of ms before it starts).
+        let fresh = row.epoch == 1 && state == RunState::Queued;
+        let tasks = if fresh { Vec::new() } else { self.store.run_tasks(&row.id).await.map_err(|e| e.to_string())? };
+        if !fresh && tasks.len() != workflow.tasks.len() {
+            return Err(format!("run {} has {} task rows for {} tasks", row.id, tasks.len(), workflow.tasks.len()));
+        }
+        let mut progress = Vec::with_capacity(workflow.tasks.len());
+        let mut extra = Vec::with_capacity(workflow.tasks.len());
+        if fresh {
+            progress.resize(workflow.tasks.len(), TaskProgress::new(TaskState::Pending, 0, 0, false));
+            extra.resize_with(workflow.tasks.len(), TaskExtra::default);
+        }
         for t in &tasks {
             let task_state =
                 TaskState::parse(&t.state).ok_or_else(|| format!("task {} has unknown state `{}`", t.name, t.state))?;
