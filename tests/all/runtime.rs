@@ -214,6 +214,40 @@ async fn files_written_by_one_attempt_are_gone_in_the_next() {
 }
 
 #[tokio::test]
+async fn only_a_plugin_that_can_open_files_gets_a_scratch_directory() {
+    let root = tempfile::tempdir().unwrap();
+    let scratch_root = root.path().join("scratch");
+    let runtime = runtime_with(|config| config.scratch_root = scratch_root.clone());
+    let entries = || walk_dirs(&scratch_root);
+    // `echo` does not import wasi:filesystem/preopens: no directory is
+    // made or opened for it.
+    for _ in 0..3 {
+        assert_echo_works(&runtime).await;
+    }
+    assert!(entries().is_empty(), "echo got scratch directories: {:?}", entries());
+    // `probe` does, and finds its directory as promised.
+    let plugin = load(&runtime, builtins::PROBE_PATH);
+    let report =
+        runtime.execute(&plugin, execution(json!({"write": {"name": "a.txt", "content": "x"}, "read": "a.txt"}))).await;
+    assert_eq!(output_json(&report)["read"], "x");
+    let report = runtime.execute(&plugin, execution(json!({"read": "a.txt"}))).await;
+    assert!(output_json(&report)["read"]["error"].is_string());
+    assert!(!entries().is_empty(), "probe's empty directory is kept for reuse under {}", scratch_root.display());
+}
+
+/// The directories under `dir`, at any depth (none if it does not exist).
+fn walk_dirs(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            found.push(entry.path());
+            found.extend(walk_dirs(&entry.path()));
+        }
+    }
+    found
+}
+
+#[tokio::test]
 async fn memory_written_by_one_attempt_is_gone_in_the_next() {
     // Pool slots are reused, and their first pages stay resident (reset
     // with memset rather than unmapped): a value a guest left in its memory

@@ -215,7 +215,9 @@ pub struct Execution {
     pub secrets: Option<Arc<dyn SecretSource>>,
     /// The directory the guest sees as `/scratch` (and `.`). `None` gives the
     /// attempt an empty directory of the runtime's: it is removed afterwards,
-    /// or, if the attempt left it empty, kept for a later attempt.
+    /// or, if the attempt left it empty, kept for a later attempt. A plugin
+    /// that does not import `wasi:filesystem/preopens` cannot reach any
+    /// directory and is given none.
     pub scratch_dir: Option<PathBuf>,
     /// Cancelling it stops the attempt, which then fails with
     /// [`FailureKind::Cancelled`]. The task first sees `cancelled()` turn
@@ -370,6 +372,10 @@ struct PluginInner {
     size: usize,
     code_source: CodeSource,
     pre: PluginPre<StoreState>,
+    /// The component imports `wasi:filesystem/preopens`, its only way to a
+    /// directory: one that does not (most task types) gets no scratch
+    /// directory, which spares each attempt two opens and two closes of it.
+    files: bool,
 }
 
 impl Plugin {
@@ -616,7 +622,8 @@ impl Runtime {
             self.inner.linker.instantiate_pre(&component).map_err(|e| Error::WrongWorld(explain_link_error(&e)))?;
         let pre = PluginPre::new(pre).map_err(|e| Error::WrongWorld(explain_export_error(&e)))?;
         let info = self.describe(&pre)?;
-        Ok(Plugin { inner: Arc::new(PluginInner { info, sha256, size: bytes.len(), code_source, pre }) })
+        let files = imports_preopens(&self.inner.engine, &component);
+        Ok(Plugin { inner: Arc::new(PluginInner { info, sha256, size: bytes.len(), code_source, pre, files }) })
     }
 
     /// Loads a plugin from a file.
@@ -798,13 +805,15 @@ impl Runtime {
             exec;
         let log = AttemptLog::new(limits.max_log_bytes, observer.clone());
 
-        let scratch = match self.inner.scratch.take(scratch_dir, &context.tenant) {
-            Ok(scratch) => scratch,
-            Err(message) => {
+        let scratch = match plugin.inner.files.then(|| self.inner.scratch.take(scratch_dir, &context.tenant)) {
+            None => None,
+            Some(Ok(scratch)) => Some(scratch),
+            Some(Err(message)) => {
                 return finish(&log, Err(Failure::new(FailureKind::Internal, message)), started, None, None);
             }
         };
-        let mut store = match self.new_store(&limits, &log, &cancel, network, Some(scratch.path()), secrets, observer) {
+        let scratch_path = scratch.as_ref().map(|s| s.path());
+        let mut store = match self.new_store(&limits, &log, &cancel, network, scratch_path, secrets, observer) {
             Ok(mut store) => {
                 store.data_mut().hooks.keep_going = keep_going.clone();
                 store
@@ -816,7 +825,8 @@ impl Runtime {
         let progress = store.data().host.progress.clone();
         let deadline = started + limits.deadline;
         self.arm_epoch(&mut store, deadline, cancel.clone(), keep_going);
-        let quota = limits.scratch_bytes.map(|bytes| ScratchWatch::start(scratch.path(), bytes, &cancel));
+        let quota =
+            scratch_path.zip(limits.scratch_bytes).map(|(path, bytes)| ScratchWatch::start(path, bytes, &cancel));
 
         let wit_context = bindings::TaskContext {
             tenant: context.tenant,
@@ -875,8 +885,8 @@ impl Runtime {
         if cancelled {
             result = Err(cancelled_failure(result));
         }
-        if let Some(quota) = quota
-            && let Some(failure) = quota.finish(scratch.path()).await
+        if let (Some(quota), Some(path)) = (quota, scratch_path)
+            && let Some(failure) = quota.finish(path).await
         {
             result = Err(failure);
         }
@@ -885,7 +895,9 @@ impl Runtime {
             _ => None,
         };
         drop(store);
-        self.inner.scratch.give_back(scratch, returned);
+        if let Some(scratch) = scratch {
+            self.inner.scratch.give_back(scratch, returned);
+        }
         let progress = progress.lock().unwrap_or_else(|e| e.into_inner()).take();
         finish(&log, result, started, progress, fuel_consumed)
     }
@@ -1145,6 +1157,14 @@ fn validate_info(info: bindings::PluginInfo) -> Result<PluginInfo> {
         },
     };
     Ok(PluginInfo { name: info.name, version: info.version, description: info.description, params_schema })
+}
+
+/// Whether a component imports `wasi:filesystem/preopens` (any version).
+fn imports_preopens(engine: &Engine, component: &wasmtime::component::Component) -> bool {
+    component
+        .component_type()
+        .imports(engine)
+        .any(|(name, _)| name.split('@').next() == Some("wasi:filesystem/preopens"))
 }
 
 /// Bytes of each linear memory kept resident between the attempts that use
