@@ -36,6 +36,10 @@ pub struct BenchArgs {
     /// With `--plugin fib`: the `n` each task computes (25 ≈ 1 ms).
     #[arg(long, default_value_t = 25)]
     fib_n: u32,
+    /// With `--plugin sleep`: how long each task waits, in ms (a task of a
+    /// known length whatever the machine's speed).
+    #[arg(long, default_value_t = 10)]
+    sleep_ms: u64,
     /// How many runs, one after another.
     #[arg(long, default_value_t = 1)]
     runs: u32,
@@ -65,6 +69,7 @@ pub struct BenchArgs {
 enum BenchPlugin {
     Echo,
     Fib,
+    Sleep,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -116,7 +121,7 @@ struct Measurement {
 
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let dag = load_dag(&args.dag)?;
-    let workflow = workflow_json(&dag, args.plugin, args.fib_n);
+    let workflow = workflow_json(&dag, args.plugin, args.fib_n, args.sleep_ms);
     if let Some(server) = &args.remote {
         let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
         let measurements = runtime.block_on(measure_remote(server, &dag, &workflow, &args))?;
@@ -436,10 +441,11 @@ fn unique_name(id: &str, taken: &mut HashSet<String>) -> String {
     name
 }
 
-fn workflow_json(dag: &Dag, plugin: BenchPlugin, fib_n: u32) -> Value {
+fn workflow_json(dag: &Dag, plugin: BenchPlugin, fib_n: u32, sleep_ms: u64) -> Value {
     let (plugin, params) = match plugin {
         BenchPlugin::Echo => ("echo", json!({})),
         BenchPlugin::Fib => ("fib", json!({ "n": fib_n })),
+        BenchPlugin::Sleep => ("sleep", json!({ "ms": sleep_ms })),
     };
     let tasks: Vec<Value> = dag
         .tasks
