@@ -139,19 +139,27 @@ async fn workflow_version(
     name: &str,
     version: Option<i64>,
 ) -> ApiResult<(dagr_store::WorkflowRow, dagr_store::VersionRow)> {
-    let row = state
+    let row = live_workflow(state, tenant, name).await?;
+    let version = stored_version(state, tenant, name, version.unwrap_or(row.latest_version)).await?;
+    Ok((row, version))
+}
+
+/// A workflow that exists and is not deleted.
+async fn live_workflow(state: &ApiState, tenant: &str, name: &str) -> ApiResult<dagr_store::WorkflowRow> {
+    state
         .store
         .get_workflow(tenant, name)
         .await?
         .filter(|w| !w.deleted)
-        .ok_or_else(|| AppError::NotFound(format!("there is no workflow `{name}`")))?;
-    let v = version.unwrap_or(row.latest_version);
-    let version = state
+        .ok_or_else(|| AppError::NotFound(format!("there is no workflow `{name}`")))
+}
+
+async fn stored_version(state: &ApiState, tenant: &str, name: &str, v: i64) -> ApiResult<dagr_store::VersionRow> {
+    state
         .store
         .get_version(tenant, name, v)
         .await?
-        .ok_or_else(|| AppError::NotFound(format!("workflow `{name}` has no version {v}")))?;
-    Ok((row, version))
+        .ok_or_else(|| AppError::NotFound(format!("workflow `{name}` has no version {v}")))
 }
 
 /// A workflow's definition (the latest version, or `?version=N`).
@@ -271,21 +279,11 @@ fn new_run(
 /// The latest version of a workflow, validated: from the cache when it was
 /// validated before, else fetched, parsed and validated (and kept).
 async fn latest_workflow(state: &ApiState, tenant: &str, name: &str) -> ApiResult<(i64, Arc<Workflow>)> {
-    let row = state
-        .store
-        .get_workflow(tenant, name)
-        .await?
-        .filter(|w| !w.deleted)
-        .ok_or_else(|| AppError::NotFound(format!("there is no workflow `{name}`")))?;
-    let v = row.latest_version;
+    let v = live_workflow(state, tenant, name).await?.latest_version;
     if let Some(workflow) = state.versions.get(tenant, name, v) {
         return Ok((v, workflow));
     }
-    let version = state
-        .store
-        .get_version(tenant, name, v)
-        .await?
-        .ok_or_else(|| AppError::NotFound(format!("workflow `{name}` has no version {v}")))?;
+    let version = stored_version(state, tenant, name, v).await?;
     let spec = WorkflowSpec::parse(&version.spec, Format::Json)
         .map_err(|e| AppError::internal(format!("stored definition: {e}")))?;
     let workflow =

@@ -540,10 +540,11 @@ mod tests {
             assert_eq!(config.server.listen, "127.0.0.1:9999");
             assert_eq!(config.worker.slots, 16);
             let settings = config.validate().unwrap();
+            let defaults = Config::default().validate().unwrap();
             assert_eq!(settings.extra_ca_file.as_deref(), Some(Path::new("/etc/dagr/ca.pem")));
-            assert_eq!(Config::default().validate().unwrap().extra_ca_file, None);
+            assert_eq!(defaults.extra_ca_file, None);
             assert_eq!(settings.threads, 3);
-            assert_eq!(Config::default().validate().unwrap().threads, 0, "0: chosen by the role");
+            assert_eq!(defaults.threads, 0, "0: chosen by the role");
             Ok(())
         });
     }
