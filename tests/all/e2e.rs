@@ -874,6 +874,54 @@ tasks:
     }
 }
 
+/// Issue 12, item 2: a per-second cron catching up from 1970 once made the
+/// apply never answer and the server grow until the kernel killed it, and a
+/// restart on the same data grew again. Catch-up is bounded by
+/// `[master] max_catch_up` (older cycles are skipped, and the log says so),
+/// cycles are found without walking the gap, and a backlog arrives at a
+/// bounded rate.
+#[tokio::test]
+async fn a_runaway_catch_up_is_bounded_and_survives_a_restart() {
+    let server =
+        tokio::task::spawn_blocking(|| DagrServer::start_with(&[("DAGR_MASTER__MAX_CATCH_UP", "20")])).await.unwrap();
+    let api = Api::of(&server);
+    let applied = Instant::now();
+    api.apply(
+        r#"
+name: every-second-since-1970
+schedule: {cron: "* * * * * *", catch_up: true, start: "1970-01-01T00:00:00Z"}
+tasks:
+- {name: tick, plugin: echo}
+"#,
+    )
+    .await;
+    let first = applied.elapsed();
+    // Bounded: the 20 newest cycles, then one per second.
+    let bound = |since: Instant| 20 + since.elapsed().as_secs() as usize + 2;
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let runs = api.runs_of("every-second-since-1970", "schedule").await;
+        assert!(runs.len() <= bound(applied), "{} runs after {:?}", runs.len(), applied.elapsed());
+        if runs.len() >= 20 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the catch-up made only {} runs", runs.len());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(server.log().contains("skipping missed cycles"), "the skipped cycles are not reported:\n{}", server.log());
+    let server = restart(server).await;
+    let restarted = Instant::now();
+    let api = Api::of(&server);
+    let (status, _) = api.get("/healthz").await;
+    assert_eq!(status, StatusCode::OK);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let runs = api.runs_of("every-second-since-1970", "schedule").await;
+    assert!(runs.len() <= bound(applied) + 20, "{} runs after the restart", runs.len());
+    let times: BTreeSet<String> = runs.iter().map(|r| r["logical_time"].to_string()).collect();
+    assert_eq!(times.len(), runs.len(), "one run per cycle");
+    eprintln!("apply answered in {first:?}; {} runs {:?} after the restart", runs.len(), restarted.elapsed());
+}
+
 #[tokio::test]
 async fn a_run_survives_kill_9_of_the_server() {
     let server = own_server().await;

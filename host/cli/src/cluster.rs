@@ -134,7 +134,7 @@ pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
             .await
             .with_context(|| format!("cannot listen on {}", settings.master_listen))?;
         let addr = listener.local_addr()?;
-        let wasm = make_runtime(&settings, 4)?;
+        let wasm = make_runtime(&settings, 4, false)?;
         let plugins = load_plugins(&wasm, &settings, store.clone()).await?;
         let node = NodeInfo {
             id: id.clone(),
@@ -168,6 +168,8 @@ pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
             // Twice the lease TTL: a worker restarted under the same id
             // within its TTL is found out by then.
             attempt_check: Some((settings.ttl * 2).max(Duration::from_secs(4))),
+            max_lost_attempts: settings.max_lost_attempts,
+            max_catch_up: settings.max_catch_up,
         };
         let engine = Engine::start(config, store.clone(), dispatcher, plugins).await?;
         let ownership = OwnershipConfig {
@@ -197,7 +199,7 @@ pub fn worker(args: RoleArgs) -> anyhow::Result<ExitCode> {
             .await
             .with_context(|| format!("cannot listen on {}", settings.worker_listen))?;
         let addr = listener.local_addr()?;
-        let wasm = make_runtime(&settings, settings.slots)?;
+        let wasm = make_runtime(&settings, settings.slots, true)?;
         let plugins = load_plugins(&wasm, &settings, store.clone()).await?;
         let mut labels = std::collections::BTreeMap::new();
         if !settings.worker_group.is_empty() {
@@ -263,7 +265,7 @@ pub fn api(args: RoleArgs) -> anyhow::Result<ExitCode> {
             .await
             .with_context(|| format!("cannot listen on {}", settings.listen))?;
         let addr = listener.local_addr()?;
-        let wasm = make_runtime(&settings, 4)?;
+        let wasm = make_runtime(&settings, 4, false)?;
         let plugins = load_plugins(&wasm, &settings, store.clone()).await?;
         let node = NodeInfo {
             id: id.clone(),

@@ -45,7 +45,7 @@ impl Node {
                 .context("cannot set up the API tokens")?;
         let key = secrets_key(settings, true)?;
         let secrets = Arc::new(crate::secrets::StoreSecrets::new(store.clone(), key.clone()));
-        let runtime = make_runtime(settings, settings.slots)?;
+        let runtime = make_runtime(settings, settings.slots, true)?;
         let plugins = load_plugins(&runtime, settings, store.clone()).await?;
         let logs = LogWriter::start(store.clone());
         let worker = Worker::new("local", runtime, plugins.clone(), Some(secrets), logs);
@@ -67,6 +67,8 @@ impl Node {
             // nobody else can write, so the epoch check can be skipped.
             fence_writes: !settings.store_url.starts_with("sqlite://"),
             policy,
+            max_lost_attempts: settings.max_lost_attempts,
+            max_catch_up: settings.max_catch_up,
             ..EngineConfig::default()
         };
         let engine = Engine::start(engine_config, store.clone(), dispatcher, plugins.clone()).await?;
@@ -198,8 +200,11 @@ pub async fn open_store(settings: &Settings) -> anyhow::Result<Arc<SqlStore>> {
     ))
 }
 
-/// The WebAssembly runtime with the configured limits.
-pub fn make_runtime(settings: &Settings, slots: u32) -> anyhow::Result<Runtime> {
+/// The WebAssembly runtime with the configured limits. `runs_attempts`:
+/// this process runs tasks (`serve`, `worker`), so the scratch directory
+/// under its data directory is its own; masters and API nodes only load
+/// plugins and leave it alone.
+pub fn make_runtime(settings: &Settings, slots: u32, runs_attempts: bool) -> anyhow::Result<Runtime> {
     Ok(Runtime::new(RuntimeConfig {
         max_concurrent_attempts: slots,
         guest_threads: if settings.guest_threads == 0 {
@@ -211,6 +216,9 @@ pub fn make_runtime(settings: &Settings, slots: u32) -> anyhow::Result<Runtime> 
         cache_dir: Some(settings.cache_dir.clone()),
         scratch_root: settings.data_dir.join("scratch"),
         extra_ca_file: settings.extra_ca_file.clone(),
+        scratch_max_entries: settings.scratch_max_entries,
+        scratch_max_depth: settings.scratch_max_depth,
+        scratch_exclusive: runs_attempts,
         ..RuntimeConfig::default()
     })?)
 }

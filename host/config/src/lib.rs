@@ -19,6 +19,8 @@
 //!
 //! [worker]
 //! slots = 256
+//! scratch_max_entries = 10000  # files and directories in one attempt's scratch
+//! scratch_max_depth = 64       # directory nesting in one attempt's scratch
 //! # extra_ca_file = "/etc/dagr/internal-ca.pem"  # plugins' HTTPS also trusts these CAs
 //!
 //! [limits]
@@ -137,6 +139,13 @@ pub struct MasterConfig {
     pub rebalance_interval: String,
     /// Consecutive overloaded checks before a master sheds slots.
     pub overloads: u32,
+    /// Times a task's attempt may be lost with its node (the node died or
+    /// left while running it) before the task fails instead of going again:
+    /// a task that crashes its node must not crash it forever.
+    pub max_lost_attempts: u32,
+    /// Missed cycles a schedule with `catch_up` makes up for at most; older
+    /// ones are skipped (and an event says which).
+    pub max_catch_up: u32,
 }
 
 impl Default for MasterConfig {
@@ -148,6 +157,8 @@ impl Default for MasterConfig {
             poll_interval: "500ms".into(),
             rebalance_interval: "30s".into(),
             overloads: 3,
+            max_lost_attempts: 3,
+            max_catch_up: 100,
         }
     }
 }
@@ -240,6 +251,11 @@ pub struct WorkerConfig {
     /// A PEM file of certificate authorities that plugins' HTTPS requests
     /// trust besides the public (webpki) roots; empty: none.
     pub extra_ca_file: String,
+    /// The most files and directories one attempt's scratch directory may
+    /// hold (whatever its tenant's byte quota).
+    pub scratch_max_entries: u64,
+    /// How deep one attempt may nest directories in its scratch directory.
+    pub scratch_max_depth: u64,
 }
 
 impl Default for WorkerConfig {
@@ -251,6 +267,8 @@ impl Default for WorkerConfig {
             guest_threads: 0,
             cache_dir: String::new(),
             extra_ca_file: String::new(),
+            scratch_max_entries: 10_000,
+            scratch_max_depth: 64,
         }
     }
 }
@@ -316,6 +334,10 @@ pub struct Settings {
     pub guest_threads: usize,
     pub cache_dir: PathBuf,
     pub extra_ca_file: Option<PathBuf>,
+    pub scratch_max_entries: u64,
+    pub scratch_max_depth: u64,
+    pub max_lost_attempts: u32,
+    pub max_catch_up: u32,
     pub default_timeout: Duration,
     pub default_memory: u64,
     pub max_memory: u64,
@@ -396,6 +418,12 @@ impl Config {
         if self.worker.slots == 0 {
             return Err(err("worker.slots", "must be at least 1".into()));
         }
+        if self.worker.scratch_max_entries == 0 {
+            return Err(err("worker.scratch_max_entries", "must be at least 1".into()));
+        }
+        if self.master.max_lost_attempts == 0 {
+            return Err(err("master.max_lost_attempts", "must be at least 1".into()));
+        }
         let settings = Settings {
             listen,
             data_dir: self.server.data_dir.clone(),
@@ -410,6 +438,10 @@ impl Config {
                 PathBuf::from(&self.worker.cache_dir)
             },
             extra_ca_file: (!self.worker.extra_ca_file.is_empty()).then(|| PathBuf::from(&self.worker.extra_ca_file)),
+            scratch_max_entries: self.worker.scratch_max_entries,
+            scratch_max_depth: self.worker.scratch_max_depth,
+            max_lost_attempts: self.master.max_lost_attempts,
+            max_catch_up: self.master.max_catch_up,
             default_timeout: duration("limits.default_timeout", &self.limits.default_timeout)?,
             default_memory: bytes("limits.default_memory", &self.limits.default_memory)?,
             max_memory: bytes("limits.max_memory", &self.limits.max_memory)?,

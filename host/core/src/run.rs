@@ -146,6 +146,10 @@ pub struct TaskProgress {
     pub failures: u32,
     /// Set by force-success.
     pub forced: bool,
+    /// Attempts lost with their node (it died or left while running them)
+    /// since the task was last reset. Past [`RunMachine::max_lost`] the
+    /// task fails instead of going again.
+    pub lost: u32,
     deps_done: u32,
     deps_ok: u32,
     deps_failed: u32,
@@ -154,7 +158,23 @@ pub struct TaskProgress {
 
 impl TaskProgress {
     pub fn new(state: TaskState, attempts: u32, failures: u32, forced: bool) -> Self {
-        TaskProgress { state, attempts, failures, forced, deps_done: 0, deps_ok: 0, deps_failed: 0, deps_skipped: 0 }
+        TaskProgress {
+            state,
+            attempts,
+            failures,
+            forced,
+            lost: 0,
+            deps_done: 0,
+            deps_ok: 0,
+            deps_failed: 0,
+            deps_skipped: 0,
+        }
+    }
+
+    /// With `lost` attempts lost with their node so far.
+    pub fn with_lost(mut self, lost: u32) -> Self {
+        self.lost = lost;
+        self
     }
 }
 
@@ -166,7 +186,14 @@ pub struct FailureClass {
     /// The failure counts against the task's retry budget (false for an
     /// attempt lost with its worker).
     pub charged: bool,
+    /// The attempt was running when its node died or left: it counts
+    /// towards [`RunMachine::max_lost`].
+    pub lost: bool,
 }
+
+/// How many times a task's attempt may be lost with its node before the
+/// task fails instead of going again (see [`RunMachine::with_max_lost`]).
+pub const DEFAULT_MAX_LOST: u32 = 3;
 
 /// Events and commands a run reacts to.
 #[derive(Debug, Clone, PartialEq)]
@@ -238,6 +265,7 @@ pub struct RunMachine {
     unfinished: usize,
     running: usize,
     failures: usize,
+    max_lost: u32,
     actions: Vec<Action>,
     now_ms: i64,
 }
@@ -254,9 +282,23 @@ impl RunMachine {
             unfinished,
             running: 0,
             failures: 0,
+            max_lost: DEFAULT_MAX_LOST,
             actions: Vec::new(),
             now_ms: 0,
         }
+    }
+
+    /// Lets a task's attempts be lost with their node at most `max` times;
+    /// the next loss fails the task. A task that crashes the node running
+    /// it (every restart finds it running again) must not do so forever.
+    pub fn with_max_lost(mut self, max: u32) -> Self {
+        self.max_lost = max;
+        self
+    }
+
+    /// See [`Self::with_max_lost`].
+    pub fn max_lost(&self) -> u32 {
+        self.max_lost
     }
 
     /// Rebuilds a machine from persisted state (after a restart or a
@@ -272,6 +314,7 @@ impl RunMachine {
             unfinished: 0,
             running: 0,
             failures: 0,
+            max_lost: DEFAULT_MAX_LOST,
             actions: Vec::new(),
             now_ms: 0,
         };
@@ -396,8 +439,12 @@ impl RunMachine {
                 if class.charged {
                     self.tasks[task].failures += 1;
                 }
+                if class.lost {
+                    self.tasks[task].lost += 1;
+                }
                 let budget_left = self.tasks[task].failures <= self.workflow.tasks[task].retries;
-                if class.retryable && (!class.charged || budget_left) {
+                let lost_too_often = self.tasks[task].lost > self.max_lost;
+                if class.retryable && (!class.charged || budget_left) && !lost_too_often {
                     if !class.charged {
                         // A lost worker is not the task's fault: go again now.
                         self.requeue(task);
@@ -586,6 +633,7 @@ impl RunMachine {
                 }
             }
             self.tasks[t].failures = 0;
+            self.tasks[t].lost = 0;
             self.tasks[t].forced = false;
             self.set_state(t, TaskState::Pending);
         }
@@ -821,7 +869,11 @@ mod tests {
         fn fail(&mut self, name: &str, retryable: bool) {
             let attempt = self.start(name);
             let task = self.idx(name);
-            self.feed(Input::AttemptFailed { task, attempt, class: FailureClass { retryable, charged: true } });
+            self.feed(Input::AttemptFailed {
+                task,
+                attempt,
+                class: FailureClass { retryable, charged: true, lost: false },
+            });
         }
 
         fn state(&self, name: &str) -> TaskState {
@@ -873,7 +925,11 @@ mod tests {
         let mut d = Driver::new("name: r\ntasks:\n- {name: a, plugin: p, retries: 3}\n");
         let a = d.idx("a");
         let attempt = d.start("a");
-        d.feed(Input::AttemptFailed { task: a, attempt, class: FailureClass { retryable: true, charged: false } });
+        d.feed(Input::AttemptFailed {
+            task: a,
+            attempt,
+            class: FailureClass { retryable: true, charged: false, lost: true },
+        });
         assert_eq!(d.state("a"), TaskState::Queued);
         assert_eq!(d.m.task(a).failures, 0);
         d.fail("a", false);
@@ -1012,9 +1068,36 @@ mod tests {
         let (mut m, actions) = RunMachine::restore(wf, RunState::Running, tasks);
         assert_eq!(actions, vec![Action::Dispatch { task: 2 }]);
         assert_eq!(m.running(), 1);
-        let lost = FailureClass { retryable: true, charged: false };
+        let lost = FailureClass { retryable: true, charged: false, lost: true };
         let actions = m.apply(Input::AttemptFailed { task: 1, attempt: 1, class: lost }, 0).unwrap();
         assert!(actions.contains(&Action::Dispatch { task: 1 }));
+    }
+
+    #[test]
+    fn a_task_lost_with_its_node_too_often_fails_instead_of_going_again() {
+        let wf = workflow("name: t\ntasks:\n- {name: a, plugin: p, retries: 5}\n");
+        let mut m = RunMachine::new(wf).with_max_lost(2);
+        m.apply(Input::Start, 0).unwrap();
+        let lost = FailureClass { retryable: true, charged: false, lost: true };
+        for round in 1..=2 {
+            let (attempt, _) = m.start_attempt(0).unwrap();
+            let actions = m.apply(Input::AttemptFailed { task: 0, attempt, class: lost }, 0).unwrap();
+            assert!(actions.contains(&Action::Dispatch { task: 0 }), "loss {round} goes again");
+            assert_eq!(m.task(0).lost, round);
+            assert_eq!(m.task(0).failures, 0, "not charged");
+        }
+        // A dispatch that never reached a worker is not a loss.
+        let (attempt, _) = m.start_attempt(0).unwrap();
+        let undelivered = FailureClass { retryable: true, charged: false, lost: false };
+        m.apply(Input::AttemptFailed { task: 0, attempt, class: undelivered }, 0).unwrap();
+        assert_eq!(m.task(0).lost, 2);
+        let (attempt, _) = m.start_attempt(0).unwrap();
+        m.apply(Input::AttemptFailed { task: 0, attempt, class: lost }, 0).unwrap();
+        assert_eq!(m.task(0).state, TaskState::Failed, "the third loss is past the limit of 2");
+        assert_eq!(m.state(), RunState::Failed);
+        // A rerun starts counting again.
+        m.apply(Input::RerunFailed, 0).unwrap();
+        assert_eq!(m.task(0).lost, 0);
     }
 
     #[test]

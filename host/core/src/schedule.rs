@@ -21,10 +21,23 @@ pub struct Schedule {
     pub catch_up: bool,
 }
 
-/// The most runs one materialisation step creates; a long outage with
-/// catch-up on is worked off over several steps rather than at once.
-pub const MAX_RUNS_PER_STEP: usize = 1000;
+/// The most runs one materialisation step creates for one schedule; the
+/// rest of a catch-up follows a second later, and so on (a fast schedule's
+/// backlog arrives at a bounded rate, never all at once).
+pub const MAX_RUNS_PER_STEP: usize = 100;
 
+/// The cycles a schedule owes at some moment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Due {
+    /// Logical times to create runs for now, oldest first (at most the
+    /// `per_step` asked for).
+    pub times: Vec<DateTime<Utc>>,
+    /// With catch-up: the first and last of the missed cycles given up
+    /// because they are more than `max_catch_up` cycles old.
+    pub skipped: Option<(DateTime<Utc>, DateTime<Utc>)>,
+    /// More cycles are due than `times` holds: create them in a later step.
+    pub more: bool,
+}
 impl Schedule {
     /// Validates a spec; the issue's location is relative to `schedule`.
     pub fn new(spec: &ScheduleSpec) -> Result<Schedule, Issue> {
@@ -44,6 +57,12 @@ impl Schedule {
         let timezone = Tz::from_str(&spec.timezone).map_err(|_| {
             issue("timezone", format!("unknown time zone `{}` (use an IANA name such as Europe/Berlin)", spec.timezone))
         })?;
+        // An expression no date matches (the 30th of February) would make
+        // every search for its next cycle walk thousands of years.
+        let epoch = DateTime::<Utc>::UNIX_EPOCH.with_timezone(&timezone);
+        if cron.find_next_occurrence(&epoch, false).is_err() {
+            return Err(issue("cron", format!("`{}` never fires: no date matches it", spec.cron)));
+        }
         let parse_time = |field: &str, text: &Option<String>| -> Result<Option<DateTime<Utc>>, Issue> {
             match text {
                 None => Ok(None),
@@ -77,39 +96,67 @@ impl Schedule {
         }
     }
 
-    /// The logical times due at `now`, given the last one materialised
-    /// (`cursor`; `None` when the schedule is new, in which case the
-    /// schedule starts at `created` or its `start`).
+    /// The last fire time at or before `t`, within start/end.
+    pub fn previous_at_or_before(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let t = match self.end {
+            Some(end) if end < t => end,
+            _ => t,
+        };
+        let local = t.with_timezone(&self.timezone);
+        let prev = self.cron.find_previous_occurrence(&local, true).ok()?.with_timezone(&Utc);
+        match self.start {
+            Some(start) if prev < start => None,
+            _ => Some(prev),
+        }
+    }
+
+    /// The cycles due at `now`, given the last one materialised (`cursor`;
+    /// `None` when the schedule is new, in which case the schedule starts at
+    /// `created`, or at its `start` when it catches up from there).
     ///
-    /// With catch-up, every missed time is due (at most
-    /// [`MAX_RUNS_PER_STEP`] per call, oldest first); without, only the
-    /// latest.
-    pub fn due(&self, cursor: Option<DateTime<Utc>>, created: DateTime<Utc>, now: DateTime<Utc>) -> Vec<DateTime<Utc>> {
+    /// Without catch-up only the latest missed cycle is due. With it, the
+    /// missed cycles are, but never more than the `max_catch_up` newest:
+    /// older ones are skipped (and said so in [`Due::skipped`]). Of those,
+    /// at most `per_step` are returned, oldest first. The work is bounded
+    /// by `max_catch_up`, whatever the gap (a per-second cron whose cursor
+    /// is in 1970 costs as much as one an hour behind): cycles are found by
+    /// walking back from `now`, not forward from the cursor.
+    pub fn due(
+        &self,
+        cursor: Option<DateTime<Utc>>,
+        created: DateTime<Utc>,
+        now: DateTime<Utc>,
+        max_catch_up: usize,
+        per_step: usize,
+    ) -> Due {
         let from = match (cursor, self.start) {
             (Some(c), _) => c,
-            // A new schedule with a start in the past catches up from its
-            // start if asked to; otherwise it begins now.
             (None, Some(start)) if self.catch_up && start < created => start - chrono::Duration::seconds(1),
             (None, _) => created,
         };
-        let mut due = Vec::new();
-        let mut t = from;
-        while let Some(next) = self.next_after(t) {
-            if next > now {
+        let window = if self.catch_up { max_catch_up.max(1) } else { 1 };
+        let mut newest_first = Vec::new();
+        let mut at = now;
+        let mut older = None;
+        while let Some(prev) = self.previous_at_or_before(at) {
+            if prev <= from {
                 break;
             }
-            if self.catch_up {
-                due.push(next);
-                if due.len() >= MAX_RUNS_PER_STEP {
-                    break;
-                }
-            } else {
-                due.clear();
-                due.push(next);
+            if newest_first.len() == window {
+                older = Some(prev);
+                break;
             }
-            t = next;
+            newest_first.push(prev);
+            at = prev - chrono::Duration::seconds(1);
         }
-        due
+        let skipped = match older {
+            Some(last) if self.catch_up => self.next_after(from).map(|first| (first, last)),
+            _ => None,
+        };
+        newest_first.reverse();
+        let more = newest_first.len() > per_step.max(1);
+        newest_first.truncate(per_step.max(1));
+        Due { times: newest_first, skipped, more }
     }
 }
 
@@ -189,11 +236,57 @@ mod tests {
         let cursor = Some(start);
         let now = t("2026-01-04T12:00:00Z");
         assert_eq!(
-            daily(true).due(cursor, start, now),
+            daily(true).due(cursor, start, now, 100, 100).times,
             vec![t("2026-01-02T00:00:00Z"), t("2026-01-03T00:00:00Z"), t("2026-01-04T00:00:00Z")]
         );
-        assert_eq!(daily(false).due(cursor, start, now), vec![t("2026-01-04T00:00:00Z")]);
-        assert!(daily(true).due(Some(now), now, now).is_empty());
+        assert_eq!(daily(false).due(cursor, start, now, 100, 100).times, vec![t("2026-01-04T00:00:00Z")]);
+        assert_eq!(daily(false).due(cursor, start, now, 100, 100).skipped, None, "skipping is what no catch-up means");
+        assert!(daily(true).due(Some(now), now, now, 100, 100).times.is_empty());
+    }
+
+    #[test]
+    fn catch_up_is_bounded_whatever_the_gap() {
+        // Every second since 1970, catching up: only the newest 100 are
+        // due, the rest is skipped and said so; found without walking the
+        // ~1.8 billion seconds in between.
+        let mut every_second = spec("* * * * * *", "UTC", true);
+        every_second.start = Some("1970-01-01T00:00:00Z".into());
+        let s = Schedule::new(&every_second).unwrap();
+        let now = t("2026-12-01T12:00:00Z");
+        let due = s.due(None, now, now, 100, 30);
+        assert_eq!(due.times.len(), 30, "a step makes at most per_step runs");
+        assert!(due.more);
+        assert_eq!(due.times[0], t("2026-12-01T11:58:21Z"), "the 100th newest cycle comes first");
+        assert_eq!(due.skipped, Some((t("1970-01-01T00:00:00Z"), t("2026-12-01T11:58:20Z"))));
+        // The next step goes on from the last one made, and owes the rest.
+        let next = s.due(due.times.last().copied(), now, now, 100, 30);
+        assert_eq!(next.times[0], t("2026-12-01T11:58:51Z"));
+        assert_eq!(next.skipped, None);
+        // An hour behind: still 100, not 3,600.
+        let hour = s.due(Some(now - chrono::Duration::hours(1)), now, now, 100, 1000);
+        assert_eq!(hour.times.len(), 100);
+        assert!(!hour.more);
+        assert_eq!(hour.times.last(), Some(&now));
+    }
+
+    #[test]
+    fn a_cron_that_never_fires_costs_little() {
+        let issue = Schedule::new(&spec("0 0 30 2 *", "UTC", true)).unwrap_err();
+        assert_eq!(issue.location, "cron");
+        assert!(issue.message.contains("never fires"), "{}", issue.message);
+        // Leap days do fire.
+        assert!(Schedule::new(&spec("0 0 29 2 *", "UTC", true)).is_ok());
+    }
+
+    #[test]
+    fn end_and_start_bound_the_cycles() {
+        let mut bounded = spec("0 0 * * *", "UTC", true);
+        bounded.start = Some("2026-01-02T00:00:00Z".into());
+        bounded.end = Some("2026-01-03T12:00:00Z".into());
+        let s = Schedule::new(&bounded).unwrap();
+        let due = s.due(None, t("2026-01-01T00:00:00Z"), t("2026-02-01T00:00:00Z"), 100, 100);
+        assert_eq!(due.times, vec![t("2026-01-02T00:00:00Z"), t("2026-01-03T00:00:00Z")]);
+        assert_eq!(due.skipped, None);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use dagr_core::definition::Format;
 use dagr_core::run::{
     Action, FailureClass, Input as RunInput, Rejected, RunMachine, RunState, TaskProgress, TaskState,
 };
-use dagr_core::schedule::Schedule;
+use dagr_core::schedule::{MAX_RUNS_PER_STEP, Schedule};
 use dagr_core::template::RenderContext;
 use dagr_core::{Workflow, WorkflowSpec};
 use dagr_protocol::control::CommandOutcome;
@@ -673,10 +673,7 @@ impl Engine {
                     worker: worker.clone(),
                     started_at: now,
                     finished_at: now,
-                    outcome: Outcome::Failed {
-                        kind: FailureKind::WorkerLost,
-                        message: format!("dispatch failed: {message}"),
-                    },
+                    outcome: Outcome::Failed { kind: FailureKind::DispatchFailed, message },
                 });
             }
         }
@@ -810,7 +807,9 @@ impl Engine {
         for t in &tasks {
             let task_state =
                 TaskState::parse(&t.state).ok_or_else(|| format!("task {} has unknown state `{}`", t.name, t.state))?;
-            progress.push(TaskProgress::new(task_state, t.attempts as u32, t.failures as u32, t.forced));
+            progress.push(
+                TaskProgress::new(task_state, t.attempts as u32, t.failures as u32, t.forced).with_lost(t.lost as u32),
+            );
             extra.push(TaskExtra {
                 started_at: t.started_at,
                 finished_at: t.finished_at,
@@ -825,6 +824,7 @@ impl Engine {
             None => None,
         };
         let (machine, actions) = RunMachine::restore(workflow, state, progress);
+        let machine = machine.with_max_lost(self.config.max_lost_attempts);
         let id: Arc<str> = Arc::from(row.id.as_str());
         for (i, t) in tasks.iter().enumerate() {
             if t.state == "retry_wait" {
@@ -929,6 +929,7 @@ impl Engine {
             state: p.state.as_str().into(),
             attempts: p.attempts as i64,
             failures: p.failures as i64,
+            lost: p.lost as i64,
             forced: p.forced,
             retry_at: e.retry_at,
             error: e.error.clone(),
@@ -1237,7 +1238,11 @@ impl Engine {
             Outcome::Failed { kind, .. } => RunInput::AttemptFailed {
                 task,
                 attempt,
-                class: FailureClass { retryable: kind.retryable(), charged: kind.charged() },
+                class: FailureClass {
+                    retryable: kind.retryable(),
+                    charged: kind.charged(),
+                    lost: *kind == FailureKind::WorkerLost,
+                },
             },
         };
         match run.machine.apply(input, now) {
@@ -1254,7 +1259,18 @@ impl Engine {
                         });
                     }
                     Outcome::Failed { kind, message } => {
-                        run.extra[task].error = Some(format!("{kind}: {message}"));
+                        let progress = run.machine.task(task);
+                        run.extra[task].error =
+                            Some(if kind == FailureKind::WorkerLost && progress.state == TaskState::Failed {
+                                format!(
+                                    "{kind}: {message} (lost {} times with its node, past the limit [master] \
+                                 max_lost_attempts = {}: failed instead of going again)",
+                                    progress.lost,
+                                    run.machine.max_lost()
+                                )
+                            } else {
+                                format!("{kind}: {message}")
+                            });
                     }
                 }
                 self.absorb(&id, actions, step, now);
@@ -1550,10 +1566,28 @@ impl Engine {
         let to_time = |ms: i64| Utc.timestamp_millis_opt(ms).single().unwrap_or_default();
         let now_time = to_time(now);
         let cursor = entry.cursor.map(to_time);
-        let due = entry.schedule.due(cursor, to_time(entry.since), now_time);
+        let max_catch_up = self.config.max_catch_up as usize;
+        let due = entry.schedule.due(cursor, to_time(entry.since), now_time, max_catch_up, MAX_RUNS_PER_STEP);
+        if let Some((first, last)) = due.skipped {
+            tracing::warn!(workflow = %key.1, %first, %last, max_catch_up, "schedule: skipping missed cycles");
+            step.batch.events.push(NewEvent {
+                tenant: key.0.clone(),
+                at: now,
+                kind: "schedule.skipped".into(),
+                run_id: None,
+                task: None,
+                data: json!({
+                    "workflow": key.1,
+                    "first": first.to_rfc3339(),
+                    "last": last.to_rfc3339(),
+                    "reason": format!("more than {max_catch_up} missed cycles to catch up (limit [master] max_catch_up)"),
+                })
+                .to_string(),
+            });
+        }
         let params = serde_json::to_string(&entry.workflow.spec.params).unwrap_or_else(|_| "{}".into());
         let task_names: Vec<String> = entry.workflow.tasks.iter().map(|t| t.name.clone()).collect();
-        for logical in &due {
+        for logical in &due.times {
             let id = uuid::Uuid::now_v7().to_string();
             step.batch.new_runs.push(NewRun {
                 run: RunRow {
@@ -1578,7 +1612,7 @@ impl Engine {
                 tasks: task_names.clone(),
             });
         }
-        if let Some(last) = due.last() {
+        if let Some(last) = due.times.last() {
             entry.cursor = Some(last.timestamp_millis());
             step.batch.schedule_cursors.push((key.0.clone(), key.1.clone(), last.timestamp_millis()));
             step.batch.new_run_command = Some("admit".into());
@@ -1586,8 +1620,10 @@ impl Engine {
             self.pending_wake = true;
         }
         let from = entry.cursor.map(to_time).map_or(now_time, |c| c.max(now_time));
-        let next = if due.len() >= dagr_core::schedule::MAX_RUNS_PER_STEP {
-            Some(now)
+        let next = if due.more {
+            // The rest of a catch-up, a second later: a backlog arrives at
+            // a bounded rate.
+            Some(now + 1000)
         } else {
             entry.schedule.next_after(from).map(|t| t.timestamp_millis())
         };

@@ -127,6 +127,12 @@ pub struct EngineConfig {
     /// long (cluster mode: a worker restarted within its lease TTL forgets
     /// its attempts without leaving the membership). `None`: never.
     pub attempt_check: Option<Duration>,
+    /// Times a task's attempt may be lost with its node before the task
+    /// fails (`[master] max_lost_attempts`).
+    pub max_lost_attempts: u32,
+    /// Missed cycles a catching-up schedule makes up for at most
+    /// (`[master] max_catch_up`).
+    pub max_catch_up: u32,
 }
 
 impl Default for EngineConfig {
@@ -142,6 +148,8 @@ impl Default for EngineConfig {
             fence_writes: true,
             policy: Arc::new(Unlimited),
             attempt_check: None,
+            max_lost_attempts: dagr_core::run::DEFAULT_MAX_LOST,
+            max_catch_up: 100,
         }
     }
 }

@@ -75,6 +75,8 @@ pub enum FailureKind {
     Internal,
     /// The worker running it died or lost contact.
     WorkerLost,
+    /// No worker took it (unreachable, or it refused): it never ran.
+    DispatchFailed,
     /// The plugin could not be found or loaded.
     PluginUnavailable,
     /// The task's params could not be rendered (a template failed).
@@ -99,6 +101,7 @@ impl FailureKind {
             FailureKind::Cancelled => "cancelled",
             FailureKind::Internal => "internal",
             FailureKind::WorkerLost => "worker-lost",
+            FailureKind::DispatchFailed => "dispatch-failed",
             FailureKind::PluginUnavailable => "plugin-unavailable",
             FailureKind::BadParams => "bad-params",
             FailureKind::TenantLimit => "tenant-limit",
@@ -123,7 +126,10 @@ impl FailureKind {
     /// Whether the failure counts against the task's retry budget. A lost
     /// worker, an internal error or a cancellation is not the task's fault.
     pub fn charged(self) -> bool {
-        !matches!(self, FailureKind::WorkerLost | FailureKind::Internal | FailureKind::Cancelled)
+        !matches!(
+            self,
+            FailureKind::WorkerLost | FailureKind::DispatchFailed | FailureKind::Internal | FailureKind::Cancelled
+        )
     }
 
     pub fn parse(text: &str) -> Option<FailureKind> {
@@ -141,6 +147,7 @@ impl FailureKind {
             Cancelled,
             Internal,
             WorkerLost,
+            DispatchFailed,
             PluginUnavailable,
             BadParams,
             TenantLimit,

@@ -43,11 +43,11 @@ mod network;
 mod outgoing;
 mod sandbox;
 mod scratch;
+mod tree;
 
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -69,7 +69,8 @@ use crate::cache::CodeCache;
 use crate::limits::{AttemptLimiter, MemoryLimitExceeded};
 use crate::log::{AttemptLog, CapturedOutput};
 use crate::sandbox::{HostState, HttpPolicyHooks, StoreState};
-use crate::scratch::ScratchDirs;
+pub use crate::scratch::SCRATCH_CHECK;
+use crate::scratch::{ScratchCaps, ScratchDirs};
 
 /// Errors from building a runtime or loading a plugin.
 #[derive(Debug, thiserror::Error)]
@@ -131,6 +132,15 @@ pub struct RuntimeConfig {
     /// requests trust besides webpki's roots (say, a company's internal
     /// CA). Read when the runtime starts.
     pub extra_ca_file: Option<PathBuf>,
+    /// The most files and directories an attempt's scratch directory may
+    /// hold, whatever its tenant's byte quota (100,000 empty files cost
+    /// inodes, not bytes).
+    pub scratch_max_entries: u64,
+    /// How deep an attempt may nest directories in its scratch directory.
+    pub scratch_max_depth: u64,
+    /// The scratch root is this runtime's alone (a node's data directory):
+    /// what an earlier process left there is removed at start.
+    pub scratch_exclusive: bool,
 }
 
 impl Default for RuntimeConfig {
@@ -146,6 +156,9 @@ impl Default for RuntimeConfig {
             guest_nice: 10,
             pooling: true,
             extra_ca_file: None,
+            scratch_max_entries: 10_000,
+            scratch_max_depth: 64,
+            scratch_exclusive: false,
         }
     }
 }
@@ -539,6 +552,12 @@ impl Runtime {
         if config.epoch_tick.is_zero() {
             return Err(Error::Config("epoch_tick must be positive".into()));
         }
+        let scratch = ScratchDirs::new(config.scratch_root.clone(), config.max_concurrent_attempts as usize);
+        if config.scratch_exclusive {
+            scratch.exclusive().map_err(|e| {
+                Error::Config(format!("cannot take over the scratch root {}: {e}", config.scratch_root.display()))
+            })?;
+        }
         let engine = build_engine(&config)?;
         let mut linker = Linker::new(&engine);
         let link = |e: wasmtime::Error| Error::Config(format!("cannot link host interfaces: {e}"));
@@ -589,7 +608,7 @@ impl Runtime {
                 engine,
                 linker,
                 cache,
-                scratch: ScratchDirs::new(config.scratch_root.clone(), config.max_concurrent_attempts as usize),
+                scratch,
                 slots: Arc::new(Semaphore::new(config.max_concurrent_attempts as usize)),
                 guests: Some(guests),
                 ticker,
@@ -825,8 +844,12 @@ impl Runtime {
         let progress = store.data().host.progress.clone();
         let deadline = started + limits.deadline;
         self.arm_epoch(&mut store, deadline, cancel.clone(), keep_going);
-        let quota =
-            scratch_path.zip(limits.scratch_bytes).map(|(path, bytes)| ScratchWatch::start(path, bytes, &cancel));
+        let caps = ScratchCaps {
+            quota: limits.scratch_bytes,
+            max_entries: self.inner.config.scratch_max_entries,
+            max_depth: self.inner.config.scratch_max_depth,
+        };
+        let watch = scratch_path.map(|path| scratch::Watch::start(path, caps, &cancel));
 
         let wit_context = bindings::TaskContext {
             tenant: context.tenant,
@@ -885,8 +908,8 @@ impl Runtime {
         if cancelled {
             result = Err(cancelled_failure(result));
         }
-        if let (Some(quota), Some(path)) = (quota, scratch_path)
-            && let Some(failure) = quota.finish(path).await
+        if let (Some(watch), Some(scratch)) = (watch, &scratch)
+            && let Some(failure) = watch.finish(scratch).await
         {
             result = Err(failure);
         }
@@ -896,62 +919,10 @@ impl Runtime {
         };
         drop(store);
         if let Some(scratch) = scratch {
-            self.inner.scratch.give_back(scratch, returned);
+            self.inner.scratch.give_back(scratch, returned).await;
         }
         let progress = progress.lock().unwrap_or_else(|e| e.into_inner()).take();
         finish(&log, result, started, progress, fuel_consumed)
-    }
-}
-
-/// How often a scratch directory with a quota is measured while its attempt
-/// runs. A guest can overshoot the quota on disk by what it writes in this
-/// time (then it is stopped); the directory is measured once more at the
-/// end, so an attempt over its quota never succeeds.
-pub const SCRATCH_CHECK: Duration = Duration::from_millis(50);
-
-/// Enforces [`Limits::scratch_bytes`] on one attempt's scratch directory.
-struct ScratchWatch {
-    quota: u64,
-    hit: Arc<AtomicBool>,
-    watcher: tokio::task::JoinHandle<()>,
-}
-
-impl ScratchWatch {
-    /// Measures `dir` every [`SCRATCH_CHECK`]; past `quota` bytes, cancels
-    /// the attempt.
-    fn start(dir: &Path, quota: u64, cancel: &CancellationToken) -> ScratchWatch {
-        let hit = Arc::new(AtomicBool::new(false));
-        let (dir, flag, cancel) = (dir.to_path_buf(), hit.clone(), cancel.clone());
-        let watcher = tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(SCRATCH_CHECK).await;
-                let measured = dir.clone();
-                let size = tokio::task::spawn_blocking(move || scratch::dir_size(&measured)).await.unwrap_or(0);
-                if size > quota {
-                    flag.store(true, Ordering::Relaxed);
-                    cancel.cancel();
-                    return;
-                }
-            }
-        });
-        ScratchWatch { quota, hit, watcher }
-    }
-
-    /// Stops watching and measures a last time: the failure, if the
-    /// directory went past its quota at any point.
-    async fn finish(self, dir: &Path) -> Option<Failure> {
-        self.watcher.abort();
-        let measured = dir.to_path_buf();
-        let size = tokio::task::spawn_blocking(move || scratch::dir_size(&measured)).await.unwrap_or(0);
-        (self.hit.load(Ordering::Relaxed) || size > self.quota).then(|| {
-            Failure::new(
-                FailureKind::ScratchQuota,
-                format!(
-                    "scratch quota exceeded: the attempt's scratch directory grew past its limit of {} bytes",
-                    self.quota
-                ),
-            )
-        })
     }
 }
 

@@ -145,6 +145,8 @@ pub struct TaskRow {
     pub state: String,
     pub attempts: i64,
     pub failures: i64,
+    /// Attempts lost with their node since the task was last reset.
+    pub lost: i64,
     pub forced: bool,
     pub retry_at: Option<i64>,
     pub error: Option<String>,
@@ -283,6 +285,8 @@ pub struct TaskWrite {
     pub state: String,
     pub attempts: i64,
     pub failures: i64,
+    /// Attempts lost with their node since the task was last reset.
+    pub lost: i64,
     pub forced: bool,
     pub retry_at: Option<i64>,
     pub error: Option<String>,

@@ -413,6 +413,7 @@ fn task_from(row: &AnyRow) -> Result<TaskRow> {
         state: row.try_get("state")?,
         attempts: row.try_get("attempts")?,
         failures: row.try_get("failures")?,
+        lost: row.try_get("lost")?,
         forced: row.try_get::<i64, _>("forced")? != 0,
         retry_at: row.try_get("retry_at")?,
         error: row.try_get("error")?,
@@ -1037,6 +1038,7 @@ impl Store for SqlStore {
                         Arg::Text(t.state.clone()),
                         Arg::I64(t.attempts),
                         Arg::I64(t.failures),
+                        Arg::I64(t.lost),
                         Arg::I64(t.forced as i64),
                         Arg::OptI64(t.retry_at),
                         Arg::OptText(t.error.clone()),
@@ -1046,11 +1048,11 @@ impl Store for SqlStore {
                 })
                 .collect();
             script.rows(
-                "INSERT INTO tasks (run_id, idx, name, state, attempts, failures, forced, retry_at, error, started_at, finished_at)",
+                "INSERT INTO tasks (run_id, idx, name, state, attempts, failures, lost, forced, retry_at, error, started_at, finished_at)",
                 "ON CONFLICT (run_id, idx) DO UPDATE SET state = excluded.state, attempts = excluded.attempts, \
-                 failures = excluded.failures, forced = excluded.forced, retry_at = excluded.retry_at, \
+                 failures = excluded.failures, lost = excluded.lost, forced = excluded.forced, retry_at = excluded.retry_at, \
                  error = excluded.error, started_at = excluded.started_at, finished_at = excluded.finished_at",
-                11,
+                12,
                 rows,
             );
         }

@@ -299,10 +299,6 @@ impl Worker {
             Err(failure) if fenced && failure.kind == dagr_runtime::FailureKind::Cancelled => {
                 Outcome::Failed { kind: FailureKind::WorkerLost, message: failure.message }
             }
-            Err(failure) if failure.kind == dagr_runtime::FailureKind::ScratchQuota => Outcome::Failed {
-                kind: map_kind(failure.kind),
-                message: format!("{} (the tenant's scratch_bytes limit)", failure.message),
-            },
             Err(failure) => Outcome::Failed { kind: map_kind(failure.kind), message: failure.message },
         })
     }
