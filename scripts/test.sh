@@ -70,3 +70,17 @@ export DAGR_TEST_ETCD="http://127.0.0.1:$ETCD_CLIENT"
 
 log "cargo test --workspace $*"
 cargo test --workspace "$@"
+
+if [ $# -eq 0 ]; then
+  # The plugins' own workspace (built to wasm32-wasip2 by dagr-builtins):
+  # its native unit tests and its lints, on the host target.
+  HOST=$(rustc -vV | sed -n 's/^host: //p')
+  log "plugins/: cargo test, clippy and fmt on $HOST"
+  (
+    cd plugins
+    export CARGO_TARGET_DIR="$PWD/../target/plugins-native"
+    cargo fmt --all -- --check
+    cargo clippy --target "$HOST" --workspace --all-targets -- -D warnings
+    cargo test --target "$HOST" --workspace
+  )
+fi

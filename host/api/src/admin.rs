@@ -8,12 +8,13 @@
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use dagr_protocol::api::ApiError;
+use dagr_protocol::now_ms;
 use dagr_protocol::tenancy::{
     ADMIN_TENANT, AuditList, AuditView, CreateTenant, CreateToken, CreatedToken, PutSecret, SecretView, TenantLimits,
     TenantView, TokenView, UpdateTenant,
 };
+use dagr_store::RunKind;
 use dagr_store::tenancy::{TenantRow, TokenRow};
-use dagr_store::{RunKind, now_ms};
 use serde::Deserialize;
 use serde_json::{Value, json};
 

@@ -10,11 +10,15 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, NaiveDate, NaiveDateTime, TimeZone, Utc};
 use dagr_core::definition::{Format, HumanDuration};
-use dagr_core::schedule::backfill_times;
+use dagr_core::schedule::{backfill_times, range_bound};
 use dagr_core::{Workflow, WorkflowSpec};
 use dagr_protocol::api::*;
+use dagr_protocol::commands::Command;
+use dagr_protocol::now_ms;
 use dagr_protocol::plugins::{TenantCatalog, TrustedCatalog};
-use dagr_store::{BackfillRow, Created, NewCommand, NewRun, RunFilter, RunKind, RunRow, now_ms};
+use dagr_store::{
+    BackfillRow, Created, EncodedCommand, NewCommand, NewRun, RunFilter, RunKind, RunOrigin, RunRow, TaskState,
+};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
@@ -239,41 +243,18 @@ pub fn parse_time(text: &str) -> Result<DateTime<Utc>, String> {
     Err(format!("`{text}` is not a time: use RFC 3339 (2026-01-31T00:00:00Z) or a date (2026-01-31)"))
 }
 
-#[allow(clippy::too_many_arguments, reason = "one field per column of the run, named at each call")]
-fn new_run(
-    tenant: &str,
-    workflow: &Workflow,
-    version: Option<i64>,
-    kind: RunKind,
-    logical_time: i64,
-    params: &str,
-    spec: Option<String>,
-    backfill: Option<String>,
-) -> NewRun {
-    let id = uuid::Uuid::now_v7().to_string();
-    let now = now_ms();
-    NewRun {
-        run: RunRow {
-            slot: dagr_protocol::slot_of(&id) as i64,
-            id,
-            tenant: tenant.into(),
-            workflow: workflow.name().into(),
-            version,
-            kind,
-            state: "queued".into(),
-            logical_time,
-            params: params.into(),
-            spec,
-            backfill_id: backfill,
-            owner: None,
-            epoch: 0,
-            created_at: now,
-            started_at: None,
-            finished_at: None,
-            updated_at: now,
-        },
-        tasks: workflow.tasks.iter().map(|t| t.name.clone()).collect(),
-    }
+/// A new run of `workflow` for `tenant`, created now.
+fn new_run(workflow: &Workflow, origin: RunOrigin) -> NewRun {
+    NewRun::new(workflow, origin, now_ms())
+}
+
+/// The command that admits a new run.
+fn admit() -> Option<EncodedCommand> {
+    Some(encoded(&Command::Admit))
+}
+
+fn encoded(command: &Command) -> EncodedCommand {
+    EncodedCommand::new(command.kind(), command.payload())
 }
 
 /// The latest version of a workflow, validated: from the cache when it was
@@ -316,9 +297,20 @@ pub async fn trigger_run(
     };
     let params = serde_json::to_string(&params).map_err(AppError::internal)?;
     crate::admin::check_run_rate(&state, &tenant.0).await?;
-    let run = new_run(&tenant.0, &workflow, Some(version), RunKind::Manual, logical_time, &params, None, None);
+    let run = new_run(
+        &workflow,
+        RunOrigin {
+            tenant: tenant.0.clone(),
+            version: Some(version),
+            kind: RunKind::Manual,
+            logical_time,
+            params,
+            spec: None,
+            backfill_id: None,
+        },
+    );
     let summary = run_summary(&run.run);
-    state.store.create_runs(vec![run], Some("admit")).await?;
+    state.store.create_runs(vec![run], admit()).await?;
     state.control.wake();
     let detail = json!({"workflow": name, "version": version});
     audit(&state, &caller, &tenant.0, "run.trigger", &summary.id, detail).await;
@@ -443,24 +435,7 @@ pub async fn get_run(State(state): State<ApiState>, tenant: Tenant, Path(id): Pa
 }
 
 /// Writes a command for the engine and waits (briefly) for its outcome.
-/// The audit action of a run or task command.
-fn action_name(kind: &str) -> String {
-    match kind {
-        "rerun_failed" => "run.rerun".into(),
-        "rerun_task" => "task.rerun".into(),
-        "force_success" => "task.force_success".into(),
-        other => format!("run.{other}"),
-    }
-}
-
-async fn act(
-    state: &ApiState,
-    caller: &Caller,
-    tenant: &str,
-    run_id: &str,
-    kind: &str,
-    payload: Value,
-) -> Answer<ActionResult> {
+async fn act(state: &ApiState, caller: &Caller, tenant: &str, run_id: &str, command: Command) -> Answer<ActionResult> {
     let run = find_run(state, tenant, run_id).await?;
     let id = state
         .store
@@ -468,8 +443,7 @@ async fn act(
             tenant: tenant.into(),
             run_id: run_id.into(),
             slot: run.slot,
-            kind: kind.into(),
-            payload: payload.to_string(),
+            command: encoded(&command),
             created_at: now_ms(),
         })
         .await?;
@@ -477,8 +451,8 @@ async fn act(
     let outcome = state.control.wait_command(id, state.config.action_wait).await;
     let run = find_run(state, tenant, run_id).await?;
     if outcome.as_ref().is_none_or(|o| o.ok) {
-        let detail = if payload.is_null() { json!({}) } else { payload };
-        audit(state, caller, tenant, &action_name(kind), run_id, detail).await;
+        let detail = serde_json::from_str(&command.payload()).unwrap_or_else(|_| json!({}));
+        audit(state, caller, tenant, command.audit_action(), run_id, detail).await;
     }
     match outcome {
         Some(o) if o.ok => ok(ActionResult { ok: true, message: o.message, run: run_summary(&run) }),
@@ -487,7 +461,7 @@ async fn act(
             StatusCode::ACCEPTED,
             axum::Json(ActionResult {
                 ok: false,
-                message: format!("{kind} was accepted; the engine has not applied it yet"),
+                message: format!("{} was accepted; the engine has not applied it yet", command.kind()),
                 run: run_summary(&run),
             }),
         )),
@@ -495,7 +469,7 @@ async fn act(
 }
 
 macro_rules! run_action {
-    ($fn:ident, $path:literal, $kind:literal, $doc:literal) => {
+    ($fn:ident, $path:literal, $command:expr, $doc:literal) => {
         #[doc = $doc]
         #[utoipa::path(
                     post, path = $path, tag = "runs", params(("id" = String, Path)),
@@ -512,7 +486,7 @@ macro_rules! run_action {
             caller: Caller,
             Path(id): Path<String>,
         ) -> Answer<ActionResult> {
-            act(&state, &caller, &tenant.0, &id, $kind, Value::Null).await
+            act(&state, &caller, &tenant.0, &id, $command).await
         }
     };
 }
@@ -520,21 +494,21 @@ macro_rules! run_action {
 run_action!(
     kill_run,
     "/v1/runs/{id}/kill",
-    "kill",
+    Command::Kill,
     "Kills a run: running attempts are cancelled, nothing else starts."
 );
-run_action!(pause_run, "/v1/runs/{id}/pause", "pause", "Pauses a run: no new task starts; running ones finish.");
-run_action!(resume_run, "/v1/runs/{id}/resume", "resume", "Resumes a paused run.");
+run_action!(pause_run, "/v1/runs/{id}/pause", Command::Pause, "Pauses a run: no new task starts; running ones finish.");
+run_action!(resume_run, "/v1/runs/{id}/resume", Command::Resume, "Resumes a paused run.");
 run_action!(
     rerun_run,
     "/v1/runs/{id}/rerun",
-    "rerun_failed",
+    Command::RerunFailed,
     "Reruns a failed or killed run from its failures: failed, upstream-failed and killed tasks and what depends on them."
 );
 run_action!(
     mark_run_failed,
     "/v1/runs/{id}/mark-failed",
-    "mark_failed",
+    Command::MarkFailed,
     "Marks a run failed: running attempts are cancelled."
 );
 
@@ -633,7 +607,7 @@ pub async fn rerun_task(
     Json(req): Json<RerunTaskRequest>,
 ) -> Answer<ActionResult> {
     find_task(&state, &tenant.0, &id, &task).await?;
-    act(&state, &caller, &tenant.0, &id, "rerun_task", json!({"task": task, "downstream": req.downstream})).await
+    act(&state, &caller, &tenant.0, &id, Command::RerunTask { task, downstream: req.downstream }).await
 }
 
 /// Marks a failed task succeeded, so that its downstream proceeds.
@@ -649,7 +623,7 @@ pub async fn force_success(
     Path((id, task)): Path<(String, String)>,
 ) -> Answer<ActionResult> {
     find_task(&state, &tenant.0, &id, &task).await?;
-    act(&state, &caller, &tenant.0, &id, "force_success", json!({"task": task})).await
+    act(&state, &caller, &tenant.0, &id, Command::ForceSuccess { task }).await
 }
 
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
@@ -728,7 +702,7 @@ pub async fn task_logs(
                     Err(_) => true,
                 };
                 let task_waiting = match store.run_tasks(&id).await {
-                    Ok(tasks) => tasks.iter().any(|t| t.idx == idx && t.attempts < attempt && !is_final(&t.state)),
+                    Ok(tasks) => tasks.iter().any(|t| t.idx == idx && t.attempts < attempt && !t.state.is_terminal()),
                     Err(_) => false,
                 };
                 if finished && !task_waiting {
@@ -744,10 +718,6 @@ pub async fn task_logs(
         }
     });
     Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(stream)).into_response())
-}
-
-fn is_final(state: &str) -> bool {
-    matches!(state, "succeeded" | "failed" | "upstream_failed" | "skipped" | "killed")
 }
 
 // Backfills ----------------------------------------------------------------------
@@ -767,9 +737,12 @@ pub async fn create_backfill(
     if req.parallel == 0 {
         return Err(AppError::bad_at("invalid_backfill", "parallel", "must be at least 1"));
     }
-    let from = parse_time(&req.from).map_err(|m| AppError::bad_at("invalid_backfill", "from", m))?;
-    let to = parse_time(&req.to).map_err(|m| AppError::bad_at("invalid_backfill", "to", m))?;
     let (version, workflow) = latest_workflow(&state, &tenant.0, &req.workflow).await?;
+    // Bare dates and local times are the workflow's time zone's; a bare
+    // `to` date includes its whole day.
+    let timezone = workflow.schedule.as_ref().map_or(chrono_tz::UTC, |s| s.timezone);
+    let from = range_bound(&req.from, timezone, false).map_err(|m| AppError::bad_at("invalid_backfill", "from", m))?;
+    let to = range_bound(&req.to, timezone, true).map_err(|m| AppError::bad_at("invalid_backfill", "to", m))?;
     let params = workflow.resolve_params(&req.params).map_err(|e| AppError::invalid("invalid_params", &e))?;
     let params = serde_json::to_string(&params).map_err(AppError::internal)?;
     let times = backfill_times(workflow.schedule.as_ref(), from, to, state.config.max_backfill_runs)
@@ -798,19 +771,21 @@ pub async fn create_backfill(
         .iter()
         .map(|t| {
             new_run(
-                &tenant.0,
                 &workflow,
-                Some(version),
-                RunKind::Backfill,
-                t.timestamp_millis(),
-                &params,
-                None,
-                Some(id.clone()),
+                RunOrigin {
+                    tenant: tenant.0.clone(),
+                    version: Some(version),
+                    kind: RunKind::Backfill,
+                    logical_time: t.timestamp_millis(),
+                    params: params.clone(),
+                    spec: None,
+                    backfill_id: Some(id.clone()),
+                },
             )
         })
         .collect();
     let by_id: HashMap<String, RunRow> = runs.iter().map(|r| (r.run.id.clone(), r.run.clone())).collect();
-    let outcome = state.store.create_runs(runs, Some("admit")).await?;
+    let outcome = state.store.create_runs(runs, admit()).await?;
     state.control.wake();
     let mut created_runs = Vec::new();
     let mut skipped = Vec::new();
@@ -979,10 +954,20 @@ pub async fn create_job(
     let workflow = Workflow::validate(spec, &catalog).map_err(|e| AppError::invalid("invalid_job", &e))?;
     crate::admin::check_within_limits(&state, &tenant.0, &workflow, "invalid_job").await?;
     crate::admin::check_run_rate(&state, &tenant.0).await?;
-    let run =
-        new_run(&tenant.0, &workflow, None, RunKind::Job, now_ms(), "{}", Some(workflow.spec.canonical_json()), None);
+    let run = new_run(
+        &workflow,
+        RunOrigin {
+            tenant: tenant.0.clone(),
+            version: None,
+            kind: RunKind::Job,
+            logical_time: now_ms(),
+            params: "{}".into(),
+            spec: Some(workflow.spec.canonical_json()),
+            backfill_id: None,
+        },
+    );
     let run_id = run.run.id.clone();
-    state.store.create_runs(vec![run], Some("admit")).await?;
+    state.store.create_runs(vec![run], admit()).await?;
     state.control.wake();
     audit(&state, &caller, &tenant.0, "job.create", &run_id, json!({"name": name})).await;
     if !q.wait.unwrap_or(false) {
@@ -1012,11 +997,17 @@ pub async fn create_job(
         if let Some(o) = outputs.get(&t.idx) {
             out.insert(t.name.clone(), serde_json::from_str(o).unwrap_or(Value::String(o.clone())));
         }
-        if t.state != "succeeded" && is_final(&t.state) {
-            errors.insert(t.name.clone(), json!({"state": t.state, "error": t.error}));
+        if t.state != TaskState::Succeeded && t.state.is_terminal() {
+            errors.insert(t.name.clone(), json!({"state": t.state.as_str(), "error": t.error}));
         }
     }
     let output = if single { out.values().next().cloned() } else { None };
-    let body = JobResult { run_id, state: run.state, outputs: if single { Map::new() } else { out }, output, errors };
+    let body = JobResult {
+        run_id,
+        state: run.state.as_str().into(),
+        outputs: if single { Map::new() } else { out },
+        output,
+        errors,
+    };
     if finished.is_some() { ok(body) } else { Ok((StatusCode::ACCEPTED, axum::Json(body))) }
 }

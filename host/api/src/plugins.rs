@@ -9,8 +9,9 @@
 use axum::extract::{Path, Request, State};
 use axum::http::{StatusCode, header};
 use dagr_protocol::api::ApiError;
+use dagr_protocol::now_ms;
 use dagr_protocol::plugins::{InspectOutcome, PluginDescriptor};
-use dagr_store::{PluginInsert, PluginRow, now_ms};
+use dagr_store::{PluginInsert, PluginRow};
 use futures::StreamExt as _;
 use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};

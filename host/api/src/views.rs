@@ -15,7 +15,7 @@ pub fn run_summary(row: &RunRow) -> RunSummary {
         workflow: row.workflow.clone(),
         version: row.version,
         kind: row.kind.as_str().into(),
-        state: row.state.clone(),
+        state: row.state.as_str().into(),
         logical_time: time(row.logical_time),
         created_at: time(row.created_at),
         started_at: row.started_at.map(time),
@@ -29,7 +29,7 @@ pub fn task_view(row: &TaskRow, workflow: Option<&Workflow>) -> TaskView {
     TaskView {
         name: row.name.clone(),
         plugin: def.map(|t| t.plugin.to_string()).unwrap_or_default(),
-        state: row.state.clone(),
+        state: row.state.as_str().into(),
         attempts: row.attempts,
         failures: row.failures,
         forced: row.forced,

@@ -103,10 +103,11 @@ pub enum ClientCommand {
     /// Create one run per logical time in a range.
     Backfill {
         workflow: String,
-        /// First logical time, inclusive (RFC 3339 or YYYY-MM-DD).
+        /// First logical time, inclusive: RFC 3339, or a local time or date
+        /// in the workflow's time zone (a date from its first instant).
         #[arg(long)]
         from: String,
-        /// Last logical time, inclusive.
+        /// Last logical time, inclusive (a date includes its whole day).
         #[arg(long)]
         to: String,
         /// Runs at once.

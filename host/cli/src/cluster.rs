@@ -12,7 +12,8 @@ use clap::Args;
 use dagr_config::Settings;
 use dagr_coord::etcd::EtcdCoordinator;
 use dagr_coord::{Coordinator, NodeInfo, Role, SessionConfig};
-use dagr_master::cluster::{ClusterControl, HttpDispatcher, MasterService, OwnershipConfig, Strategy, drive_ownership};
+use dagr_master::Strategy;
+use dagr_master::cluster::{ClusterControl, HttpTransport, MasterService, OwnershipConfig, drive_ownership};
 use dagr_master::rebalance::RebalanceConfig;
 use dagr_master::{Engine, EngineConfig};
 use dagr_protocol::wire::ClusterSecret;
@@ -146,13 +147,7 @@ pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
         };
         let coordinator = join(&settings, node, true).await?;
         let strategy: Strategy = settings.dispatch.parse().map_err(anyhow::Error::msg)?;
-        let dispatcher = Arc::new(HttpDispatcher::new(
-            id.clone(),
-            coordinator.membership(),
-            strategy,
-            settings.max_in_flight as usize,
-            &secret,
-        ));
+        let transport = Arc::new(HttpTransport::new(id.clone(), coordinator.membership(), &secret));
         let policy = dagr_master::StorePolicy::load(store.clone()).await.context("cannot read the tenants")?;
         policy.spawn_refresh(crate::node::POLICY_REFRESH);
         let config = EngineConfig {
@@ -170,8 +165,10 @@ pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
             attempt_check: Some((settings.ttl * 2).max(Duration::from_secs(4))),
             max_lost_attempts: settings.max_lost_attempts,
             max_catch_up: settings.max_catch_up,
+            max_in_flight: settings.max_in_flight as usize,
+            strategy,
         };
-        let engine = Engine::start(config, store.clone(), dispatcher, plugins).await?;
+        let engine = Engine::start(config, store.clone(), transport, plugins).await?;
         let ownership = OwnershipConfig {
             check_interval: settings.rebalance_interval,
             rebalance: RebalanceConfig { overloads: settings.overloads.max(1), ..RebalanceConfig::default() },

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::Context as _;
 use async_trait::async_trait;
 use dagr_config::Settings;
-use dagr_master::{Adoption, Dispatcher, Engine, EngineConfig, EngineHandle};
+use dagr_master::{Accepted, Adoption, DispatchError, Engine, EngineConfig, EngineHandle, Transport, WorkerInfo};
 use dagr_protocol::sealed::SecretKey;
 use dagr_protocol::wire::{AttemptKey, AttemptResult, AttemptSpec};
 use dagr_runtime::{Runtime, RuntimeConfig};
@@ -55,7 +55,7 @@ impl Node {
         let policy = dagr_master::StorePolicy::load(store.clone()).await.context("cannot read the tenants")?;
         policy.spawn_refresh(POLICY_REFRESH);
         let reporter = Arc::new(LateReporter::default());
-        let dispatcher = Arc::new(LocalDispatcher { worker: worker.clone(), reporter: reporter.clone() });
+        let transport = Arc::new(LocalTransport { worker: worker.clone(), reporter: reporter.clone() });
         let engine_config = EngineConfig {
             node_id: "local".into(),
             default_timeout: settings.default_timeout,
@@ -69,14 +69,22 @@ impl Node {
             policy,
             max_lost_attempts: settings.max_lost_attempts,
             max_catch_up: settings.max_catch_up,
+            max_in_flight: worker.slots(),
             ..EngineConfig::default()
         };
-        let engine = Engine::start(engine_config, store.clone(), dispatcher, plugins.clone()).await?;
+        let engine = Engine::start(engine_config, store.clone(), transport, plugins.clone()).await?;
         reporter.connect(engine.clone());
+        // One worker, in this process, for every group.
+        engine.workers(vec![WorkerInfo {
+            id: worker.id().to_owned(),
+            capacity: worker.slots() as u32,
+            group: None,
+            any_group: true,
+        }]);
         // One node owns every slot and leads; taking the slots over is how
         // it recovers the runs of a previous process.
         engine.own_slots((0..dagr_protocol::SLOTS).collect());
-        engine.lead(Some(dagr_store::now_ms()));
+        engine.lead(Some(dagr_protocol::now_ms()));
 
         let api = dagr_api::router(dagr_api::ApiState {
             store: store.clone(),
@@ -260,33 +268,23 @@ pub fn api_config(settings: &Settings, secrets: SecretKey) -> anyhow::Result<dag
 }
 
 /// Hands attempts to the in-process worker.
-struct LocalDispatcher {
+struct LocalTransport {
     worker: Worker,
     reporter: Arc<LateReporter>,
 }
 
 #[async_trait]
-impl Dispatcher for LocalDispatcher {
-    fn slots(&self) -> usize {
-        self.worker.slots()
-    }
-
-    fn pick(&self, _group: Option<&str>) -> Option<String> {
-        // One worker; the engine keeps within its slots.
-        Some(self.worker.id().to_owned())
-    }
-
-    async fn dispatch(&self, specs: Vec<AttemptSpec>, _worker: &str) -> Vec<Result<(), String>> {
-        specs
+impl Transport for LocalTransport {
+    async fn dispatch(&self, specs: Vec<AttemptSpec>, _worker: &str) -> Result<Accepted, DispatchError> {
+        let verdicts = specs
             .into_iter()
             .map(|spec| {
                 self.worker.start(spec, self.reporter.clone());
                 Ok(())
             })
-            .collect()
+            .collect();
+        Ok(Accepted { verdicts, running: None })
     }
-
-    fn released(&self, _worker: &str) {}
 
     async fn cancel(&self, key: &AttemptKey, _worker: &str) {
         self.worker.cancel(key);

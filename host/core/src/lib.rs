@@ -11,11 +11,13 @@
 //! - [`schedule`]: cron schedules, catch-up and backfill times.
 //! - [`run`]: the run and task state machines ([`RunMachine`]): inputs in,
 //!   [`Action`]s out.
+//! - [`slots`]: the hash slots runs are sharded into.
 //! - [`units`]: durations and sizes as people write them.
 
 pub mod definition;
 pub mod run;
 pub mod schedule;
+pub mod slots;
 pub mod template;
 pub mod units;
 

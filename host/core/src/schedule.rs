@@ -160,6 +160,45 @@ impl Schedule {
     }
 }
 
+/// One end of a backfill range as people write it: an instant (RFC 3339,
+/// `2026-01-10T02:00:00+01:00`), a local date-time in the workflow's time
+/// zone (`2026-01-10T02:00:00`), or a bare date, which means the whole day
+/// in that zone — its first instant as a start, its last as an end (the
+/// range is inclusive: `--to 2026-01-10` includes every cycle of Jan 10).
+pub fn range_bound(text: &str, timezone: Tz, end: bool) -> Result<DateTime<Utc>, String> {
+    use chrono::{NaiveDate, NaiveDateTime, TimeZone};
+    if let Ok(t) = DateTime::parse_from_rfc3339(text) {
+        return Ok(t.with_timezone(&Utc));
+    }
+    let local = |naive: NaiveDateTime| -> Result<DateTime<Utc>, String> {
+        // Ambiguous (a clock going back): the earlier; skipped (going
+        // forward): the first valid instant after it.
+        let mut probe = naive;
+        for _ in 0..180 {
+            if let Some(t) = timezone.from_local_datetime(&probe).earliest() {
+                return Ok(t.with_timezone(&Utc));
+            }
+            probe += chrono::Duration::minutes(1);
+        }
+        Err(format!("`{text}` does not exist in {timezone}"))
+    };
+    if let Ok(t) = NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S") {
+        return local(t);
+    }
+    if let Ok(day) = NaiveDate::parse_from_str(text, "%Y-%m-%d") {
+        let start_of = |d: NaiveDate| d.and_hms_opt(0, 0, 0).ok_or_else(|| format!("`{text}` is not a day"));
+        return if end {
+            let next = day.succ_opt().ok_or_else(|| format!("`{text}` is the last day there is"))?;
+            Ok(local(start_of(next)?)? - chrono::Duration::milliseconds(1))
+        } else {
+            local(start_of(day)?)
+        };
+    }
+    Err(format!(
+        "`{text}` is not a time: use RFC 3339 (2026-01-31T00:00:00Z), a local time (2026-01-31T02:00:00) or a date (2026-01-31)"
+    ))
+}
+
 /// Logical times for a backfill: every fire time in `[from, to]`. Without a
 /// schedule, `interval` spaces them (daily by default).
 pub fn backfill_times(
@@ -287,6 +326,28 @@ mod tests {
         let due = s.due(None, t("2026-01-01T00:00:00Z"), t("2026-02-01T00:00:00Z"), 100, 100);
         assert_eq!(due.times, vec![t("2026-01-02T00:00:00Z"), t("2026-01-03T00:00:00Z")]);
         assert_eq!(due.skipped, None);
+    }
+
+    #[test]
+    fn a_bare_date_is_the_whole_day_in_the_workflow_s_time_zone() {
+        // Issue 11: `--from 2026-01-01 --to 2026-01-10` with a daily cron at
+        // 02:00 Europe/Berlin made 9 runs: `--to` was midnight UTC of the
+        // 10th, before its 02:00 Berlin (01:00 UTC) cycle.
+        let berlin: Tz = "Europe/Berlin".parse().unwrap();
+        let daily = Schedule::new(&spec("0 2 * * *", "Europe/Berlin", false)).unwrap();
+        let from = range_bound("2026-01-01", berlin, false).unwrap();
+        let to = range_bound("2026-01-10", berlin, true).unwrap();
+        assert_eq!(from, t("2025-12-31T23:00:00Z"));
+        assert_eq!(to, t("2026-01-10T22:59:59.999Z"));
+        let times = backfill_times(Some(&daily), from, to, 100).unwrap();
+        assert_eq!(times.len(), 10);
+        assert_eq!(times.last(), Some(&t("2026-01-10T01:00:00Z")));
+        // Instants stay instants; local times are the zone's.
+        assert_eq!(range_bound("2026-01-10T00:00:00Z", berlin, true).unwrap(), t("2026-01-10T00:00:00Z"));
+        assert_eq!(range_bound("2026-07-10T02:00:00", berlin, false).unwrap(), t("2026-07-10T00:00:00Z"));
+        // 02:30 does not exist on the day summer time starts: the next instant that does.
+        assert_eq!(range_bound("2026-03-29T02:30:00", berlin, false).unwrap(), t("2026-03-29T01:00:00Z"));
+        assert!(range_bound("yesterday", berlin, false).unwrap_err().contains("is not a time"));
     }
 
     #[test]

@@ -2,15 +2,15 @@
 //! internal endpoint, the ownership driver that turns membership into owned
 //! slots, and the API's way of reaching masters.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use axum::Json;
 use axum::extract::State;
 use axum::routing::{get, post};
-use dagr_coord::{Coordinator, Membership, NodeInfo, Role};
+use dagr_coord::{Coordinator, Membership, Role};
 use dagr_protocol::control::{CommandOutcome, Control};
 use dagr_protocol::sharding::SlotMap;
 use dagr_protocol::wire::{
@@ -18,101 +18,25 @@ use dagr_protocol::wire::{
     DispatchResponse, ResultAcks, ResultBatch, Verdict,
 };
 use dagr_store::Store;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use tokio::sync::watch;
 
 use crate::rebalance::{RebalanceConfig, Rebalancer};
-use crate::{Adoption, Dispatcher, EngineHandle, EngineMetrics};
+use crate::{Accepted, Adoption, DispatchError, EngineHandle, EngineMetrics, Transport, WorkerInfo};
 
-/// How a master chooses a worker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Strategy {
-    /// The worker with the most free capacity (by what it last reported and
-    /// what this master sent it since).
-    #[default]
-    LeastLoaded,
-    /// Round robin, weighted by capacity (smooth weighted round robin).
-    RoundRobin,
-}
-
-impl std::str::FromStr for Strategy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "least-loaded" => Ok(Strategy::LeastLoaded),
-            "round-robin" => Ok(Strategy::RoundRobin),
-            other => Err(format!("unknown dispatch strategy `{other}` (least-loaded or round-robin)")),
-        }
-    }
-}
-
-/// Pushes attempts to workers over HTTP.
-pub struct HttpDispatcher {
+/// Reaches workers over HTTP: their internal endpoints, found in the
+/// membership, with the cluster secret.
+pub struct HttpTransport {
     me: String,
     membership: watch::Receiver<Membership>,
-    strategy: Strategy,
-    max_in_flight: usize,
-    state: Mutex<DispatchState>,
     http: reqwest::Client,
 }
 
-#[derive(Default)]
-struct DispatchState {
-    /// Attempts this master has on each worker.
-    outstanding: HashMap<String, u32>,
-    /// What each worker last said it runs, over all masters.
-    reported: HashMap<String, u32>,
-    /// Smooth weighted round robin: current weights.
-    current: HashMap<String, i64>,
-    /// Workers whose last dispatch failed as a whole (unreachable, or a
-    /// refusal such as a wrong cluster secret): not picked until the
-    /// instant, and the pause doubles with each failure in a row. Without
-    /// it a master would send the same attempts to such a worker again in
-    /// every step, as fast as it can commit.
-    resting: HashMap<String, Rest>,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Rest {
-    until: Instant,
-    pause: Duration,
-}
-
-/// The first pause of a worker whose dispatch failed, and the longest.
-const FIRST_REST: Duration = Duration::from_millis(250);
-const LONGEST_REST: Duration = Duration::from_secs(10);
-
-impl DispatchState {
-    fn resting(&self, worker: &str, now: Instant) -> bool {
-        self.resting.get(worker).is_some_and(|r| r.until > now)
-    }
-
-    /// A failed dispatch to `worker`: how long it rests now.
-    fn failed(&mut self, worker: &str, now: Instant) -> Duration {
-        let pause = match self.resting.get(worker) {
-            Some(r) => (r.pause * 2).min(LONGEST_REST),
-            None => FIRST_REST,
-        };
-        self.resting.insert(worker.to_owned(), Rest { until: now + pause, pause });
-        pause
-    }
-}
-
-impl HttpDispatcher {
-    pub fn new(
-        me: String,
-        membership: watch::Receiver<Membership>,
-        strategy: Strategy,
-        max_in_flight: usize,
-        secret: &ClusterSecret,
-    ) -> Self {
-        HttpDispatcher {
+impl HttpTransport {
+    pub fn new(me: String, membership: watch::Receiver<Membership>, secret: &ClusterSecret) -> Self {
+        HttpTransport {
             me,
             membership,
-            strategy,
-            max_in_flight,
-            state: Mutex::new(DispatchState::default()),
             http: reqwest::Client::builder()
                 .default_headers(secret.headers())
                 .timeout(Duration::from_secs(10))
@@ -122,124 +46,46 @@ impl HttpDispatcher {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, DispatchState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     fn addr(&self, worker: &str) -> Option<String> {
         self.membership.borrow().nodes.get(worker).map(|n| n.addr.clone())
     }
 }
 
-fn in_group(node: &NodeInfo, group: Option<&str>) -> bool {
-    match group {
-        None => true,
-        Some(g) => node.labels.get("group").map(String::as_str) == Some(g),
-    }
-}
-
 #[async_trait]
-impl Dispatcher for HttpDispatcher {
-    fn slots(&self) -> usize {
-        self.max_in_flight
-    }
-
-    fn pick(&self, group: Option<&str>) -> Option<String> {
-        let members = self.membership.borrow().clone();
-        let now = Instant::now();
-        let mut state = self.lock();
-        let workers: Vec<&NodeInfo> =
-            members.with_role(Role::Worker).filter(|w| in_group(w, group) && !state.resting(&w.id, now)).collect();
-        let load = |state: &DispatchState, id: &str| {
-            let mine = state.outstanding.get(id).copied().unwrap_or(0);
-            mine.max(state.reported.get(id).copied().unwrap_or(0))
-        };
-        let chosen = match self.strategy {
-            Strategy::LeastLoaded => workers
-                .iter()
-                .filter(|w| load(&state, &w.id) < w.capacity)
-                .min_by(|a, b| {
-                    let fa = load(&state, &a.id) as f64 / a.capacity.max(1) as f64;
-                    let fb = load(&state, &b.id) as f64 / b.capacity.max(1) as f64;
-                    fa.total_cmp(&fb).then_with(|| a.id.cmp(&b.id))
-                })
-                .map(|w| w.id.clone()),
-            Strategy::RoundRobin => {
-                let eligible: Vec<&&NodeInfo> = workers.iter().filter(|w| load(&state, &w.id) < w.capacity).collect();
-                let total: i64 = eligible.iter().map(|w| w.capacity as i64).sum();
-                for w in &eligible {
-                    *state.current.entry(w.id.clone()).or_default() += w.capacity as i64;
-                }
-                let best = eligible
-                    .iter()
-                    .max_by_key(|w| (state.current.get(&w.id).copied().unwrap_or(0), std::cmp::Reverse(w.id.clone())));
-                let id = best.map(|w| w.id.clone());
-                if let Some(id) = &id {
-                    *state.current.entry(id.clone()).or_default() -= total;
-                }
-                id
-            }
-        }?;
-        *state.outstanding.entry(chosen.clone()).or_default() += 1;
-        Some(chosen)
-    }
-
-    async fn dispatch(&self, specs: Vec<AttemptSpec>, worker: &str) -> Vec<Result<(), String>> {
+impl Transport for HttpTransport {
+    async fn dispatch(&self, specs: Vec<AttemptSpec>, worker: &str) -> Result<Accepted, DispatchError> {
         let n = specs.len();
-        let all_failed = |message: String| {
-            let pause = self.lock().failed(worker, Instant::now());
-            tracing::warn!(%worker, ?pause, %message, "dispatch failed; the worker gets no attempts for a while");
-            vec![Err(message); n]
-        };
-        let Some(addr) = self.addr(worker) else {
-            return all_failed(format!("worker {worker} is not a member any more"));
-        };
-        let response = match self
+        let addr = self.addr(worker).ok_or_else(|| DispatchError::NotMember(worker.into()))?;
+        let response = self
             .http
             .post(format!("{addr}/internal/attempts"))
             .json(&DispatchBatch { attempts: specs })
             .send()
             .await
-        {
-            Ok(response) => response,
-            Err(e) => return all_failed(format!("worker {worker} unreachable: {e}")),
-        };
+            .map_err(|e| DispatchError::Unreachable { worker: worker.into(), reason: e.to_string() })?;
         let status = response.status();
         if !status.is_success() {
             let text = response.text().await.unwrap_or_default();
-            return all_failed(format!("worker {worker} answered {status}: {}", text.trim()));
+            return Err(DispatchError::Refused {
+                worker: worker.into(),
+                status: status.as_u16(),
+                body: text.trim().into(),
+            });
         }
-        let body = match response.json::<DispatchResponse>().await {
-            Ok(body) if body.verdicts.len() == n => body,
-            Ok(body) => {
-                return all_failed(format!(
-                    "worker {worker} answered {} verdicts for {n} attempts",
-                    body.verdicts.len()
-                ));
-            }
-            Err(e) => return all_failed(format!("worker {worker} answered {status}: {e}")),
-        };
-        let mut state = self.lock();
-        state.reported.insert(worker.to_owned(), body.running);
-        state.resting.remove(worker);
-        drop(state);
-        body.verdicts
+        let bad = |reason: String| DispatchError::BadAnswer { worker: worker.into(), reason };
+        let body = response.json::<DispatchResponse>().await.map_err(|e| bad(e.to_string()))?;
+        if body.verdicts.len() != n {
+            return Err(bad(format!("{} verdicts for {n} attempts", body.verdicts.len())));
+        }
+        let verdicts = body
+            .verdicts
             .into_iter()
             .map(|verdict| match verdict {
                 Verdict::Accepted => Ok(()),
                 Verdict::Refused { reason } => Err(format!("worker {worker} refused: {reason}")),
             })
-            .collect()
-    }
-
-    fn released(&self, worker: &str) {
-        let mut state = self.lock();
-        if let Some(n) = state.outstanding.get_mut(worker) {
-            *n = n.saturating_sub(1);
-        }
-        if let Some(n) = state.reported.get_mut(worker) {
-            *n = n.saturating_sub(1);
-        }
+            .collect();
+        Ok(Accepted { verdicts, running: Some(body.running) })
     }
 
     async fn cancel(&self, key: &AttemptKey, worker: &str) {
@@ -276,6 +122,19 @@ impl Dispatcher for HttpDispatcher {
         // Its result will reach us, or its lease will expire and it is lost.
         Adoption::Running
     }
+}
+
+/// The workers of a membership, as the engine places attempts on them.
+pub fn workers_of(members: &Membership) -> Vec<WorkerInfo> {
+    members
+        .with_role(Role::Worker)
+        .map(|w| WorkerInfo {
+            id: w.id.clone(),
+            capacity: w.capacity,
+            group: w.labels.get("group").cloned(),
+            any_group: false,
+        })
+        .collect()
 }
 
 /// What the master's internal endpoint shares.
@@ -374,7 +233,7 @@ pub fn drive_ownership(
         let mut leadership = coordinator.leadership();
         let mut last_slots: Option<HashSet<u32>> = None;
         let mut last_lead: Option<Option<i64>> = None;
-        let mut last_workers: HashSet<String> = HashSet::new();
+        let mut last_workers: Option<Vec<WorkerInfo>> = None;
         let mut weights: BTreeMap<String, f64> = BTreeMap::new();
         let mut rebalancer = Rebalancer::default();
         let mut tick = tokio::time::interval(config.check_interval);
@@ -390,7 +249,7 @@ pub fn drive_ownership(
                 .collect();
             if checking && healthy {
                 // Report our load; read everyone's; the leader rebalances.
-                let now = dagr_store::now_ms();
+                let now = dagr_protocol::now_ms();
                 let load = engine.metrics.active_runs.load(std::sync::atomic::Ordering::Relaxed) as i64;
                 let _ = store.report_master_load(&me, load, now).await;
                 if let Ok(rows) = store.master_loads().await {
@@ -420,6 +279,13 @@ pub fn drive_ownership(
                 .collect();
             let slots =
                 if healthy && members.contains(&me) { SlotMap::compute(&live).slots_of(&me) } else { HashSet::new() };
+            // Workers first: taking slots over asks their workers about
+            // the attempts of the runs it loads.
+            let workers = workers_of(&members);
+            if last_workers.as_ref() != Some(&workers) {
+                engine.workers(workers.clone());
+                last_workers = Some(workers);
+            }
             if last_slots.as_ref() != Some(&slots) {
                 // Detection: when the membership (a lease that expired, a
                 // node that joined) changed this master's share; the
@@ -434,13 +300,6 @@ pub fn drive_ownership(
                 engine.lead(lead);
                 last_lead = Some(lead);
             }
-            let workers: HashSet<String> = members.with_role(Role::Worker).map(|w| w.id.clone()).collect();
-            let gone: Vec<String> = last_workers.difference(&workers).cloned().collect();
-            if !gone.is_empty() {
-                tracing::warn!(workers = ?gone, "workers left the cluster");
-                engine.workers_gone(gone);
-            }
-            last_workers = workers;
             checking = false;
             tokio::select! {
                 r = membership.changed() => if r.is_err() { return },
@@ -526,9 +385,9 @@ impl Control for ClusterControl {
         let mut delay = Duration::from_millis(5);
         loop {
             if let Ok(Some(run)) = self.store.get_run(run_id).await
-                && matches!(run.state.as_str(), "succeeded" | "failed" | "killed")
+                && run.state.is_terminal()
             {
-                return Some(run.state);
+                return Some(run.state.as_str().into());
             }
             if tokio::time::Instant::now() + delay > until {
                 return None;
@@ -536,57 +395,5 @@ impl Control for ClusterControl {
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(Duration::from_millis(200));
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn worker(id: &str, addr: &str) -> NodeInfo {
-        NodeInfo {
-            id: id.into(),
-            role: Role::Worker,
-            addr: addr.into(),
-            capacity: 100,
-            labels: BTreeMap::new(),
-            pid: 0,
-        }
-    }
-
-    #[test]
-    fn a_failing_worker_rests_longer_each_time_up_to_a_limit() {
-        let mut state = DispatchState::default();
-        let now = Instant::now();
-        assert!(!state.resting("w", now));
-        assert_eq!(state.failed("w", now), FIRST_REST);
-        assert!(state.resting("w", now));
-        assert!(!state.resting("w", now + FIRST_REST));
-        assert_eq!(state.failed("w", now), FIRST_REST * 2);
-        for _ in 0..10 {
-            state.failed("w", now);
-        }
-        assert_eq!(state.failed("w", now), LONGEST_REST);
-        assert!(!state.resting("other", now));
-    }
-
-    #[tokio::test]
-    async fn a_worker_whose_dispatch_failed_is_not_picked_while_it_rests() {
-        // Port 1 on loopback: nothing listens there, the connection is refused.
-        let nodes = [worker("dead", "http://127.0.0.1:1"), worker("alive", "http://127.0.0.1:1")];
-        let membership = Membership { nodes: nodes.into_iter().map(|n| (n.id.clone(), n)).collect() };
-        let (_tx, rx) = watch::channel(membership);
-        let secret = ClusterSecret::new("a-secret-long-enough-for-the-check-0123456789").unwrap();
-        let dispatcher = HttpDispatcher::new("m".into(), rx, Strategy::LeastLoaded, 16, &secret);
-        assert_eq!(dispatcher.pick(None).as_deref(), Some("alive"), "least loaded, then by id");
-        let answers = dispatcher.dispatch(Vec::new(), "dead").await;
-        assert!(answers.is_empty());
-        assert!(dispatcher.lock().resting("dead", Instant::now()));
-        for _ in 0..8 {
-            assert_eq!(dispatcher.pick(None).as_deref(), Some("alive"), "the resting worker is skipped");
-        }
-        dispatcher.lock().resting.get_mut("dead").unwrap().until = Instant::now();
-        let picks: HashSet<String> = (0..4).filter_map(|_| dispatcher.pick(None)).collect();
-        assert!(picks.contains("dead"), "picked again once its rest is over: {picks:?}");
     }
 }

@@ -4,30 +4,34 @@
 //!
 //! # Brief overview
 //!
-//! - [`Engine::start`] loads every active run from the [`Store`], marks
-//!   attempts that were running when the process died as lost (retried, not
-//!   charged), catches up missed schedules and starts the engine loop. It
-//!   returns an [`EngineHandle`].
-//! - The loop is a single task: each step drains its inputs (worker results,
-//!   wake-ups for new commands, timers), applies them to the runs'
-//!   [`RunMachine`](dagr_core::RunMachine)s, fills free worker slots from a
-//!   priority queue, and commits everything the step changed in **one**
-//!   [`WriteBatch`](dagr_store::WriteBatch). Only after the commit are
-//!   attempts dispatched, cancellations sent and waiters told: a crash
-//!   never leaves a dispatched attempt unrecorded. While a commit is in
-//!   flight, new results queue up and go into the next batch (group commit).
+//! - [`Engine::start`] starts the engine loop and returns an
+//!   [`EngineHandle`]. The engine drives the runs of the slots it is told it
+//!   owns ([`EngineHandle::own_slots`]): taking a slot over claims its runs
+//!   (bumping their epochs), asks workers about their running attempts
+//!   instead of restarting them, and admits queued runs. Recovery after a
+//!   restart is the same path.
+//! - The engine is a synchronous state machine
+//!   ([`EngineState`](engine::EngineState): inputs, data and `now` in,
+//!   effects out — no clock, store or network inside a decision) inside a
+//!   thin async shell that reads what the state needs, commits everything a
+//!   step changed in **one** [`WriteBatch`](dagr_store::WriteBatch), and
+//!   only then dispatches attempts, sends cancellations and tells waiters:
+//!   a crash never leaves a dispatched attempt unrecorded. See
+//!   [`engine`] for the split.
 //! - Readiness is event-driven: a completion touches only its dependents;
 //!   no loop scans all runs or all tasks.
-//! - Workers are reached through a [`Dispatcher`]; results come back through
-//!   [`EngineHandle::report`].
+//! - Workers are reached through a [`Transport`]; which worker gets an
+//!   attempt is the state's decision ([`engine::Strategy`]). Results come
+//!   back through [`EngineHandle::report`].
 
 pub mod cluster;
-mod engine;
+pub mod engine;
 pub mod policy;
 mod ready;
 pub mod rebalance;
 pub use dagr_protocol::sharding;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -36,10 +40,10 @@ use async_trait::async_trait;
 use dagr_protocol::control::{CommandOutcome, Control};
 use dagr_protocol::plugins::PluginDirectory;
 use dagr_protocol::wire::{AttemptKey, AttemptResult, AttemptSpec};
-use dagr_store::Store;
+use dagr_store::{RunState, Store};
 use tokio::sync::{broadcast, mpsc};
 
-pub use crate::engine::Engine;
+pub use crate::engine::{Accepted, Engine, Strategy, WorkerInfo};
 pub use crate::policy::StorePolicy;
 
 /// What a worker says about an attempt a new owner asks it about.
@@ -54,25 +58,35 @@ pub enum Adoption {
     Unknown,
 }
 
-/// Where attempts go. In `dagr serve` a worker in the same process; in a
-/// cluster, workers over HTTP.
+/// How attempts reach workers. In `dagr serve` a worker in the same
+/// process; in a cluster, workers over HTTP.
 #[async_trait]
-pub trait Dispatcher: Send + Sync + 'static {
-    /// How many attempts this master may have in flight at most.
-    fn slots(&self) -> usize;
-    /// Chooses a worker (of `group`, if given) for an attempt, or `None`
-    /// if none has room now.
-    fn pick(&self, group: Option<&str>) -> Option<String>;
-    /// Hands attempts to the chosen worker, all in one exchange. Answers
-    /// one result per attempt, in order; an error means that attempt was
-    /// not accepted (it will not run).
-    async fn dispatch(&self, specs: Vec<AttemptSpec>, worker: &str) -> Vec<Result<(), String>>;
-    /// An attempt on `worker` ended (its slot is free again).
-    fn released(&self, worker: &str);
+pub trait Transport: Send + Sync + 'static {
+    /// Hands attempts to `worker`, all in one exchange: a verdict per
+    /// attempt (an error means that attempt was not accepted and will not
+    /// run), or why the exchange failed as a whole.
+    async fn dispatch(&self, specs: Vec<AttemptSpec>, worker: &str) -> Result<Accepted, DispatchError>;
     /// Asks the worker running this attempt to stop it.
     async fn cancel(&self, key: &AttemptKey, worker: &str);
     /// Asks `worker` about an attempt this master took over with `epoch`.
     async fn adopt(&self, key: &AttemptKey, worker: &str, epoch: i64) -> Adoption;
+}
+
+/// Why a dispatch failed as a whole (no attempt of it was accepted).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DispatchError {
+    /// The worker left the membership.
+    #[error("worker {0} is not a member any more")]
+    NotMember(String),
+    /// It could not be reached.
+    #[error("worker {worker} unreachable: {reason}")]
+    Unreachable { worker: String, reason: String },
+    /// It answered with an error status (e.g. a wrong cluster secret).
+    #[error("worker {worker} answered {status}: {body}")]
+    Refused { worker: String, status: u16, body: String },
+    /// Its answer does not make sense.
+    #[error("worker {worker} answered badly: {reason}")]
+    BadAnswer { worker: String, reason: String },
 }
 
 /// The limits the engine enforces per tenant at dispatch: concurrent
@@ -80,8 +94,10 @@ pub trait Dispatcher: Send + Sync + 'static {
 /// scratch quota.
 #[async_trait]
 pub trait TenantPolicy: Send + Sync + 'static {
-    /// `None`: no tenant limits apply (tasks get what they ask for).
-    fn limits(&self, tenant: &str) -> Option<TenantLimits>;
+    /// Every tenant's limits now, with a version that changes when they
+    /// do; `None`: no tenant limits apply (tasks get what they ask for). A
+    /// tenant missing from the map gets the default limits.
+    fn snapshot(&self) -> Option<(u64, Arc<HashMap<String, TenantLimits>>)>;
 
     /// A run of `tenant` is being loaded: make sure its limits are known
     /// before its tasks are dispatched.
@@ -96,7 +112,7 @@ pub struct Unlimited;
 
 #[async_trait]
 impl TenantPolicy for Unlimited {
-    fn limits(&self, _tenant: &str) -> Option<TenantLimits> {
+    fn snapshot(&self) -> Option<(u64, Arc<HashMap<String, TenantLimits>>)> {
         None
     }
 }
@@ -127,6 +143,10 @@ pub struct EngineConfig {
     /// long (cluster mode: a worker restarted within its lease TTL forgets
     /// its attempts without leaving the membership). `None`: never.
     pub attempt_check: Option<Duration>,
+    /// Attempts this master keeps in flight at most.
+    pub max_in_flight: usize,
+    /// How a worker is chosen.
+    pub strategy: Strategy,
     /// Times a task's attempt may be lost with its node before the task
     /// fails (`[master] max_lost_attempts`).
     pub max_lost_attempts: u32,
@@ -148,6 +168,8 @@ impl Default for EngineConfig {
             fence_writes: true,
             policy: Arc::new(Unlimited),
             attempt_check: None,
+            max_in_flight: 10_000,
+            strategy: Strategy::LeastLoaded,
             max_lost_attempts: dagr_core::run::DEFAULT_MAX_LOST,
             max_catch_up: 100,
         }
@@ -186,7 +208,8 @@ impl EngineMetrics {
 
 pub use dagr_protocol::wire::Ack;
 
-pub(crate) enum Input {
+/// What the handle sends the engine's loop.
+pub(crate) enum Message {
     Wake,
     Result(AttemptResult, Option<tokio::sync::oneshot::Sender<Ack>>),
     WorkflowChanged {
@@ -198,15 +221,15 @@ pub(crate) enum Input {
     Ownership(std::collections::HashSet<u32>),
     /// Whether this master leads (and its fencing token).
     Leadership(Option<i64>),
-    /// Workers that left the cluster.
-    WorkersGone(Vec<String>),
+    /// The workers that exist now.
+    Workers(Vec<WorkerInfo>),
     Shutdown(tokio::sync::oneshot::Sender<()>),
 }
 
 /// A running engine. Cheap to clone.
 #[derive(Clone)]
 pub struct EngineHandle {
-    tx: mpsc::UnboundedSender<Input>,
+    tx: mpsc::UnboundedSender<Message>,
     commands: broadcast::Sender<(i64, CommandOutcome)>,
     finished: broadcast::Sender<(String, String)>,
     store: Arc<dyn Store>,
@@ -217,7 +240,7 @@ pub struct EngineHandle {
 impl EngineHandle {
     /// A worker's report of a finished attempt.
     pub fn report(&self, result: AttemptResult) {
-        let _ = self.tx.send(Input::Result(result, None));
+        let _ = self.tx.send(Message::Result(result, None));
     }
 
     /// Workers' reports, each answered once the engine has durably recorded
@@ -229,7 +252,7 @@ impl EngineHandle {
             .into_iter()
             .map(|result| {
                 let (tx, rx) = tokio::sync::oneshot::channel();
-                self.tx.send(Input::Result(result, Some(tx))).is_ok().then_some(rx)
+                self.tx.send(Message::Result(result, Some(tx))).is_ok().then_some(rx)
             })
             .collect();
         let mut acks = Vec::with_capacity(waiting.len());
@@ -245,23 +268,24 @@ impl EngineHandle {
     /// Sets the slots this master owns: it takes over the runs of slots it
     /// gains (bumping their epochs) and drops the runs of slots it loses.
     pub fn own_slots(&self, slots: std::collections::HashSet<u32>) {
-        let _ = self.tx.send(Input::Ownership(slots));
+        let _ = self.tx.send(Message::Ownership(slots));
     }
 
     /// Makes this master the leader (with its fencing token) or not.
     pub fn lead(&self, token: Option<i64>) {
-        let _ = self.tx.send(Input::Leadership(token));
+        let _ = self.tx.send(Message::Leadership(token));
     }
 
-    /// Workers that are gone: their attempts are lost and go again.
-    pub fn workers_gone(&self, workers: Vec<String>) {
-        let _ = self.tx.send(Input::WorkersGone(workers));
+    /// The workers that exist now, with their capacity. The attempts of
+    /// workers that are no longer among them are lost and go again.
+    pub fn workers(&self, workers: Vec<WorkerInfo>) {
+        let _ = self.tx.send(Message::Workers(workers));
     }
 
     /// Stops the engine loop (attempts in flight are left to the worker).
     pub async fn shutdown(&self) {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        if self.tx.send(Input::Shutdown(tx)).is_ok() {
+        if self.tx.send(Message::Shutdown(tx)).is_ok() {
             let _ = rx.await;
         }
     }
@@ -275,15 +299,15 @@ impl EngineHandle {
 #[async_trait]
 impl Control for EngineHandle {
     fn wake(&self) {
-        let _ = self.tx.send(Input::Wake);
+        let _ = self.tx.send(Message::Wake);
     }
 
     fn workflow_changed(&self, tenant: &str, name: &str) {
-        let _ = self.tx.send(Input::WorkflowChanged { tenant: tenant.into(), name: name.into() });
+        let _ = self.tx.send(Message::WorkflowChanged { tenant: tenant.into(), name: name.into() });
     }
 
     fn tenant_changed(&self, _tenant: &str) {
-        let _ = self.tx.send(Input::TenantChanged);
+        let _ = self.tx.send(Message::TenantChanged);
     }
 
     async fn wait_command(&self, id: i64, timeout: Duration) -> Option<CommandOutcome> {
@@ -314,11 +338,11 @@ impl Control for EngineHandle {
 
     async fn wait_run(&self, run_id: &str, timeout: Duration) -> Option<String> {
         let mut rx = self.finished.subscribe();
-        let terminal = |state: &str| matches!(state, "succeeded" | "failed" | "killed");
+        let terminal = |state: RunState| state.is_terminal();
         if let Ok(Some(run)) = self.store.get_run(run_id).await
-            && terminal(&run.state)
+            && terminal(run.state)
         {
-            return Some(run.state);
+            return Some(run.state.as_str().into());
         }
         let wait = async {
             loop {
@@ -327,9 +351,9 @@ impl Control for EngineHandle {
                     Ok(_) => {}
                     Err(broadcast::error::RecvError::Lagged(_)) => {
                         if let Ok(Some(run)) = self.store.get_run(run_id).await
-                            && terminal(&run.state)
+                            && terminal(run.state)
                         {
-                            return Some(run.state);
+                            return Some(run.state.as_str().into());
                         }
                     }
                     Err(broadcast::error::RecvError::Closed) => return None,

@@ -1,7 +1,7 @@
 //! Tenants' limits for the engine, read from the store.
 //!
-//! [`TenantPolicy::limits`] is called on the engine's hot path (every
-//! dispatch), so it reads an in-memory copy; [`StorePolicy::refresh`]
+//! The engine reads them on its hot path (every dispatch) from a snapshot
+//! it is handed ([`TenantPolicy::snapshot`]); [`StorePolicy::refresh`]
 //! reloads every tenant's limits, and [`StorePolicy::spawn_refresh`] does it
 //! periodically and when told that a tenant
 //! [changed](TenantPolicy::changed). A tenant the copy does not know yet is
@@ -10,6 +10,7 @@
 //! default limits (no network, no caps).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -21,14 +22,21 @@ use crate::TenantPolicy;
 /// A [`TenantPolicy`] backed by the store's tenants.
 pub struct StorePolicy {
     store: Arc<dyn Store>,
-    limits: RwLock<HashMap<String, TenantLimits>>,
+    limits: RwLock<Arc<HashMap<String, TenantLimits>>>,
+    /// Bumped whenever `limits` is replaced.
+    version: AtomicU64,
     changed: tokio::sync::Notify,
 }
 
 impl StorePolicy {
     /// Loads every tenant's limits once.
     pub async fn load(store: Arc<dyn Store>) -> Result<Arc<StorePolicy>, dagr_store::Error> {
-        let policy = Arc::new(StorePolicy { store, limits: RwLock::default(), changed: tokio::sync::Notify::new() });
+        let policy = Arc::new(StorePolicy {
+            store,
+            limits: RwLock::default(),
+            version: AtomicU64::new(0),
+            changed: tokio::sync::Notify::new(),
+        });
         policy.refresh().await?;
         Ok(policy)
     }
@@ -39,7 +47,8 @@ impl StorePolicy {
         for row in self.store.list_tenants().await? {
             fresh.insert(row.name.clone(), parse(&row));
         }
-        *self.limits.write().unwrap_or_else(|e| e.into_inner()) = fresh;
+        *self.limits.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(fresh);
+        self.version.fetch_add(1, Ordering::Release);
         Ok(())
     }
 
@@ -79,16 +88,18 @@ impl TenantPolicy for StorePolicy {
         match self.store.get_tenant(tenant).await {
             Ok(Some(row)) => {
                 let limits = parse(&row);
-                self.limits.write().unwrap_or_else(|e| e.into_inner()).insert(row.name, limits);
+                let mut all = self.limits.write().unwrap_or_else(|e| e.into_inner());
+                Arc::make_mut(&mut all).insert(row.name, limits);
+                self.version.fetch_add(1, Ordering::Release);
             }
             Ok(None) => {}
             Err(e) => tracing::warn!(tenant, error = %e, "cannot read the tenant's limits"),
         }
     }
 
-    fn limits(&self, tenant: &str) -> Option<TenantLimits> {
-        let known = self.limits.read().unwrap_or_else(|e| e.into_inner());
-        Some(known.get(tenant).cloned().unwrap_or_default())
+    fn snapshot(&self) -> Option<(u64, Arc<HashMap<String, TenantLimits>>)> {
+        let limits = self.limits.read().unwrap_or_else(|e| e.into_inner()).clone();
+        Some((self.version.load(Ordering::Acquire), limits))
     }
 
     fn changed(&self) {

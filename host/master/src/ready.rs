@@ -55,6 +55,10 @@ impl ReadyQueue {
         heap.push(item);
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.turn.is_empty()
+    }
+
     /// The next task: the best of the tenant whose turn it is.
     pub fn pop(&mut self) -> Option<ReadyTask> {
         let tenant = self.turn.pop_front()?;

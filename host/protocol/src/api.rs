@@ -197,9 +197,12 @@ pub struct ActionResult {
 #[serde(deny_unknown_fields)]
 pub struct BackfillRequest {
     pub workflow: String,
-    /// First logical time, inclusive (RFC 3339 or YYYY-MM-DD).
+    /// First logical time, inclusive: RFC 3339, a local time
+    /// (`YYYY-MM-DDTHH:MM:SS`) or a date (`YYYY-MM-DD`, from its first
+    /// instant), both in the workflow's time zone.
     pub from: String,
-    /// Last logical time, inclusive (RFC 3339 or YYYY-MM-DD).
+    /// Last logical time, inclusive: as `from`; a date includes its whole
+    /// day.
     pub to: String,
     /// Runs at once; 1 (the default) runs them one after another, in order.
     #[serde(default = "one")]

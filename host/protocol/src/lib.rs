@@ -13,10 +13,13 @@
 //!   engine resolves plugins with.
 //! - [`sealed`]: tenants' secrets sealed at rest (ChaCha20-Poly1305),
 //!   sealed by the API and opened by workers.
+//! - [`commands`]: the typed [`Command`](commands::Command)s the API writes
+//!   and the engine consumes.
 //! - [`control`]: how the API reaches the engine (wake it, wait for a
 //!   command or a run), whether in-process or over the store.
 
 pub mod api;
+pub mod commands;
 pub mod control;
 pub mod plugins;
 pub mod sealed;
@@ -24,27 +27,13 @@ pub mod sharding;
 pub mod tenancy;
 pub mod wire;
 
-/// Number of hash slots runs are sharded into. Fixed for the life of an
-/// installation: changing it would move every run.
-pub const SLOTS: u32 = 1024;
+pub use dagr_core::slots::{SLOTS, slot_of};
 
-/// The slot of a run: a stable hash of its id (FNV-1a; the same on every
-/// node and every build).
-pub fn slot_of(run_id: &str) -> u32 {
-    let mut hash: u32 = 0x811c_9dc5;
-    for byte in run_id.bytes() {
-        hash ^= byte as u32;
-        hash = hash.wrapping_mul(0x0100_0193);
-    }
-    hash % SLOTS
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn slots_are_stable_and_spread() {
-        assert_eq!(super::slot_of("run-1"), super::slot_of("run-1"));
-        let used: std::collections::HashSet<u32> = (0..5000).map(|i| super::slot_of(&format!("r{i}"))).collect();
-        assert!(used.len() > 900, "{}", used.len());
-    }
+/// The wall clock, in milliseconds since the Unix epoch: read at the edges
+/// (the API, the engine's shell, workers), never inside a decision.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
 }

@@ -10,7 +10,7 @@ fn run(id: &str, tenant: &str, workflow: &str, kind: RunKind, logical_time: i64)
         workflow: workflow.into(),
         version: Some(1),
         kind,
-        state: "queued".into(),
+        state: RunState::Queued,
         logical_time,
         params: "{}".into(),
         spec: None,
@@ -152,11 +152,11 @@ async fn big_batches(store: &dyn Store, p: &str) -> Result<()> {
         "1234 tasks created in order",
     )?;
     let writes = (0..1234)
-        .map(|i| TaskWrite {
+        .map(|i| TaskRow {
             run_id: id.clone(),
             idx: i,
             name: format!("t{i}"),
-            state: if i % 2 == 0 { "succeeded".into() } else { "failed".into() },
+            state: if i % 2 == 0 { TaskState::Succeeded } else { TaskState::Failed },
             attempts: i,
             failures: 0,
             lost: 0,
@@ -172,7 +172,7 @@ async fn big_batches(store: &dyn Store, p: &str) -> Result<()> {
     store.commit(WriteBatch { tasks: writes, outputs, ..Default::default() }).await?;
     let tasks = store.run_tasks(&id).await?;
     check(
-        tasks.iter().all(|t| t.attempts == t.idx && (t.state == "succeeded") == (t.idx % 2 == 0)),
+        tasks.iter().all(|t| t.attempts == t.idx && (t.state == TaskState::Succeeded) == (t.idx % 2 == 0)),
         "1234 task updates applied",
     )?;
     let all: Vec<i64> = (0..1234).collect();
@@ -206,18 +206,18 @@ async fn runs_and_batches(store: &dyn Store, p: &str) -> Result<()> {
     let created = store
         .create_runs(
             vec![NewRun { run: run(&id, &tenant, "wf", RunKind::Manual, 1000), tasks: vec!["a".into(), "b".into()] }],
-            Some("admit"),
+            Some(EncodedCommand::new("admit", "{}".into())),
         )
         .await?;
     check(matches!(created.as_slice(), [Created::Created { command: Some(_), .. }]), "run created with a command")?;
     let tasks = store.run_tasks(&id).await?;
-    check(tasks.len() == 2 && tasks[1].name == "b" && tasks[0].state == "pending", "tasks created pending")?;
+    check(tasks.len() == 2 && tasks[1].name == "b" && tasks[0].state == TaskState::Pending, "tasks created pending")?;
 
-    let task = |state: &str, attempts: i64| TaskWrite {
+    let task = |state: TaskState, attempts: i64| TaskRow {
         run_id: id.clone(),
         idx: 0,
         name: "a".into(),
-        state: state.into(),
+        state,
         attempts,
         failures: 0,
         lost: 0,
@@ -244,12 +244,12 @@ async fn runs_and_batches(store: &dyn Store, p: &str) -> Result<()> {
     let mut batch = WriteBatch {
         runs: vec![RunWrite {
             id: id.clone(),
-            state: "running".into(),
+            state: RunState::Running,
             started_at: Some(1001),
             finished_at: None,
             updated_at: 1001,
         }],
-        tasks: vec![task("queued", 0), task("running", 1)],
+        tasks: vec![task(TaskState::Queued, 0), task(TaskState::Running, 1)],
         attempts: vec![attempt("running")],
         events: vec![NewEvent {
             tenant: tenant.clone(),
@@ -270,10 +270,10 @@ async fn runs_and_batches(store: &dyn Store, p: &str) -> Result<()> {
     batch.commands_done.push((command, "{\"ok\":true}".into()));
     store.commit(batch).await?;
     check(
-        store.get_run(&id).await?.is_some_and(|r| r.state == "running" && r.started_at == Some(1001)),
+        store.get_run(&id).await?.is_some_and(|r| r.state == RunState::Running && r.started_at == Some(1001)),
         "run updated",
     )?;
-    check(store.run_tasks(&id).await?[0].state == "running", "last task write wins")?;
+    check(store.run_tasks(&id).await?[0].state == TaskState::Running, "last task write wins")?;
     check(store.running_attempts().await?.iter().any(|a| a.run_id == id), "attempt running")?;
     check(!store.pending_commands(0, 100).await?.iter().any(|c| c.id == command), "command done")?;
     check(
@@ -283,7 +283,7 @@ async fn runs_and_batches(store: &dyn Store, p: &str) -> Result<()> {
 
     let mut done = attempt("succeeded");
     done.finished_at = Some(1002);
-    let mut finished = task("succeeded", 1);
+    let mut finished = task(TaskState::Succeeded, 1);
     finished.finished_at = Some(1002);
     store
         .commit(WriteBatch {
@@ -361,32 +361,28 @@ async fn fencing(store: &dyn Store, p: &str) -> Result<()> {
     store
         .create_runs(vec![NewRun { run: run(&id, &tenant, "wf", RunKind::Manual, 5), tasks: vec!["a".into()] }], None)
         .await?;
-    let write = |epoch: i64, state: &str| WriteBatch {
-        runs: vec![RunWrite {
-            id: id.clone(),
-            state: state.into(),
-            started_at: None,
-            finished_at: None,
-            updated_at: 6,
-        }],
+    let write = |epoch: i64, state: RunState| WriteBatch {
+        runs: vec![RunWrite { id: id.clone(), state, started_at: None, finished_at: None, updated_at: 6 }],
         fences: vec![(id.clone(), epoch)],
         ..Default::default()
     };
-    let stale = store.commit(write(41, "running")).await?;
+    let stale = store.commit(write(41, RunState::Running)).await?;
     check(stale.fenced == vec![id.clone()], "a write with the wrong epoch is fenced")?;
-    check(store.get_run(&id).await?.is_some_and(|r| r.state == "queued"), "fenced write not applied")?;
-    let fresh = store.commit(write(0, "running")).await?;
+    check(store.get_run(&id).await?.is_some_and(|r| r.state == RunState::Queued), "fenced write not applied")?;
+    let fresh = store.commit(write(0, RunState::Running)).await?;
     check(fresh.fenced.is_empty(), "a write with the right epoch applies")?;
-    check(store.get_run(&id).await?.is_some_and(|r| r.state == "running"), "fresh write applied")?;
+    check(store.get_run(&id).await?.is_some_and(|r| r.state == RunState::Running), "fresh write applied")?;
 
     // A claim answers the run as it is after the claim: new epoch, new
     // owner, and the state the previous owner committed last.
     let claimed = store.claim_run(&id, "m2", 7).await?;
     check(
-        claimed.as_ref().is_some_and(|r| r.epoch == 1 && r.owner.as_deref() == Some("m2") && r.state == "running"),
+        claimed
+            .as_ref()
+            .is_some_and(|r| r.epoch == 1 && r.owner.as_deref() == Some("m2") && r.state == RunState::Running),
         &format!("claim returns the claimed run: {claimed:?}"),
     )?;
-    let old_owner = store.commit(write(0, "succeeded")).await?;
+    let old_owner = store.commit(write(0, RunState::Succeeded)).await?;
     check(old_owner.fenced == vec![id.clone()], "the previous owner is fenced after a claim")?;
     check(store.claim_run(&format!("{p}nothing"), "m2", 7).await?.is_none(), "no claim of a missing run")?;
     Ok(())
@@ -400,13 +396,12 @@ async fn commands_logs_events(store: &dyn Store, p: &str) -> Result<()> {
             tenant: tenant.clone(),
             run_id: run_id.clone(),
             slot: 3,
-            kind: "kill".into(),
-            payload: "{}".into(),
+            command: EncodedCommand::new("kill", "{}".into()),
             created_at: 1,
         })
         .await?;
     check(
-        store.pending_commands(id - 1, 10).await?.first().is_some_and(|c| c.id == id && c.kind == "kill"),
+        store.pending_commands(id - 1, 10).await?.first().is_some_and(|c| c.id == id && c.command.kind == "kill"),
         "command pending",
     )?;
     let line = |seq| LogRow {

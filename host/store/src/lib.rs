@@ -19,6 +19,8 @@
 //!   milliseconds since the Unix epoch.
 
 pub mod conformance;
+#[cfg(test)]
+mod migrations_agree;
 mod registry;
 mod sql;
 mod sql_registry;
@@ -28,10 +30,11 @@ pub mod tenancy;
 use std::fmt;
 
 use async_trait::async_trait;
+pub use dagr_core::{RunState, TaskState};
 use serde::{Deserialize, Serialize};
 
 pub use crate::registry::{PluginInsert, PluginRow, RegistryStore};
-pub use crate::sql::{SqlStore, Synchronous, now_ms};
+pub use crate::sql::{SqlStore, Synchronous};
 pub use crate::tenancy::TenancyStore;
 
 /// Errors of the store.
@@ -121,7 +124,7 @@ pub struct RunRow {
     /// The workflow version; `None` for jobs, whose spec is inline.
     pub version: Option<i64>,
     pub kind: RunKind,
-    pub state: String,
+    pub state: RunState,
     pub logical_time: i64,
     /// The run's params (JSON object), defaults merged with overrides.
     pub params: String,
@@ -137,12 +140,14 @@ pub struct RunRow {
     pub updated_at: i64,
 }
 
+/// A task instance of a run, as stored; the engine writes it whole (last
+/// write wins within a batch).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskRow {
     pub run_id: String,
     pub idx: i64,
     pub name: String,
-    pub state: String,
+    pub state: TaskState,
     pub attempts: i64,
     pub failures: i64,
     /// Attempts lost with their node since the task was last reset.
@@ -211,8 +216,7 @@ pub struct CommandRow {
     pub tenant: String,
     pub run_id: String,
     pub slot: i64,
-    pub kind: String,
-    pub payload: String,
+    pub command: EncodedCommand,
     pub created_at: i64,
     pub done_at: Option<i64>,
     /// JSON `{"ok": bool, "message": …}` once done.
@@ -224,9 +228,23 @@ pub struct NewCommand {
     pub tenant: String,
     pub run_id: String,
     pub slot: i64,
+    pub command: EncodedCommand,
+    pub created_at: i64,
+}
+
+/// A command as the store keeps it: its kind and a JSON payload. Encoding
+/// and decoding belong to `dagr_protocol::commands::Command`; the store
+/// only keeps the text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EncodedCommand {
     pub kind: String,
     pub payload: String,
-    pub created_at: i64,
+}
+
+impl EncodedCommand {
+    pub fn new(kind: &str, payload: String) -> Self {
+        EncodedCommand { kind: kind.into(), payload }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -247,6 +265,54 @@ pub struct NewRun {
     pub run: RunRow,
     /// Task names in workflow order; their index is their position.
     pub tasks: Vec<String>,
+}
+
+/// What a new run is: everything [`NewRun::new`] needs besides the
+/// workflow and the clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunOrigin {
+    pub tenant: String,
+    /// The workflow version; `None` for jobs, whose spec is inline.
+    pub version: Option<i64>,
+    pub kind: RunKind,
+    pub logical_time: i64,
+    /// The run's params (a JSON object), defaults merged with overrides.
+    pub params: String,
+    /// Inline spec (jobs only).
+    pub spec: Option<String>,
+    pub backfill_id: Option<String>,
+}
+
+impl NewRun {
+    /// A queued run of `workflow` with all its tasks pending, created at
+    /// `now`: the one constructor the API (triggers, backfills, jobs) and
+    /// the engine (schedules) share. Its id is a UUIDv7 (time-ordered), its
+    /// slot the hash of its id.
+    pub fn new(workflow: &dagr_core::Workflow, origin: RunOrigin, now: i64) -> NewRun {
+        let id = uuid::Uuid::now_v7().to_string();
+        NewRun {
+            run: RunRow {
+                slot: dagr_core::slots::slot_of(&id) as i64,
+                id,
+                tenant: origin.tenant,
+                workflow: workflow.name().into(),
+                version: origin.version,
+                kind: origin.kind,
+                state: RunState::Queued,
+                logical_time: origin.logical_time,
+                params: origin.params,
+                spec: origin.spec,
+                backfill_id: origin.backfill_id,
+                owner: None,
+                epoch: 0,
+                created_at: now,
+                started_at: None,
+                finished_at: None,
+                updated_at: now,
+            },
+            tasks: workflow.tasks.iter().map(|t| t.name.clone()).collect(),
+        }
+    }
 }
 
 /// What happened to a run that was to be created.
@@ -276,29 +342,11 @@ pub struct RunFilter {
     pub limit: i64,
 }
 
-/// A task's row as the engine writes it (whole, last write wins).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TaskWrite {
-    pub run_id: String,
-    pub idx: i64,
-    pub name: String,
-    pub state: String,
-    pub attempts: i64,
-    pub failures: i64,
-    /// Attempts lost with their node since the task was last reset.
-    pub lost: i64,
-    pub forced: bool,
-    pub retry_at: Option<i64>,
-    pub error: Option<String>,
-    pub started_at: Option<i64>,
-    pub finished_at: Option<i64>,
-}
-
 /// A run's state change.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunWrite {
     pub id: String,
-    pub state: String,
+    pub state: RunState,
     pub started_at: Option<i64>,
     pub finished_at: Option<i64>,
     pub updated_at: i64,
@@ -317,10 +365,10 @@ pub struct WriteBatch {
     /// Runs to create (schedule materialisation). A run whose cycle already
     /// has one is skipped.
     pub new_runs: Vec<NewRun>,
-    /// A command (e.g. `admit`) to insert for each new run that was created.
-    pub new_run_command: Option<String>,
+    /// A command (admit) to insert for each new run that was created.
+    pub new_run_command: Option<EncodedCommand>,
     pub runs: Vec<RunWrite>,
-    pub tasks: Vec<TaskWrite>,
+    pub tasks: Vec<TaskRow>,
     pub outputs: Vec<OutputWrite>,
     /// Upserted by (run, task, number): insert when an attempt starts,
     /// update when it ends.
@@ -337,6 +385,9 @@ pub struct WriteBatch {
     /// `schedule_cursors` are written under. If a higher token holds the
     /// duty, those writes are dropped.
     pub singleton: Option<(String, i64)>,
+    /// When the step happened (ms): the time recorded with consumed
+    /// commands. The store reads no clock.
+    pub at: i64,
 }
 
 impl WriteBatch {
@@ -383,7 +434,7 @@ pub trait Store: TenancyStore + RegistryStore + Send + Sync + 'static {
     /// Creates runs with their tasks, and for each an optional command
     /// (e.g. `admit`) in the same transaction. Schedule and backfill runs
     /// for a logical time that already has one are not created twice.
-    async fn create_runs(&self, runs: Vec<NewRun>, command_kind: Option<&str>) -> Result<Vec<Created>>;
+    async fn create_runs(&self, runs: Vec<NewRun>, command: Option<EncodedCommand>) -> Result<Vec<Created>>;
     async fn get_run(&self, id: &str) -> Result<Option<RunRow>>;
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRow>>;
     /// Runs that are queued, running or paused (for recovery).

@@ -365,7 +365,11 @@ fn run_from(row: &AnyRow) -> Result<RunRow> {
         version: row.try_get("version")?,
         kind: RunKind::parse(&kind)
             .ok_or_else(|| Error::Invalid(format!("unknown run kind `{kind}` in the database")))?,
-        state: row.try_get("state")?,
+        state: {
+            let state: String = row.try_get("state")?;
+            RunState::parse(&state)
+                .ok_or_else(|| Error::Invalid(format!("unknown run state `{state}` in the database")))?
+        },
         logical_time: row.try_get("logical_time")?,
         params: row.try_get("params")?,
         spec: row.try_get("spec")?,
@@ -390,7 +394,7 @@ fn run_args(r: &RunRow) -> Vec<Arg> {
         Arg::Text(r.workflow.clone()),
         Arg::OptI64(r.version),
         Arg::Text(r.kind.as_str().to_owned()),
-        Arg::Text(r.state.clone()),
+        Arg::Text(r.state.as_str().to_owned()),
         Arg::I64(r.logical_time),
         Arg::Text(r.params.clone()),
         Arg::OptText(r.spec.clone()),
@@ -410,7 +414,11 @@ fn task_from(row: &AnyRow) -> Result<TaskRow> {
         run_id: row.try_get("run_id")?,
         idx: row.try_get("idx")?,
         name: row.try_get("name")?,
-        state: row.try_get("state")?,
+        state: {
+            let state: String = row.try_get("state")?;
+            TaskState::parse(&state)
+                .ok_or_else(|| Error::Invalid(format!("unknown task state `{state}` in the database")))?
+        },
         attempts: row.try_get("attempts")?,
         failures: row.try_get("failures")?,
         lost: row.try_get("lost")?,
@@ -472,8 +480,7 @@ fn command_from(row: &AnyRow) -> Result<CommandRow> {
         tenant: row.try_get("tenant")?,
         run_id: row.try_get("run_id")?,
         slot: row.try_get("slot")?,
-        kind: row.try_get("kind")?,
-        payload: row.try_get("payload")?,
+        command: EncodedCommand { kind: row.try_get("kind")?, payload: row.try_get("payload")? },
         created_at: row.try_get("created_at")?,
         done_at: row.try_get("done_at")?,
         result: row.try_get("result")?,
@@ -510,7 +517,7 @@ impl SqlStore {
                     Arg::Text(new.run.id.clone()),
                     Arg::I64(i as i64),
                     Arg::Text(name.clone()),
-                    Arg::Text("pending".into()),
+                    Arg::Text(TaskState::Pending.as_str().into()),
                 ]
             })
             .collect();
@@ -680,7 +687,7 @@ impl Store for SqlStore {
             .collect()
     }
 
-    async fn create_runs(&self, runs: Vec<NewRun>, command_kind: Option<&str>) -> Result<Vec<Created>> {
+    async fn create_runs(&self, runs: Vec<NewRun>, command: Option<EncodedCommand>) -> Result<Vec<Created>> {
         let mut tx = self.write.begin().await?;
         let mut out = Vec::with_capacity(runs.len());
         for new in &runs {
@@ -688,17 +695,18 @@ impl Store for SqlStore {
                 out.push(Created::Exists { id: Self::existing_cycle_run(&mut tx, &new.run).await? });
                 continue;
             }
-            let command = match command_kind {
+            let command = match &command {
                 None => None,
-                Some(kind) => {
+                Some(command) => {
                     let row = sqlx::query(
                         "INSERT INTO commands (tenant, run_id, slot, kind, payload, created_at) \
-                         VALUES ($1, $2, $3, $4, '{}', $5) RETURNING id",
+                         VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
                     )
                     .bind(&new.run.tenant)
                     .bind(&new.run.id)
                     .bind(new.run.slot)
-                    .bind(kind)
+                    .bind(&command.kind)
+                    .bind(&command.payload)
                     .bind(new.run.created_at)
                     .fetch_one(&mut *tx)
                     .await?;
@@ -988,15 +996,16 @@ impl Store for SqlStore {
 
         for new in &batch.new_runs {
             if Self::insert_run(&mut *tx, self.backend, new).await?
-                && let Some(kind) = &batch.new_run_command
+                && let Some(command) = &batch.new_run_command
             {
                 sqlx::query(
-                        "INSERT INTO commands (tenant, run_id, slot, kind, payload, created_at) VALUES ($1, $2, $3, $4, '{}', $5)",
+                        "INSERT INTO commands (tenant, run_id, slot, kind, payload, created_at) VALUES ($1, $2, $3, $4, $5, $6)",
                     )
                     .bind(&new.run.tenant)
                     .bind(&new.run.id)
                     .bind(new.run.slot)
-                    .bind(kind)
+                    .bind(&command.kind)
+                    .bind(&command.payload)
                     .bind(new.run.created_at)
                     .execute(&mut *tx)
                     .await?;
@@ -1009,7 +1018,7 @@ impl Store for SqlStore {
                 "UPDATE runs SET state = ?, started_at = COALESCE(started_at, ?), finished_at = ?, updated_at = ? \
                  WHERE id = ?",
                 vec![
-                    Arg::Text(run.state.clone()),
+                    Arg::Text(run.state.as_str().into()),
                     Arg::OptI64(run.started_at),
                     Arg::OptI64(run.finished_at),
                     Arg::I64(run.updated_at),
@@ -1035,7 +1044,7 @@ impl Store for SqlStore {
                         Arg::Text(t.run_id.clone()),
                         Arg::I64(t.idx),
                         Arg::Text(t.name.clone()),
-                        Arg::Text(t.state.clone()),
+                        Arg::Text(t.state.as_str().into()),
                         Arg::I64(t.attempts),
                         Arg::I64(t.failures),
                         Arg::I64(t.lost),
@@ -1140,11 +1149,10 @@ impl Store for SqlStore {
             script.rows("INSERT INTO events (tenant, at, kind, run_id, task, data)", "", 6, rows);
         }
 
-        let now = batch.runs.first().map(|r| r.updated_at).unwrap_or_else(now_ms);
         for (id, result) in &batch.commands_done {
             script.push(
                 "UPDATE commands SET done_at = ?, result = ? WHERE id = ?",
-                vec![Arg::I64(now), Arg::Text(result.clone()), Arg::I64(*id)],
+                vec![Arg::I64(batch.at), Arg::Text(result.clone()), Arg::I64(*id)],
             );
         }
 
@@ -1168,8 +1176,8 @@ impl Store for SqlStore {
         .bind(command.tenant)
         .bind(command.run_id)
         .bind(command.slot)
-        .bind(command.kind)
-        .bind(command.payload)
+        .bind(command.command.kind)
+        .bind(command.command.payload)
         .bind(command.created_at)
         .fetch_one(&self.write)
         .await?;
@@ -1315,11 +1323,6 @@ impl Store for SqlStore {
             .await?;
         rows.iter().map(backfill_from).collect()
     }
-}
-
-/// Milliseconds since the Unix epoch, now.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -24,11 +24,12 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use dagr_protocol::now_ms;
 use dagr_protocol::wire::{AttemptKey, AttemptResult, AttemptSpec, FailureKind, Outcome};
 use dagr_runtime::{
     AttemptContext, AttemptObserver, Execution, Limits, LogLine, NetworkPolicy, Plugin, Runtime, SecretSource,
 };
-use dagr_store::{LogRow, Store, now_ms};
+use dagr_store::{LogRow, Store};
 use tokio::sync::{OnceCell, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -138,23 +139,21 @@ impl Worker {
     /// Loads (once) and returns the plugin with this hash. A failure is not
     /// kept: the next attempt tries again (the store may be back, the
     /// component published by then).
-    async fn plugin(&self, sha256: &str) -> Result<Plugin, String> {
+    async fn plugin(&self, sha256: &str) -> Result<Plugin, PluginError> {
         let cell = self.lock_plugins().entry(sha256.to_owned()).or_default().clone();
         let loaded = cell
             .get_or_init(|| async {
                 let bytes = match self.inner.source.component(sha256).await {
                     Ok(Some(bytes)) => bytes,
-                    Ok(None) => return Err(format!("no component with sha256 {sha256} is available to this worker")),
-                    Err(message) => return Err(message),
+                    Ok(None) => return Err(PluginError::Missing { sha256: sha256.into() }),
+                    Err(message) => return Err(PluginError::Source(message)),
                 };
                 let runtime = self.inner.runtime.clone();
                 match tokio::task::spawn_blocking(move || runtime.load(&bytes)).await {
                     Ok(Ok(plugin)) if plugin.sha256() == sha256 => Ok(plugin),
-                    Ok(Ok(plugin)) => {
-                        Err(format!("the component fetched for sha256 {sha256} has sha256 {}", plugin.sha256()))
-                    }
-                    Ok(Err(e)) => Err(format!("the component does not load: {e}")),
-                    Err(e) => Err(format!("loading the component failed: {e}")),
+                    Ok(Ok(plugin)) => Err(PluginError::Mismatch { asked: sha256.into(), got: plugin.sha256().into() }),
+                    Ok(Err(e)) => Err(PluginError::Load(e.to_string())),
+                    Err(e) => Err(PluginError::Load(format!("loading the component failed: {e}"))),
                 }
             })
             .await
@@ -191,19 +190,33 @@ impl Worker {
     pub fn start(&self, spec: AttemptSpec, reporter: Arc<dyn Reporter>) {
         let cancel = self.lock_running().entry(spec.key.clone()).or_default().clone();
         let worker = self.clone();
-        tokio::spawn(async move {
-            let key = spec.key.clone();
-            let mut result = worker.execute(spec, cancel).await;
-            worker.lock_running().remove(&key);
-            let abandoned = worker.inner.abandoned.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
-            if abandoned {
-                result.outcome = Outcome::Failed {
-                    kind: FailureKind::WorkerLost,
-                    message: "the worker lost its lease and stopped the attempt".into(),
-                };
-            }
-            reporter.report(result);
-        });
+        let span = tracing::info_span!(
+            "attempt",
+            run = %spec.key.run_id,
+            task = %spec.task_name,
+            attempt = spec.key.number,
+            tenant = %spec.tenant
+        );
+        tokio::spawn(tracing::Instrument::instrument(
+            async move {
+                let key = spec.key.clone();
+                let mut result = worker.execute(spec, cancel).await;
+                worker.lock_running().remove(&key);
+                let abandoned = worker.inner.abandoned.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
+                if abandoned {
+                    result.outcome = Outcome::Failed {
+                        kind: FailureKind::WorkerLost,
+                        message: "the worker lost its lease and stopped the attempt".into(),
+                    };
+                }
+                match &result.outcome {
+                    Outcome::Succeeded { .. } => tracing::debug!("attempt succeeded"),
+                    Outcome::Failed { kind, message } => tracing::debug!(%kind, %message, "attempt failed"),
+                }
+                reporter.report(result);
+            },
+            span,
+        ));
     }
 
     /// Stops one attempt; false if it is not running here.
@@ -248,10 +261,10 @@ impl Worker {
         };
         let plugin = match self.plugin(&spec.plugin.sha256).await {
             Ok(plugin) => plugin,
-            Err(message) => {
+            Err(error) => {
                 return finish(Outcome::Failed {
                     kind: FailureKind::PluginUnavailable,
-                    message: format!("plugin {}@{}: {message}", spec.plugin.name, spec.plugin.version),
+                    message: format!("plugin {}@{}: {error}", spec.plugin.name, spec.plugin.version),
                 });
             }
         };
@@ -305,7 +318,24 @@ impl Worker {
 }
 
 /// A plugin being loaded (once) for the attempts that need it.
-type Loading = Arc<OnceCell<Result<Plugin, String>>>;
+type Loading = Arc<OnceCell<Result<Plugin, PluginError>>>;
+
+/// Why a worker has no plugin for an attempt.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PluginError {
+    /// No component with this hash is known (not published, or deleted).
+    #[error("no component with sha256 {sha256} is available to this worker")]
+    Missing { sha256: String },
+    /// The component store failed (transient: the next attempt asks again).
+    #[error("the component could not be fetched: {0}")]
+    Source(String),
+    /// The bytes fetched are not the component asked for.
+    #[error("the component fetched for sha256 {asked} has sha256 {got}")]
+    Mismatch { asked: String, got: String },
+    /// The component does not load in this runtime.
+    #[error("the component does not load: {0}")]
+    Load(String),
+}
 
 fn map_kind(kind: dagr_runtime::FailureKind) -> FailureKind {
     use dagr_runtime::FailureKind as R;

@@ -67,7 +67,7 @@ impl Task for Script {
                 "idempotency_key": ctx.idempotency_key,
             }))?,
         );
-        let result: Dynamic = engine.eval_ast_with_scope(&mut scope, &ast).map_err(script_error)?;
+        let result: Dynamic = engine.eval_ast_with_scope(&mut scope, &ast).map_err(|e| script_error(&e))?;
         rhai::serde::from_dynamic::<Value>(&result)
             .map_err(|e| TaskError::fatal(format!("the script's result cannot be turned into JSON: {e}")))
     }
@@ -117,9 +117,9 @@ fn to_dynamic(value: &Value) -> Result<Dynamic, TaskError> {
     rhai::serde::to_dynamic(value).map_err(|e| TaskError::fatal(format!("cannot pass data to the script: {e}")))
 }
 
-fn script_error(error: Box<EvalAltResult>) -> TaskError {
-    match *error {
-        EvalAltResult::ErrorRuntime(ref value, position) => {
+fn script_error(error: &EvalAltResult) -> TaskError {
+    match error {
+        EvalAltResult::ErrorRuntime(value, position) => {
             let text = value.to_string();
             if let Some(message) = text.strip_prefix(FATAL) {
                 TaskError::fatal(message)
@@ -135,7 +135,7 @@ fn script_error(error: Box<EvalAltResult>) -> TaskError {
         EvalAltResult::ErrorTooManyOperations(position) => {
             TaskError::fatal(format!("the script ran too long: it hit its max_operations limit ({position})"))
         }
-        ref other => TaskError::fatal(format!("the script failed: {other}")),
+        other => TaskError::fatal(format!("the script failed: {other}")),
     }
 }
 

@@ -1,0 +1,145 @@
+//! Commands: operators' requests (kill, pause, rerun, …) read from the
+//! store, applied to the run they name once that run is loaded here, and
+//! answered in the same commit that applies them (consumed exactly once).
+
+use std::sync::Arc;
+
+use dagr_core::run::{Input as RunInput, Rejected};
+use dagr_protocol::commands::Command;
+use dagr_protocol::control::CommandOutcome;
+
+use crate::engine::effects::{Effects, LoadError, Need, PendingCommand};
+use crate::engine::state::EngineState;
+
+fn outcome_json(outcome: &CommandOutcome) -> String {
+    serde_json::to_string(outcome).unwrap_or_else(|_| "{\"ok\":false,\"message\":\"\"}".into())
+}
+
+fn fail(message: impl Into<String>) -> CommandOutcome {
+    CommandOutcome { ok: false, message: message.into() }
+}
+
+impl EngineState {
+    /// A command read from the store: applied if its run is loaded here,
+    /// else its run is asked for and the command waits (in order).
+    pub(crate) fn apply_command(&mut self, effects: &mut Effects, command: PendingCommand, now: i64) {
+        if !self.owned.contains(&command.slot) {
+            // Another master's; if this one takes the slot over, it reads
+            // pending commands again from the start.
+            return;
+        }
+        if self.deferred_commands.iter().any(|c| c.id == command.id) {
+            return;
+        }
+        let runnable = match &command.command {
+            Err(reason) => {
+                let outcome = fail(format!("the command cannot be read: {reason}"));
+                return self.reply(effects, command.id, outcome);
+            }
+            Ok(_) => self.runs.contains_key(command.run_id.as_str()),
+        };
+        if runnable && !self.deferred_commands.iter().any(|c| c.run_id == command.run_id) {
+            self.execute(effects, command, now);
+        } else {
+            effects.need(Need::Claim(vec![command.run_id.clone()]));
+            self.deferred_commands.push(command);
+        }
+    }
+
+    /// Commands whose run was being loaded: applied now if it is, answered
+    /// with the reason if it cannot be, kept for the next step if the
+    /// store failed.
+    pub(crate) fn retry_deferred_commands(&mut self, effects: &mut Effects, now: i64) {
+        let deferred = std::mem::take(&mut self.deferred_commands);
+        let mut waiting_runs: Vec<String> = Vec::new();
+        for command in deferred {
+            let blocked = waiting_runs.contains(&command.run_id);
+            if !blocked && self.runs.contains_key(command.run_id.as_str()) {
+                self.execute(effects, command, now);
+                continue;
+            }
+            match self.load_failures.get(&command.run_id) {
+                Some(LoadError::Gone(message) | LoadError::Invalid(message)) if !blocked => {
+                    let outcome = fail(message.clone());
+                    self.reply(effects, command.id, outcome);
+                }
+                _ => {
+                    // Still loading, or the store failed (asked again at
+                    // the next step): later commands of the run wait too.
+                    waiting_runs.push(command.run_id.clone());
+                    self.deferred_commands.push(command);
+                }
+            }
+        }
+    }
+
+    /// A run could not be loaded; its commands learn why.
+    pub(crate) fn load_failed(&mut self, _effects: &mut Effects, run: &str, error: LoadError) {
+        tracing::warn!(run, error = %error, "cannot load run");
+        self.load_failures.insert(run.to_owned(), error);
+    }
+
+    /// Asks again for the runs of commands that wait (the store failed).
+    pub(crate) fn reclaim_deferred(&mut self, effects: &mut Effects) {
+        let mut runs: Vec<String> = self.deferred_commands.iter().map(|c| c.run_id.clone()).collect();
+        runs.dedup();
+        if !runs.is_empty() {
+            effects.need(Need::Claim(runs));
+        }
+    }
+
+    fn reply(&mut self, effects: &mut Effects, id: i64, outcome: CommandOutcome) {
+        effects.batch.commands_done.push((id, outcome_json(&outcome)));
+        effects.replies.push((id, outcome));
+    }
+
+    fn execute(&mut self, effects: &mut Effects, pending: PendingCommand, now: i64) {
+        let Ok(command) = pending.command else { return };
+        let outcome = self.execute_on(effects, &pending.run_id, &command, now);
+        if let Some((id, _)) = self.runs.get_key_value(pending.run_id.as_str())
+            && self.runs[id].machine.state().is_terminal()
+        {
+            let id: Arc<str> = id.clone();
+            self.retiring.push(id);
+        }
+        self.reply(effects, pending.id, outcome);
+    }
+
+    fn execute_on(&mut self, effects: &mut Effects, run_id: &str, command: &Command, now: i64) -> CommandOutcome {
+        let Some((id, run)) = self.runs.get_key_value(run_id) else {
+            return fail(format!("run {run_id} is not loaded"));
+        };
+        let id = id.clone();
+        let task_named = |name: &str| {
+            run.machine.workflow().task_index(name).ok_or_else(|| fail(format!("the run has no task `{name}`")))
+        };
+        let input = match command {
+            Command::Admit => {
+                self.admit_or_wait(effects, &id, now);
+                return CommandOutcome { ok: true, message: "admitted".into() };
+            }
+            Command::Kill => RunInput::Kill,
+            Command::Pause => RunInput::Pause,
+            Command::Resume => RunInput::Resume,
+            Command::MarkFailed => RunInput::MarkFailed,
+            Command::RerunFailed => RunInput::RerunFailed,
+            Command::RerunTask { task, downstream } => match task_named(task) {
+                Ok(task) => RunInput::RerunTask { task, downstream: *downstream },
+                Err(outcome) => return outcome,
+            },
+            Command::ForceSuccess { task } => match task_named(task) {
+                Ok(task) => RunInput::ForceSuccess { task },
+                Err(outcome) => return outcome,
+            },
+        };
+        let Some(run) = self.runs.get_mut(&id) else { return fail("the run is gone") };
+        match run.machine.apply(input, now) {
+            Ok(actions) => {
+                tracing::info!(run = %id, command = command.kind(), "command applied");
+                self.absorb(effects, &id, actions, now);
+                CommandOutcome { ok: true, message: format!("{} done", command.kind()) }
+            }
+            Err(Rejected::NotAllowed(message) | Rejected::Stale(message)) => fail(message),
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! Dispatch: ready tasks, fairly across tenants and by priority within
+//! one, start as attempts on workers with room, within their workflow's
+//! `concurrency` and their tenant's `max_concurrent`.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use dagr_core::run::TaskState;
+use dagr_protocol::plugins::PluginDirectory;
+use dagr_protocol::wire::{AttemptKey, AttemptResult, Outcome};
+use dagr_store::{AttemptRow, OutputWrite};
+
+use crate::engine::effects::{Effects, Need};
+use crate::engine::runs::InFlight;
+use crate::engine::state::EngineState;
+use crate::ready::ReadyTask;
+
+/// Ready tasks set aside in one step because their worker group is full;
+/// past this many the step stops looking further down the queue.
+const MAX_SET_ASIDE: usize = 4096;
+
+/// Whether a ready task can start now or waits for data.
+enum Prepared {
+    Ready,
+    Waiting,
+}
+
+impl EngineState {
+    /// Fills free worker slots from the ready queue.
+    pub(crate) fn dispatch_ready(&mut self, effects: &mut Effects, plugins: &dyn PluginDirectory, now: i64) {
+        for item in std::mem::take(&mut self.awaiting) {
+            self.ready.restore(item);
+        }
+        let mut set_aside: Vec<ReadyTask> = Vec::new();
+        let mut full_groups: HashSet<Option<String>> = HashSet::new();
+        while self.in_flight.len() < self.settings.max_in_flight && !self.owned.is_empty() {
+            let Some(item) = self.ready.pop() else { break };
+            let Some(run) = self.runs.get(&item.run) else {
+                continue;
+            };
+            if !run.machine.dispatching() || run.machine.task(item.task).state != TaskState::Queued {
+                continue;
+            }
+            let key = run.workflow_key();
+            if let Some(cap) = run.machine.workflow().spec.concurrency
+                && self.running_by_workflow.get(&key).copied().unwrap_or(0) >= cap as usize
+            {
+                self.parked.entry(key).or_default().push_back(item);
+                continue;
+            }
+            let tenant_cap = self.tenant_limits(&run.row.tenant).and_then(|l| l.max_concurrent);
+            if let Some(cap) = tenant_cap
+                && self.running_by_tenant.get(&run.tenant).copied().unwrap_or(0) >= cap as usize
+            {
+                self.parked_by_tenant.entry(run.tenant.clone()).or_default().push_back(item);
+                continue;
+            }
+            let group = run.machine.workflow().tasks[item.task].worker_group.clone();
+            if full_groups.contains(&group) {
+                set_aside.push(item);
+                if set_aside.len() >= MAX_SET_ASIDE {
+                    break;
+                }
+                continue;
+            }
+            if let Prepared::Waiting = self.prepare(effects, &item, plugins) {
+                self.awaiting.push(item);
+                continue;
+            }
+            let Some(worker) = self.placement.pick(group.as_deref(), now) else {
+                // No worker of this group has room: its tasks wait, the
+                // other groups' go on (unless no worker at all has room).
+                full_groups.insert(group);
+                set_aside.push(item);
+                if !self.placement.has_room(now) || set_aside.len() >= MAX_SET_ASIDE {
+                    break;
+                }
+                continue;
+            };
+            self.start_task(effects, &item, worker, plugins, now);
+        }
+        for item in set_aside {
+            self.ready.restore(item);
+        }
+    }
+
+    /// Makes sure what a ready task needs is at hand: its upstream outputs
+    /// (small ones are kept in memory, big ones read from the store) and
+    /// its plugin (a plugin published a moment ago through another node may
+    /// not be in the directory's snapshot yet: refreshed once before the
+    /// attempt fails).
+    fn prepare(&mut self, effects: &mut Effects, item: &ReadyTask, plugins: &dyn PluginDirectory) -> Prepared {
+        // Outputs written in this very step are not in the store yet.
+        let pending: Vec<(i64, &String)> = effects
+            .batch
+            .outputs
+            .iter()
+            .filter_map(|w| match w {
+                OutputWrite::Set { run_id, idx, output } if **run_id == *item.run => Some((*idx, output)),
+                _ => None,
+            })
+            .collect();
+        let Some(run) = self.runs.get_mut(&item.run) else { return Prepared::Ready };
+        let mut missing: Vec<i64> = Vec::new();
+        for &dep in &run.machine.workflow().tasks[item.task].deps {
+            if run.machine.task(dep).state != TaskState::Succeeded
+                || run.outputs.contains_key(&dep)
+                || run.absent.contains(&dep)
+            {
+                continue;
+            }
+            match pending.iter().find(|(idx, _)| *idx == dep as i64) {
+                Some((_, output)) => {
+                    run.outputs.insert(dep, Arc::from(output.as_str()));
+                }
+                None => missing.push(dep as i64),
+            }
+        }
+        if !missing.is_empty() {
+            effects.need(Need::Outputs { run: run.row.id.clone(), idxs: missing });
+            return Prepared::Waiting;
+        }
+        let plugin = &run.machine.workflow().tasks[item.task].plugin;
+        if !self.plugins_refreshed && plugins.resolve(&run.row.tenant, &plugin.name, plugin.version.as_deref()).is_err()
+        {
+            effects.need(Need::RefreshPlugins);
+            return Prepared::Waiting;
+        }
+        Prepared::Ready
+    }
+
+    /// Starts the next attempt of a queued task on `worker`. A task that
+    /// cannot be given to a worker (its plugin is gone, its params do not
+    /// render, it asks for more than its tenant may use) fails that
+    /// attempt with the reason.
+    fn start_task(
+        &mut self,
+        effects: &mut Effects,
+        item: &ReadyTask,
+        worker: String,
+        plugins: &dyn PluginDirectory,
+        now: i64,
+    ) {
+        let limits = self.tenant_limits(&item.tenant);
+        let Some(run) = self.runs.get_mut(&item.run) else {
+            self.placement.released(&worker);
+            return;
+        };
+        let Ok((attempt, actions)) = run.machine.start_attempt(item.task) else {
+            self.placement.released(&worker);
+            return;
+        };
+        let spec = crate::engine::spec::build_spec(run, item.task, attempt, plugins, &self.settings, limits.as_ref());
+        let workflow = run.workflow_key();
+        let key = AttemptKey { run_id: run.row.id.clone(), task: item.task as u32, number: attempt };
+        let task_name = run.machine.workflow().tasks[item.task].name.clone();
+        let epoch = run.row.epoch;
+        tracing::debug!(run = %key.run_id, task = %task_name, attempt, %worker, "attempt starts");
+        self.absorb(effects, &item.run, actions, now);
+        let started = AttemptRow {
+            run_id: key.run_id.clone(),
+            task_idx: item.task as i64,
+            number: attempt as i64,
+            task: task_name.clone(),
+            state: "running".into(),
+            failure_kind: None,
+            message: None,
+            charged: false,
+            worker: worker.clone(),
+            epoch,
+            started_at: now,
+            finished_at: None,
+        };
+        match spec {
+            Ok(spec) => {
+                effects.batch.attempts.push(started);
+                self.count_running(&workflow, &item.tenant);
+                let flight = InFlight {
+                    workflow,
+                    tenant: item.tenant.clone(),
+                    worker: worker.clone(),
+                    confirmed_at: now,
+                    adopting: false,
+                };
+                self.in_flight.insert(key, flight);
+                effects.dispatches.push((spec, worker));
+            }
+            Err((kind, message)) => {
+                self.placement.released(&worker);
+                let result = AttemptResult {
+                    key,
+                    epoch,
+                    task_name,
+                    worker,
+                    started_at: now,
+                    finished_at: now,
+                    outcome: Outcome::Failed { kind, message },
+                };
+                effects.batch.attempts.push(crate::engine::results::finished_attempt(&result, &started));
+                self.apply_result(effects, result, now, false);
+            }
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! What goes into a step and what comes out of it.
+//!
+//! - [`Input`]: what happened (a worker's result, commands found in the
+//!   store, a change of ownership, leadership or workers, a probe's answer).
+//! - [`Data`]: what the shell read because the state asked for it.
+//! - [`Effects`]: what the step decided — the [`WriteBatch`] to commit, and
+//!   what to do once it is committed — and the [`Need`]s that must be read
+//!   before the step can finish.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use dagr_core::Workflow;
+use dagr_protocol::commands::Command;
+use dagr_protocol::control::CommandOutcome;
+use dagr_protocol::tenancy::TenantLimits;
+use dagr_protocol::wire::{Ack, AttemptKey, AttemptResult, AttemptSpec};
+use dagr_store::{AttemptRow, RunRow, RunState, TaskRow, WriteBatch};
+
+use crate::engine::placement::WorkerInfo;
+use crate::{Adoption, DispatchError};
+
+/// Something that happened, for the state to decide on.
+#[derive(Debug, Clone)]
+pub enum Input {
+    /// A worker's result. `ack`: the shell's handle for whoever waits for
+    /// the verdict (answered in [`Effects::acks`]).
+    Result { result: AttemptResult, ack: Option<u64> },
+    /// Commands found in the store after [`EngineState::command_cursor`](crate::engine::EngineState::command_cursor),
+    /// oldest first, decoded (or the reason they do not decode).
+    Commands(Vec<PendingCommand>),
+    /// The slots this master owns now.
+    Ownership(HashSet<u32>),
+    /// This master leads (with its fencing token) or not.
+    Leadership(Option<i64>),
+    /// The workers that exist now, with their capacity.
+    Workers(Vec<WorkerInfo>),
+    /// A worker's answer to a dispatch: its running count and a verdict
+    /// per attempt sent, or why the whole dispatch failed.
+    Dispatched { worker: String, sent: Vec<(AttemptKey, i64, String)>, answer: Result<Accepted, DispatchError> },
+    /// A worker's answer about an attempt this master adopted or checked.
+    Probed { key: AttemptKey, worker: String, epoch: i64, adoption: Adoption },
+    /// A workflow was applied or deleted: its schedule may have changed.
+    WorkflowChanged { tenant: String, name: String },
+}
+
+/// A worker's answer to a dispatch that reached it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Accepted {
+    /// One per attempt, in order: accepted, or why not.
+    pub verdicts: Vec<Result<(), String>>,
+    /// What the worker runs now, for every master (if it said).
+    pub running: Option<u32>,
+}
+
+/// A command read from the store.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingCommand {
+    pub id: i64,
+    pub run_id: String,
+    pub slot: u32,
+    pub command: Result<Command, String>,
+}
+
+/// A run the shell claimed (or read) and loaded for the state.
+#[derive(Debug, Clone)]
+pub struct LoadedRun {
+    /// The run as it is after the claim (with this master's epoch).
+    pub row: RunRow,
+    /// Its task rows; `None` when the run was claimed for the first time
+    /// while queued (every task is still pending, nothing to read).
+    pub tasks: Option<Vec<TaskRow>>,
+    pub workflow: Arc<Workflow>,
+    /// Its backfill's parallelism, if it belongs to one.
+    pub backfill_parallel: Option<usize>,
+    /// Its attempts the store has as running (to adopt or to lose).
+    pub running: Vec<AttemptRow>,
+}
+
+/// Why a run could not be loaded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LoadError {
+    /// The store failed; trying again later may work.
+    #[error("the store failed: {0}")]
+    Transient(String),
+    /// There is no such run, or it belongs to another master.
+    #[error("{0}")]
+    Gone(String),
+    /// The run's stored definition or rows do not load.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// A workflow's schedule as stored now: `None` when the workflow is gone
+/// or has no schedule.
+#[derive(Debug, Clone)]
+pub struct ScheduleSource {
+    pub tenant: String,
+    pub name: String,
+    pub current: Option<ScheduleRow>,
+}
+
+/// A live workflow's latest version, validated, and its schedule's cursor.
+#[derive(Debug, Clone)]
+pub struct ScheduleRow {
+    pub version: i64,
+    pub workflow: Arc<Workflow>,
+    /// The last cycle materialised, if any.
+    pub cursor: Option<i64>,
+    /// Since when the workflow has had this schedule (or existed).
+    pub since: i64,
+}
+
+/// What the state needs read before it can go on.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Need {
+    /// Claim (bump the epoch of) and load these runs, which belong to slots
+    /// this master owns and are not loaded here.
+    Claim(Vec<String>),
+    /// The active runs of these slots, claimed and loaded (the ones not
+    /// loaded here).
+    Slots(Vec<u32>),
+    /// The ids and owners of the active runs of these slots (to find runs
+    /// loaded nowhere).
+    Owners(Vec<u32>),
+    /// Stored outputs of a run's tasks (too big to keep in memory).
+    Outputs { run: String, idxs: Vec<i64> },
+    /// A fresh snapshot of the plugin directory (a plugin was not found).
+    RefreshPlugins,
+    /// Record this token as the scheduler's holder, and read every
+    /// schedule if it holds.
+    Lead(i64),
+    /// A workflow's schedule as stored now.
+    Schedule { tenant: String, name: String },
+}
+
+/// What the shell read for the state's [`Need`]s.
+#[derive(Debug, Default, Clone)]
+pub struct Data {
+    /// Runs claimed and loaded.
+    pub loaded: Vec<LoadedRun>,
+    /// Runs that could not be loaded.
+    pub failed: Vec<(String, LoadError)>,
+    /// Slots whose runs were read and loaded ([`Need::Slots`]).
+    pub gained: Vec<u32>,
+    /// Slots whose runs could not be read (asked for again next step).
+    pub slots_failed: Vec<u32>,
+    /// Active runs of slots: (id, slot, owner).
+    pub owners: Vec<(String, u32, Option<String>)>,
+    /// Outputs: (run, task index, output if stored).
+    pub outputs: Vec<(String, i64, Option<String>)>,
+    /// The plugin directory was refreshed.
+    pub plugins_refreshed: bool,
+    /// Leadership: the token asked for, and whether it holds the duty
+    /// (with every schedule) or a newer leader does (`None`: the store
+    /// failed; asked again later).
+    pub lead: Option<(i64, Option<Vec<ScheduleSource>>)>,
+    /// Schedules read.
+    pub schedules: Vec<ScheduleSource>,
+    /// Tenants' limits, when they changed (read before runs of a tenant
+    /// new to this master are dispatched).
+    pub tenant_limits: Option<Arc<HashMap<String, TenantLimits>>>,
+}
+
+impl Data {
+    pub fn is_empty(&self) -> bool {
+        self.loaded.is_empty()
+            && self.failed.is_empty()
+            && self.gained.is_empty()
+            && self.slots_failed.is_empty()
+            && self.owners.is_empty()
+            && self.outputs.is_empty()
+            && !self.plugins_refreshed
+            && self.lead.is_none()
+            && self.schedules.is_empty()
+            && self.tenant_limits.is_none()
+    }
+}
+
+/// An attempt to ask a worker about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Probe {
+    pub key: AttemptKey,
+    pub worker: String,
+    pub epoch: i64,
+}
+
+/// What one step decided. Everything but `needs` happens after `batch` is
+/// committed; nothing of it before.
+#[derive(Debug, Default)]
+pub struct Effects {
+    pub batch: WriteBatch,
+    /// Attempts to hand to workers: (spec, worker).
+    pub dispatches: Vec<(AttemptSpec, String)>,
+    /// Attempts to stop: (key, worker).
+    pub cancels: Vec<(AttemptKey, String)>,
+    /// Attempts to ask their workers about (adoption, checks).
+    pub probes: Vec<Probe>,
+    /// Verdicts on workers' results: (ack handle, run, verdict). A run
+    /// fenced by the commit answers `NotOwner` instead.
+    pub acks: Vec<(u64, String, Ack)>,
+    /// Outcomes of consumed commands: (command id, outcome).
+    pub replies: Vec<(i64, CommandOutcome)>,
+    /// Runs that reached a final state: (run, state).
+    pub finished: Vec<(String, RunState)>,
+    /// What must be read before the step can finish.
+    pub needs: Vec<Need>,
+    /// Read the next page of commands at once (more are waiting, or
+    /// slots were gained).
+    pub read_commands: bool,
+}
+
+impl Effects {
+    /// Asks for `need` once.
+    pub(crate) fn need(&mut self, need: Need) {
+        if !self.needs.contains(&need) {
+            self.needs.push(need);
+        }
+    }
+
+    /// Takes the needs, leaving none.
+    pub fn take_needs(&mut self) -> Vec<Need> {
+        std::mem::take(&mut self.needs)
+    }
+}

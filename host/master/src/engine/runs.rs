@@ -1,0 +1,421 @@
+//! The runs the engine drives: loading one from what the shell read,
+//! forgetting one, and turning its machine's actions into writes, events,
+//! ready tasks and timers.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use chrono_tz::Tz;
+use dagr_core::run::{Action, RunMachine, RunState, TaskProgress, TaskState};
+use dagr_protocol::wire::AttemptKey;
+use dagr_store::{NewEvent, OutputWrite, RunRow, RunWrite, TaskRow};
+use serde_json::{Value, json};
+
+use crate::engine::effects::{Effects, LoadError, LoadedRun, Probe};
+use crate::engine::state::EngineState;
+use crate::engine::timers::Timer;
+
+/// Outputs up to this size stay in memory for dependents; larger ones are
+/// read back from the store when needed.
+pub(crate) const CACHED_OUTPUT: usize = 64 * 1024;
+
+/// A workflow: (tenant, name).
+pub(crate) type WorkflowKey = (String, String);
+
+/// Timestamps and notes the machine does not keep, for the task rows.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TaskExtra {
+    pub started_at: Option<i64>,
+    pub finished_at: Option<i64>,
+    pub retry_at: Option<i64>,
+    pub error: Option<String>,
+}
+
+/// A run the engine drives.
+pub(crate) struct ActiveRun {
+    pub tenant: Arc<str>,
+    pub row: RunRow,
+    pub machine: RunMachine,
+    pub params: BTreeMap<String, Value>,
+    pub timezone: Tz,
+    pub extra: Vec<TaskExtra>,
+    /// Outputs of finished tasks kept for their dependents (small ones, and
+    /// big ones read back for a dispatch).
+    pub outputs: HashMap<usize, Arc<str>>,
+    /// Tasks whose output the store does not have (read and found absent).
+    pub absent: HashSet<usize>,
+    /// A backfill's parallelism, if the run belongs to one.
+    pub backfill_parallel: Option<usize>,
+}
+
+impl ActiveRun {
+    pub fn workflow_key(&self) -> WorkflowKey {
+        (self.row.tenant.clone(), self.row.workflow.clone())
+    }
+
+    /// The task's row as it is now.
+    pub fn task_row(&self, task: usize) -> TaskRow {
+        let p = self.machine.task(task);
+        let e = &self.extra[task];
+        TaskRow {
+            run_id: self.row.id.clone(),
+            idx: task as i64,
+            name: self.machine.workflow().tasks[task].name.clone(),
+            state: p.state,
+            attempts: p.attempts as i64,
+            failures: p.failures as i64,
+            lost: p.lost as i64,
+            forced: p.forced,
+            retry_at: e.retry_at,
+            error: e.error.clone(),
+            started_at: e.started_at,
+            finished_at: e.finished_at,
+        }
+    }
+
+    fn event(&self, kind: &str, task: Option<usize>, data: Value, now: i64) -> NewEvent {
+        NewEvent {
+            tenant: self.row.tenant.clone(),
+            at: now,
+            kind: kind.into(),
+            run_id: Some(self.row.id.clone()),
+            task: task.map(|t| self.machine.workflow().tasks[t].name.clone()),
+            data: data.to_string(),
+        }
+    }
+}
+
+/// An attempt handed to a worker (or adopted) and not yet reported back.
+#[derive(Debug, Clone)]
+pub(crate) struct InFlight {
+    pub workflow: WorkflowKey,
+    pub tenant: Arc<str>,
+    pub worker: String,
+    /// When its worker last confirmed it (or when it was dispatched).
+    pub confirmed_at: i64,
+    /// Its worker has not said yet whether it still runs it (taken over).
+    pub adopting: bool,
+}
+
+/// Builds the machine of a run from its rows.
+fn restore(run: &LoadedRun, max_lost: u32) -> Result<(RunMachine, Vec<TaskExtra>, Vec<Action>), LoadError> {
+    let row = &run.row;
+    let workflow = run.workflow.clone();
+    let (progress, extra) = match &run.tasks {
+        None => (
+            vec![TaskProgress::new(TaskState::Pending, 0, 0, false); workflow.tasks.len()],
+            vec![TaskExtra::default(); workflow.tasks.len()],
+        ),
+        Some(tasks) => {
+            if tasks.len() != workflow.tasks.len() {
+                return Err(LoadError::Invalid(format!(
+                    "run {} has {} task rows for {} tasks",
+                    row.id,
+                    tasks.len(),
+                    workflow.tasks.len()
+                )));
+            }
+            tasks
+                .iter()
+                .map(|t| {
+                    let progress = TaskProgress::new(t.state, t.attempts as u32, t.failures as u32, t.forced)
+                        .with_lost(t.lost as u32);
+                    let extra = TaskExtra {
+                        started_at: t.started_at,
+                        finished_at: t.finished_at,
+                        retry_at: t.retry_at,
+                        error: t.error.clone(),
+                    };
+                    (progress, extra)
+                })
+                .unzip()
+        }
+    };
+    let (machine, actions) = RunMachine::restore(workflow, row.state, progress);
+    Ok((machine.with_max_lost(max_lost), extra, actions))
+}
+
+impl EngineState {
+    /// Starts driving a run the shell claimed and loaded: its machine is
+    /// rebuilt, its retries re-armed, and its running attempts asked about
+    /// (adopted if their worker still runs them, lost if not) instead of
+    /// being restarted blindly.
+    pub(crate) fn install_run(&mut self, effects: &mut Effects, loaded: LoadedRun, now: i64) {
+        if self.runs.contains_key(loaded.row.id.as_str()) {
+            return;
+        }
+        let (machine, extra, actions) = match restore(&loaded, self.settings.max_lost_attempts) {
+            Ok(restored) => restored,
+            Err(e) => {
+                tracing::error!(run = %loaded.row.id, error = %e, "cannot take over run");
+                let id = loaded.row.id.clone();
+                self.load_failed(effects, &id, e);
+                return;
+            }
+        };
+        self.counters.runs_claimed += 1;
+        let LoadedRun { row, workflow, backfill_parallel, running, .. } = loaded;
+        let id: Arc<str> = Arc::from(row.id.as_str());
+        for (task, e) in extra.iter().enumerate() {
+            if machine.task(task).state == TaskState::RetryWait {
+                self.timers.arm(e.retry_at.unwrap_or(now), Timer::Retry { run: row.id.clone(), task });
+            }
+        }
+        let run = ActiveRun {
+            tenant: Arc::from(row.tenant.as_str()),
+            params: serde_json::from_str(&row.params).unwrap_or_default(),
+            timezone: workflow.schedule.as_ref().map(|s| s.timezone).unwrap_or(chrono_tz::UTC),
+            row,
+            machine,
+            extra,
+            outputs: HashMap::new(),
+            absent: HashSet::new(),
+            backfill_parallel,
+        };
+        if matches!(run.machine.state(), RunState::Running | RunState::Paused) {
+            self.count_active(&run, 1);
+        }
+        let epoch = run.row.epoch;
+        let (workflow_key, tenant) = (run.workflow_key(), run.tenant.clone());
+        self.runs.insert(id.clone(), run);
+        self.absorb(effects, &id, actions, now);
+        for attempt in running {
+            let key = AttemptKey {
+                run_id: attempt.run_id.clone(),
+                task: attempt.task_idx as u32,
+                number: attempt.number as u32,
+            };
+            if attempt.worker.is_empty() || !self.placement.knows(&attempt.worker) {
+                // Its worker is gone (or it never reached one): lost.
+                self.counters.attempts_lost += 1;
+                let why = if attempt.worker.is_empty() { "it never reached a worker" } else { "its worker is gone" };
+                let result = crate::engine::results::lost_result(&attempt, epoch, now, why);
+                effects.batch.attempts.push(crate::engine::results::finished_attempt(&result, &attempt));
+                self.apply_result(effects, result, now, false);
+                continue;
+            }
+            // Tracked as running until its worker answers.
+            self.count_running(&workflow_key, &tenant);
+            self.placement.adopted(&attempt.worker);
+            self.in_flight.insert(
+                key.clone(),
+                InFlight {
+                    workflow: workflow_key.clone(),
+                    tenant: tenant.clone(),
+                    worker: attempt.worker.clone(),
+                    confirmed_at: now,
+                    adopting: true,
+                },
+            );
+            effects.probes.push(Probe { key, worker: attempt.worker, epoch });
+        }
+    }
+
+    /// Queued runs just loaded wait for admission in creation order.
+    pub(crate) fn admit_loaded(&mut self, effects: &mut Effects, loaded: &[String], now: i64) {
+        let mut queued: Vec<(i64, Arc<str>)> = loaded
+            .iter()
+            .filter_map(|id| self.runs.get_key_value(id.as_str()))
+            .filter(|(_, r)| r.machine.state() == RunState::Queued)
+            .map(|(id, r)| (r.row.created_at, id.clone()))
+            .collect();
+        queued.sort();
+        for (_, id) in queued {
+            self.admit_or_wait(effects, &id, now);
+        }
+    }
+
+    /// A stored output the shell read for a dispatch (or found absent).
+    pub(crate) fn output_read(&mut self, run: &str, idx: i64, output: Option<String>) {
+        if let Some(active) = self.runs.get_mut(run) {
+            match output {
+                Some(output) => {
+                    active.outputs.insert(idx as usize, Arc::from(output.as_str()));
+                }
+                None => {
+                    active.absent.insert(idx as usize);
+                }
+            }
+        }
+    }
+
+    pub(crate) fn count_active(&mut self, run: &ActiveRun, delta: isize) {
+        let add = |n: &mut usize| *n = n.saturating_add_signed(delta);
+        add(self.active_by_workflow.entry(run.workflow_key()).or_default());
+        if let Some(bf) = &run.row.backfill_id {
+            add(self.active_by_backfill.entry(bf.clone()).or_default());
+        }
+    }
+
+    /// Forgets a finished run. Its attempts still in flight (cancelled by a
+    /// kill) stay tracked, so that their ends are recorded when they report.
+    pub(crate) fn retire_run(&mut self, run_id: &str) {
+        let Some(run) = self.runs.remove(run_id) else { return };
+        if matches!(run.machine.state(), RunState::Running | RunState::Paused) {
+            self.count_active(&run, -1);
+        }
+        self.remove_waiting(&run.workflow_key(), run_id);
+    }
+
+    /// Forgets a run this master may no longer drive (fenced, or handed
+    /// over): its in-flight attempts are the new owner's to track.
+    pub(crate) fn drop_run(&mut self, run_id: &str) {
+        let Some(run) = self.runs.remove(run_id) else { return };
+        // Writes for it may wait in the step being built: they are still
+        // fenced with the epoch this master held.
+        self.dropped_epochs.insert(run_id.to_owned(), run.row.epoch);
+        if matches!(run.machine.state(), RunState::Running | RunState::Paused) {
+            self.count_active(&run, -1);
+        }
+        self.remove_waiting(&run.workflow_key(), run_id);
+        let flights: Vec<AttemptKey> = self.in_flight.keys().filter(|k| k.run_id == run_id).cloned().collect();
+        for k in flights {
+            if let Some(flight) = self.in_flight.remove(&k) {
+                self.release(&flight);
+            }
+        }
+    }
+
+    pub(crate) fn count_running(&mut self, workflow: &WorkflowKey, tenant: &Arc<str>) {
+        *self.running_by_workflow.entry(workflow.clone()).or_default() += 1;
+        *self.running_by_tenant.entry(tenant.clone()).or_default() += 1;
+    }
+
+    /// A worker slot, a workflow and a tenant concurrency slot are free again.
+    pub(crate) fn release(&mut self, flight: &InFlight) {
+        self.placement.released(&flight.worker);
+        if let Some(n) = self.running_by_workflow.get_mut(&flight.workflow) {
+            *n = n.saturating_sub(1);
+        }
+        if let Some(n) = self.running_by_tenant.get_mut(&flight.tenant) {
+            *n = n.saturating_sub(1);
+        }
+        self.unpark(&flight.workflow);
+        if let Some(parked) = self.parked_by_tenant.get_mut(&flight.tenant) {
+            if let Some(item) = parked.pop_front() {
+                self.ready.restore(item);
+            }
+            if parked.is_empty() {
+                self.parked_by_tenant.remove(&flight.tenant);
+            }
+        }
+    }
+
+    fn unpark(&mut self, key: &WorkflowKey) {
+        let Some(parked) = self.parked.get_mut(key) else {
+            return;
+        };
+        if let Some(item) = parked.pop_front() {
+            self.ready.restore(item);
+        }
+        if parked.is_empty() {
+            self.parked.remove(key);
+        }
+    }
+
+    /// Carries out a run machine's actions: rows and events to write, tasks
+    /// to queue for dispatch, attempts to cancel, retries to arm; a run that
+    /// stops being active lets its workflow's waiting runs in.
+    pub(crate) fn absorb(&mut self, effects: &mut Effects, run_id: &Arc<str>, actions: Vec<Action>, now: i64) {
+        let mut freed: Vec<WorkflowKey> = Vec::new();
+        for action in actions {
+            let Some(run) = self.runs.get_mut(run_id) else {
+                return;
+            };
+            match action {
+                Action::TaskChanged { task, from, to } => {
+                    let extra = &mut run.extra[task];
+                    match to {
+                        TaskState::Pending => {
+                            *extra = TaskExtra::default();
+                            if from == TaskState::Succeeded {
+                                run.outputs.remove(&task);
+                                run.absent.remove(&task);
+                                effects
+                                    .batch
+                                    .outputs
+                                    .push(OutputWrite::Clear { run_id: run.row.id.clone(), idx: task as i64 });
+                            }
+                        }
+                        TaskState::Running => {
+                            extra.started_at = Some(now);
+                            extra.finished_at = None;
+                            extra.retry_at = None;
+                        }
+                        TaskState::Queued => extra.retry_at = None,
+                        s if s.is_terminal() => {
+                            extra.finished_at = Some(now);
+                            extra.retry_at = None;
+                            if s == TaskState::Succeeded {
+                                extra.error = None;
+                            }
+                        }
+                        _ => {}
+                    }
+                    effects.batch.tasks.push(run.task_row(task));
+                    let attempt = run.machine.task(task).attempts;
+                    let data = json!({"from": from.as_str(), "to": to.as_str(), "attempt": attempt});
+                    effects.batch.events.push(run.event("task.state", Some(task), data, now));
+                }
+                Action::RunChanged { from, to } => {
+                    run.row.state = to;
+                    if to == RunState::Running && run.row.started_at.is_none() {
+                        run.row.started_at = Some(now);
+                    }
+                    run.row.finished_at = to.is_terminal().then_some(now);
+                    run.row.updated_at = now;
+                    effects.batch.runs.push(RunWrite {
+                        id: run.row.id.clone(),
+                        state: to,
+                        started_at: run.row.started_at,
+                        finished_at: run.row.finished_at,
+                        updated_at: now,
+                    });
+                    let data = json!({"from": from.as_str(), "to": to.as_str()});
+                    effects.batch.events.push(run.event("run.state", None, data, now));
+                    if to.is_terminal() {
+                        tracing::info!(run = %run.row.id, state = %to, "run finished");
+                        effects.finished.push((run.row.id.clone(), to));
+                        self.counters.runs_finished += 1;
+                        run.outputs.clear();
+                    }
+                    let active = |s: RunState| matches!(s, RunState::Running | RunState::Paused);
+                    let (key, backfill) = (run.workflow_key(), run.row.backfill_id.clone());
+                    if !active(from) && active(to) {
+                        *self.active_by_workflow.entry(key).or_default() += 1;
+                        if let Some(bf) = backfill {
+                            *self.active_by_backfill.entry(bf).or_default() += 1;
+                        }
+                    } else if active(from) && !active(to) {
+                        if let Some(n) = self.active_by_workflow.get_mut(&key) {
+                            *n = n.saturating_sub(1);
+                        }
+                        if let Some(n) = backfill.and_then(|bf| self.active_by_backfill.get_mut(&bf)) {
+                            *n = n.saturating_sub(1);
+                        }
+                        freed.push(key);
+                    }
+                }
+                Action::Dispatch { task } => {
+                    let priority = run.machine.workflow().tasks[task].priority;
+                    self.ready.push(run.tenant.clone(), run_id.clone(), task, priority);
+                }
+                Action::Cancel { task, attempt } => {
+                    let key = AttemptKey { run_id: run.row.id.clone(), task: task as u32, number: attempt };
+                    if let Some(flight) = self.in_flight.get(&key) {
+                        effects.cancels.push((key, flight.worker.clone()));
+                    }
+                }
+                Action::RetryAt { task, at_ms } => {
+                    run.extra[task].retry_at = Some(at_ms);
+                    effects.batch.tasks.push(run.task_row(task));
+                    let id = run.row.id.clone();
+                    self.timers.arm(at_ms, Timer::Retry { run: id, task });
+                }
+            }
+        }
+        for key in freed {
+            self.try_admit_waiting(effects, &key, now);
+        }
+    }
+}

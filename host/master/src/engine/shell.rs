@@ -1,0 +1,514 @@
+//! The async shell around [`EngineState`]: it gathers inputs, reads what
+//! the state needs, steps it, commits, and only then acts.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use dagr_core::definition::Format;
+use dagr_core::{RunState, Workflow, WorkflowSpec};
+use dagr_protocol::commands::Command;
+use dagr_protocol::now_ms;
+use dagr_protocol::plugins::{PluginDirectory, TrustedCatalog};
+use dagr_protocol::wire::{Ack, AttemptSpec};
+use dagr_store::{Committed, RunRow, Store};
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+use crate::engine::SCHEDULER;
+use crate::engine::effects::{
+    Data, Effects, Input, LoadError, LoadedRun, Need, PendingCommand, ScheduleRow, ScheduleSource,
+};
+use crate::engine::state::{EngineState, MAX_PASSES};
+use crate::{EngineConfig, EngineHandle, EngineMetrics, Message, TenantPolicy, Transport};
+
+/// Messages handled per step at most, so that one step's batch stays bounded.
+const MAX_MESSAGES_PER_STEP: usize = 8192;
+/// Commands read per step at most.
+const COMMAND_PAGE: i64 = 256;
+/// Validated workflow versions kept by the shell (they never change).
+const MAX_CACHED_WORKFLOWS: usize = 4096;
+
+/// The engine. Built and started by [`Engine::start`].
+pub struct Engine {
+    config: EngineConfig,
+    state: EngineState,
+    store: Arc<dyn Store>,
+    transport: Arc<dyn Transport>,
+    plugins: Arc<dyn PluginDirectory>,
+    policy: Arc<dyn TenantPolicy>,
+    metrics: Arc<EngineMetrics>,
+    rx: mpsc::UnboundedReceiver<Message>,
+    /// Answers of probes, which arrive after their step.
+    answers_tx: mpsc::UnboundedSender<Input>,
+    answers_rx: mpsc::UnboundedReceiver<Input>,
+    commands_tx: broadcast::Sender<(i64, dagr_protocol::control::CommandOutcome)>,
+    finished_tx: broadcast::Sender<(String, String)>,
+    /// Inputs for the next step (answers to this step's dispatches).
+    pending: Vec<Input>,
+    /// Whoever waits for the verdict on a worker's result.
+    acks: HashMap<u64, oneshot::Sender<Ack>>,
+    next_ack: u64,
+    workflows: HashMap<(String, String, i64), Arc<Workflow>>,
+    limits_version: Option<u64>,
+}
+
+impl Engine {
+    /// Starts the engine loop. The engine drives nothing until it is told
+    /// which slots it owns ([`EngineHandle::own_slots`]) and which workers
+    /// exist ([`EngineHandle::workers`]); taking over a slot is also how
+    /// it recovers after a restart.
+    pub async fn start(
+        config: EngineConfig,
+        store: Arc<dyn Store>,
+        transport: Arc<dyn Transport>,
+        plugins: Arc<dyn PluginDirectory>,
+    ) -> Result<EngineHandle, dagr_store::Error> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (answers_tx, answers_rx) = mpsc::unbounded_channel();
+        let (commands_tx, _) = broadcast::channel(1024);
+        let (finished_tx, _) = broadcast::channel(4096);
+        let metrics = Arc::new(EngineMetrics::default());
+        let handle = EngineHandle {
+            tx,
+            commands: commands_tx.clone(),
+            finished: finished_tx.clone(),
+            store: store.clone(),
+            metrics: metrics.clone(),
+            plugins: plugins.clone(),
+        };
+        let engine = Engine {
+            state: EngineState::new(&config, now_ms()),
+            policy: config.policy.clone(),
+            config,
+            store,
+            transport,
+            plugins,
+            metrics,
+            rx,
+            answers_tx,
+            answers_rx,
+            commands_tx,
+            finished_tx,
+            pending: Vec::new(),
+            acks: HashMap::new(),
+            next_ack: 0,
+            workflows: HashMap::new(),
+            limits_version: None,
+        };
+        tokio::spawn(engine.run());
+        Ok(handle)
+    }
+
+    async fn run(mut self) {
+        let mut poll = tokio::time::interval(self.config.poll_interval);
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut read_commands = false;
+        loop {
+            let mut messages: Vec<Message> = Vec::new();
+            let mut inputs: Vec<Input> = std::mem::take(&mut self.pending);
+            let mut wake = read_commands;
+            if inputs.is_empty() && !wake {
+                let next = self.state.next_wake(now_ms());
+                let sleep_for = next.map(|at| Duration::from_millis((at - now_ms()).max(0) as u64));
+                tokio::select! {
+                    message = self.rx.recv() => match message {
+                        Some(message) => messages.push(message),
+                        None => return,
+                    },
+                    answer = self.answers_rx.recv() => inputs.extend(answer),
+                    _ = poll.tick() => wake = true,
+                    _ = async {
+                        match sleep_for {
+                            Some(d) => tokio::time::sleep(d).await,
+                            None => std::future::pending().await,
+                        }
+                    } => {}
+                }
+            }
+            while messages.len() < MAX_MESSAGES_PER_STEP {
+                match self.rx.try_recv() {
+                    Ok(message) => messages.push(message),
+                    Err(_) => break,
+                }
+            }
+            while let Ok(answer) = self.answers_rx.try_recv() {
+                inputs.push(answer);
+            }
+            let mut shutdown = None;
+            for message in messages {
+                match message {
+                    Message::Wake => wake = true,
+                    Message::Result(result, waiter) => {
+                        let ack = waiter.map(|w| {
+                            self.next_ack += 1;
+                            self.acks.insert(self.next_ack, w);
+                            self.next_ack
+                        });
+                        inputs.push(Input::Result { result, ack });
+                    }
+                    Message::WorkflowChanged { tenant, name } => inputs.push(Input::WorkflowChanged { tenant, name }),
+                    Message::TenantChanged => self.policy.changed(),
+                    Message::Ownership(slots) => inputs.push(Input::Ownership(slots)),
+                    Message::Leadership(token) => inputs.push(Input::Leadership(token)),
+                    Message::Workers(workers) => inputs.push(Input::Workers(workers)),
+                    Message::Shutdown(reply) => shutdown = Some(reply),
+                }
+            }
+            let mut page_full = false;
+            if wake {
+                match self.store.pending_commands(self.state.command_cursor(), COMMAND_PAGE).await {
+                    Ok(rows) => {
+                        page_full = rows.len() as i64 == COMMAND_PAGE;
+                        let commands = rows
+                            .into_iter()
+                            .map(|row| PendingCommand {
+                                id: row.id,
+                                slot: row.slot as u32,
+                                command: Command::decode(&row.command.kind, &row.command.payload)
+                                    .map_err(|e| e.to_string()),
+                                run_id: row.run_id,
+                            })
+                            .collect::<Vec<_>>();
+                        if !commands.is_empty() {
+                            inputs.push(Input::Commands(commands));
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "cannot read commands; will retry"),
+                }
+            }
+            let effects = self.step(inputs).await;
+            read_commands = page_full || effects.read_commands;
+            self.publish_metrics();
+            if let Some(reply) = shutdown {
+                let _ = reply.send(());
+                return;
+            }
+        }
+    }
+
+    /// One step: the passes, the commit, the effects.
+    async fn step(&mut self, inputs: Vec<Input>) -> Effects {
+        let now = now_ms();
+        let mut effects = Effects::default();
+        self.state.begin(&mut effects);
+        let mut data = Data { tenant_limits: self.limits_changed(), ..Data::default() };
+        let mut inputs = inputs;
+        for _ in 0..MAX_PASSES {
+            self.state.step(&mut effects, std::mem::take(&mut inputs), data, self.plugins.as_ref(), now);
+            let needs = effects.take_needs();
+            if needs.is_empty() {
+                break;
+            }
+            data = self.read(needs, now).await;
+            data.tenant_limits = self.limits_changed();
+        }
+        // What is still needed is asked for again by the next step.
+        effects.needs.clear();
+        self.state.seal(&mut effects, now);
+        let committed = self.commit(&mut effects).await;
+        self.state.committed(&committed);
+        self.act(&mut effects, &committed).await;
+        effects
+    }
+
+    /// Tenants' limits, if they changed since the last look.
+    fn limits_changed(&mut self) -> Option<Arc<HashMap<String, crate::TenantLimits>>> {
+        let (version, limits) = self.policy.snapshot()?;
+        if self.limits_version == Some(version) {
+            return None;
+        }
+        self.limits_version = Some(version);
+        Some(limits)
+    }
+
+    /// Commits the step's writes, retrying until the store takes them:
+    /// nothing of the step may act on state that is not durable.
+    async fn commit(&mut self, effects: &mut Effects) -> Committed {
+        if effects.batch.is_empty() {
+            return Committed::default();
+        }
+        let mut delay = Duration::from_millis(50);
+        loop {
+            match self.store.commit(effects.batch.clone()).await {
+                Ok(committed) => return committed,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot commit the engine step; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+
+    /// What a committed step does: answers, dispatches, cancellations,
+    /// probes, notifications.
+    async fn act(&mut self, effects: &mut Effects, committed: &Committed) {
+        let fenced: HashSet<&str> = committed.fenced.iter().map(String::as_str).collect();
+        for (ack, run, verdict) in effects.acks.drain(..) {
+            if let Some(waiter) = self.acks.remove(&ack) {
+                let _ = waiter.send(if fenced.contains(run.as_str()) { Ack::NotOwner } else { verdict });
+            }
+        }
+        // One request per worker (cut if big), all workers at once.
+        let mut by_worker: BTreeMap<String, Vec<AttemptSpec>> = BTreeMap::new();
+        for (spec, worker) in effects.dispatches.drain(..) {
+            if !fenced.contains(spec.key.run_id.as_str()) {
+                by_worker.entry(worker).or_default().push(spec);
+            }
+        }
+        let requests: Vec<(String, Vec<AttemptSpec>)> = by_worker
+            .into_iter()
+            .flat_map(|(worker, specs)| {
+                dagr_protocol::wire::batches(specs, AttemptSpec::payload_bytes)
+                    .into_iter()
+                    .map(move |batch| (worker.clone(), batch))
+            })
+            .collect();
+        let transport = &self.transport;
+        let answers = futures::future::join_all(requests.into_iter().map(|(worker, specs)| async move {
+            // What an answer needs; the specs themselves go without a copy.
+            let sent: Vec<_> = specs.iter().map(|s| (s.key.clone(), s.epoch, s.task_name.clone())).collect();
+            let answer = transport.dispatch(specs, &worker).await;
+            Input::Dispatched { worker, sent, answer }
+        }))
+        .await;
+        self.pending.extend(answers);
+        for (key, worker) in effects.cancels.drain(..) {
+            let transport = self.transport.clone();
+            tokio::spawn(async move { transport.cancel(&key, &worker).await });
+        }
+        for probe in effects.probes.drain(..) {
+            let (transport, answers) = (self.transport.clone(), self.answers_tx.clone());
+            tokio::spawn(async move {
+                let adoption = transport.adopt(&probe.key, &probe.worker, probe.epoch).await;
+                let _ =
+                    answers.send(Input::Probed { key: probe.key, worker: probe.worker, epoch: probe.epoch, adoption });
+            });
+        }
+        for (run, state) in &effects.finished {
+            if !fenced.contains(run.as_str()) {
+                let _ = self.finished_tx.send((run.clone(), state.as_str().to_owned()));
+            }
+        }
+        for reply in effects.replies.drain(..) {
+            let _ = self.commands_tx.send(reply);
+        }
+    }
+
+    fn publish_metrics(&self) {
+        let c = self.state.counters();
+        let m = &self.metrics;
+        for (atomic, value) in [
+            (&m.steps, c.steps),
+            (&m.dispatched, c.dispatched),
+            (&m.results, c.results),
+            (&m.stale_results, c.stale_results),
+            (&m.fenced_writes, c.fenced_writes),
+            (&m.runs_finished, c.runs_finished),
+            (&m.runs_claimed, c.runs_claimed),
+            (&m.attempts_adopted, c.attempts_adopted),
+            (&m.attempts_lost, c.attempts_lost),
+            (&m.active_runs, self.state.active_runs() as u64),
+            (&m.in_flight, self.state.in_flight() as u64),
+        ] {
+            atomic.store(value, Ordering::Relaxed);
+        }
+    }
+
+    // Reading what the state needs --------------------------------------------
+
+    async fn read(&mut self, needs: Vec<Need>, now: i64) -> Data {
+        let mut data = Data::default();
+        let mut claims: Vec<String> = Vec::new();
+        for need in needs {
+            match need {
+                Need::Claim(runs) => claims.extend(runs),
+                Need::Slots(slots) => self.read_slots(&mut data, slots, now).await,
+                Need::Owners(slots) => {
+                    let slots: Vec<i64> = slots.iter().map(|&s| s as i64).collect();
+                    match self.store.active_runs_in_slots(&slots).await {
+                        Ok(rows) => data.owners.extend(rows.into_iter().map(|r| (r.id, r.slot as u32, r.owner))),
+                        Err(e) => tracing::warn!(error = %e, "cannot read the runs of owned slots"),
+                    }
+                }
+                Need::Outputs { run, idxs } => match self.store.outputs(&run, &idxs).await {
+                    Ok(rows) => {
+                        let found: HashMap<i64, String> = rows.into_iter().collect();
+                        let mut found = found;
+                        data.outputs.extend(idxs.iter().map(|i| (run.clone(), *i, found.remove(i))));
+                    }
+                    Err(e) => tracing::warn!(run = %run, error = %e, "cannot read upstream outputs"),
+                },
+                Need::RefreshPlugins => {
+                    self.plugins.refresh().await;
+                    data.plugins_refreshed = true;
+                }
+                Need::Lead(token) => self.read_lead(&mut data, token, now).await,
+                Need::Schedule { tenant, name } => match self.read_schedule(&tenant, &name).await {
+                    Ok(source) => data.schedules.push(source),
+                    Err(e) => tracing::warn!(workflow = %name, error = %e, "cannot reload the schedule"),
+                },
+            }
+        }
+        claims.sort();
+        claims.dedup();
+        for id in claims {
+            if self.state.has_run(&id) {
+                continue;
+            }
+            match self.claim_and_load(&id, now).await {
+                Ok(loaded) => data.loaded.push(loaded),
+                Err(e) => data.failed.push((id, e)),
+            }
+        }
+        data
+    }
+
+    /// The active runs of gained slots, claimed and loaded.
+    async fn read_slots(&mut self, data: &mut Data, slots: Vec<u32>, now: i64) {
+        let query: Vec<i64> = slots.iter().map(|&s| s as i64).collect();
+        let rows = match self.store.active_runs_in_slots(&query).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read the runs of gained slots; retrying");
+                data.slots_failed.extend(slots);
+                return;
+            }
+        };
+        for row in rows {
+            if self.state.has_run(&row.id) || data.loaded.iter().any(|l| l.row.id == row.id) {
+                continue;
+            }
+            let id = row.id.clone();
+            match self.claim_and_load(&id, now).await {
+                Ok(loaded) => data.loaded.push(loaded),
+                Err(e) => data.failed.push((id, e)),
+            }
+        }
+        data.gained.extend(slots);
+    }
+
+    /// Takes a run over (bumping its epoch, so that a previous owner can no
+    /// longer write), then reads it as it is after the claim. A row read
+    /// before the claim may be older than the task rows read after it (the
+    /// previous owner may commit in between): a run still `queued` there,
+    /// with tasks already running, would never dispatch them again.
+    async fn claim_and_load(&mut self, id: &str, now: i64) -> Result<LoadedRun, LoadError> {
+        let row = self
+            .store
+            .claim_run(id, &self.config.node_id, now)
+            .await
+            .map_err(|e| LoadError::Transient(format!("cannot claim run {id}: {e}")))?
+            .ok_or_else(|| LoadError::Gone(format!("there is no run {id}")))?;
+        self.policy.prepare(&row.tenant).await;
+        let workflow = self.workflow_of(&row).await?;
+        // A queued run claimed for the first time (epoch 1) was never owned
+        // before: only an owner writes task rows, so every task is still
+        // as the run was created, pending. Its rows need not be read
+        // (10,000 rows of a big fan-out are tens of ms before it starts).
+        let fresh = row.epoch == 1 && row.state == RunState::Queued;
+        let transient = |e: dagr_store::Error| LoadError::Transient(format!("cannot read run {id}: {e}"));
+        let tasks = if fresh { None } else { Some(self.store.run_tasks(id).await.map_err(transient)?) };
+        let running = if fresh {
+            Vec::new()
+        } else {
+            self.store.running_attempts_of(&[id.to_owned()]).await.map_err(transient)?
+        };
+        let backfill_parallel = match &row.backfill_id {
+            Some(bf) => match self.store.get_backfill(bf).await {
+                Ok(b) => b.map(|b| b.parallel.max(1) as usize),
+                Err(e) => return Err(transient(e)),
+            },
+            None => None,
+        };
+        Ok(LoadedRun { row, tasks, workflow, backfill_parallel, running })
+    }
+
+    /// A run's workflow: its version (validated once, then kept), or a
+    /// job's inline spec.
+    async fn workflow_of(&mut self, row: &RunRow) -> Result<Arc<Workflow>, LoadError> {
+        let cache_key = row.version.map(|v| (row.tenant.clone(), row.workflow.clone(), v));
+        if let Some(wf) = cache_key.as_ref().and_then(|k| self.workflows.get(k)) {
+            return Ok(wf.clone());
+        }
+        let text = match (&row.spec, row.version) {
+            (Some(spec), _) => spec.clone(),
+            (None, Some(version)) => {
+                self.store
+                    .get_version(&row.tenant, &row.workflow, version)
+                    .await
+                    .map_err(|e| LoadError::Transient(e.to_string()))?
+                    .ok_or_else(|| {
+                        LoadError::Invalid(format!("workflow {} version {version} is missing", row.workflow))
+                    })?
+                    .spec
+            }
+            (None, None) => {
+                return Err(LoadError::Invalid(format!("run {} has neither a workflow version nor a spec", row.id)));
+            }
+        };
+        let workflow = Arc::new(validate(&text).map_err(LoadError::Invalid)?);
+        if let Some(k) = cache_key {
+            if self.workflows.len() >= MAX_CACHED_WORKFLOWS {
+                self.workflows.clear();
+            }
+            self.workflows.insert(k, workflow.clone());
+        }
+        Ok(workflow)
+    }
+
+    async fn read_lead(&mut self, data: &mut Data, token: i64, now: i64) {
+        match self.store.acquire_singleton(SCHEDULER, &self.config.node_id, token, now).await {
+            Ok(true) => match self.store.live_workflows().await {
+                Ok(rows) => {
+                    let schedules = rows
+                        .into_iter()
+                        .map(|(row, version)| ScheduleSource {
+                            tenant: row.tenant.clone(),
+                            name: row.name.clone(),
+                            current: schedule_row(&row, &version),
+                        })
+                        .collect();
+                    data.lead = Some((token, Some(schedules)));
+                }
+                Err(e) => tracing::error!(error = %e, "cannot load schedules; will retry"),
+            },
+            Ok(false) => data.lead = Some((token, None)),
+            Err(e) => tracing::error!(error = %e, "cannot record leadership; will retry"),
+        }
+    }
+
+    async fn read_schedule(&self, tenant: &str, name: &str) -> Result<ScheduleSource, dagr_store::Error> {
+        let gone = ScheduleSource { tenant: tenant.into(), name: name.into(), current: None };
+        let row = match self.store.get_workflow(tenant, name).await? {
+            Some(row) if !row.deleted => row,
+            _ => return Ok(gone),
+        };
+        Ok(match self.store.get_version(tenant, name, row.latest_version).await? {
+            Some(version) => ScheduleSource { current: schedule_row(&row, &version), ..gone },
+            None => gone,
+        })
+    }
+}
+
+/// Parses and validates a stored definition.
+fn validate(text: &str) -> Result<Workflow, String> {
+    let spec = WorkflowSpec::parse(text, Format::Json).map_err(|e| e.to_string())?;
+    Workflow::validate(spec, &TrustedCatalog).map_err(|e| e.to_string())
+}
+
+fn schedule_row(row: &dagr_store::WorkflowRow, version: &dagr_store::VersionRow) -> Option<ScheduleRow> {
+    match validate(&version.spec) {
+        Ok(workflow) => Some(ScheduleRow {
+            version: version.version,
+            workflow: Arc::new(workflow),
+            cursor: row.schedule_cursor,
+            since: row.schedule_since.unwrap_or(row.created_at),
+        }),
+        Err(message) => {
+            tracing::error!(workflow = %row.name, %message, "stored definition does not load");
+            None
+        }
+    }
+}

@@ -1,0 +1,417 @@
+//! The engine's state and the order in which a step decides.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use dagr_protocol::plugins::PluginDirectory;
+use dagr_protocol::tenancy::TenantLimits;
+use dagr_protocol::wire::AttemptKey;
+use dagr_store::Committed;
+
+use crate::EngineConfig;
+use crate::engine::SCHEDULER;
+use crate::engine::effects::{Data, Effects, Input, LoadError, Need, PendingCommand};
+use crate::engine::placement::Placement;
+use crate::engine::runs::{ActiveRun, InFlight, WorkflowKey};
+use crate::engine::schedules::ScheduleEntry;
+use crate::engine::timers::Timers;
+use crate::ready::{ReadyQueue, ReadyTask};
+
+/// The settings a decision reads (the engine's config without its I/O).
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub node_id: String,
+    pub default_timeout: Duration,
+    pub default_memory: u64,
+    pub max_memory: u64,
+    pub max_output_bytes: u64,
+    pub max_log_bytes: u64,
+    pub fence_writes: bool,
+    pub attempt_check: Option<Duration>,
+    pub max_lost_attempts: u32,
+    pub max_catch_up: u32,
+    pub max_in_flight: usize,
+}
+
+impl Settings {
+    pub(crate) fn of(config: &EngineConfig) -> Settings {
+        Settings {
+            node_id: config.node_id.clone(),
+            default_timeout: config.default_timeout,
+            default_memory: config.default_memory,
+            max_memory: config.max_memory,
+            max_output_bytes: config.max_output_bytes,
+            max_log_bytes: config.max_log_bytes,
+            fence_writes: config.fence_writes,
+            attempt_check: config.attempt_check,
+            max_lost_attempts: config.max_lost_attempts,
+            max_catch_up: config.max_catch_up,
+            max_in_flight: config.max_in_flight.max(1),
+        }
+    }
+}
+
+/// What the engine counted, for metrics and tests. Plain numbers: the
+/// shell publishes them.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Counters {
+    pub steps: u64,
+    pub dispatched: u64,
+    pub results: u64,
+    /// Results for attempts that were no longer current (killed, reset,
+    /// duplicate, or carrying an old epoch). Never applied.
+    pub stale_results: u64,
+    /// Writes the store refused because another owner fenced the run.
+    pub fenced_writes: u64,
+    pub runs_finished: u64,
+    /// Runs taken over from another owner (or after a restart).
+    pub runs_claimed: u64,
+    /// Attempts found running at takeover and adopted, not restarted.
+    pub attempts_adopted: u64,
+    /// Attempts found lost at takeover or with their worker.
+    pub attempts_lost: u64,
+}
+
+/// Everything the engine knows. See the [module docs](crate::engine).
+pub struct EngineState {
+    pub(crate) settings: Settings,
+    pub(crate) runs: HashMap<Arc<str>, ActiveRun>,
+    /// Runs dropped during the current step, with the epoch held: their
+    /// writes waiting in the step are still fenced.
+    pub(crate) dropped_epochs: HashMap<String, i64>,
+    pub(crate) ready: ReadyQueue,
+    pub(crate) in_flight: HashMap<AttemptKey, InFlight>,
+    /// When in-flight attempts were last reconciled with their workers.
+    pub(crate) last_attempt_check: i64,
+    /// When the owned slots were last searched for runs loaded nowhere.
+    pub(crate) last_orphan_sweep: i64,
+    /// Tasks running per workflow (for `concurrency`).
+    pub(crate) running_by_workflow: HashMap<WorkflowKey, usize>,
+    /// Ready tasks held back by their workflow's `concurrency`.
+    pub(crate) parked: HashMap<WorkflowKey, VecDeque<ReadyTask>>,
+    /// Attempts running per tenant, and ready tasks held back by the
+    /// tenant's `max_concurrent`.
+    pub(crate) running_by_tenant: HashMap<Arc<str>, usize>,
+    pub(crate) parked_by_tenant: HashMap<Arc<str>, VecDeque<ReadyTask>>,
+    /// Running or paused runs per workflow (for `max_active_runs`) and per backfill.
+    pub(crate) active_by_workflow: HashMap<WorkflowKey, usize>,
+    pub(crate) active_by_backfill: HashMap<String, usize>,
+    /// Queued runs waiting for admission, per workflow, oldest first.
+    pub(crate) waiting: HashMap<WorkflowKey, VecDeque<Arc<str>>>,
+    pub(crate) timers: Timers,
+    pub(crate) schedules: HashMap<WorkflowKey, ScheduleEntry>,
+    /// The last command id seen.
+    pub(crate) command_cursor: i64,
+    /// Commands waiting for their run to be loaded, in order.
+    pub(crate) deferred_commands: Vec<PendingCommand>,
+    /// Runs that could not be loaded in this step, and why.
+    pub(crate) load_failures: HashMap<String, LoadError>,
+    /// Runs to forget at the end of the step if they are finished.
+    pub(crate) retiring: Vec<Arc<str>>,
+    /// Ready tasks waiting for data (outputs, a plugin) in this step.
+    pub(crate) awaiting: Vec<ReadyTask>,
+    /// Whether the plugin directory was refreshed in this step.
+    pub(crate) plugins_refreshed: bool,
+    /// Slots this master owns (and drives the runs of).
+    pub(crate) owned: HashSet<u32>,
+    /// Owned slots whose runs could not be read: asked for again at the
+    /// next step.
+    pub(crate) pending_slots: Vec<u32>,
+    /// The fencing token while this master leads.
+    pub(crate) leader: Option<i64>,
+    /// The token leadership was asked for last (until the store says).
+    pub(crate) leading: Option<i64>,
+    pub(crate) placement: Placement,
+    /// Tenants' limits; `None`: no tenant limits apply.
+    pub(crate) limits: Option<Arc<HashMap<String, TenantLimits>>>,
+    pub(crate) counters: Counters,
+}
+
+/// Passes of one step at most: a need answered can raise another (claim a
+/// run found loaded nowhere, then read its outputs), but not forever.
+pub const MAX_PASSES: usize = 4;
+
+impl EngineState {
+    /// An engine that owns nothing and leads nothing yet.
+    pub fn new(config: &EngineConfig, now: i64) -> EngineState {
+        EngineState {
+            settings: Settings::of(config),
+            runs: HashMap::new(),
+            dropped_epochs: HashMap::new(),
+            ready: ReadyQueue::default(),
+            in_flight: HashMap::new(),
+            last_attempt_check: now,
+            last_orphan_sweep: now,
+            running_by_workflow: HashMap::new(),
+            parked: HashMap::new(),
+            running_by_tenant: HashMap::new(),
+            parked_by_tenant: HashMap::new(),
+            active_by_workflow: HashMap::new(),
+            active_by_backfill: HashMap::new(),
+            waiting: HashMap::new(),
+            timers: Timers::default(),
+            schedules: HashMap::new(),
+            command_cursor: 0,
+            deferred_commands: Vec::new(),
+            load_failures: HashMap::new(),
+            retiring: Vec::new(),
+            awaiting: Vec::new(),
+            plugins_refreshed: false,
+            owned: HashSet::new(),
+            pending_slots: Vec::new(),
+            leader: None,
+            leading: None,
+            placement: Placement::new(config.strategy),
+            limits: None,
+            counters: Counters::default(),
+        }
+    }
+
+    /// Starts a step: what could not be done in the last one for want of
+    /// data is asked for again.
+    pub fn begin(&mut self, effects: &mut Effects) {
+        self.plugins_refreshed = false;
+        let pending = std::mem::take(&mut self.pending_slots);
+        if !pending.is_empty() {
+            self.gain(effects, pending);
+        }
+        if let Some(token) = self.leading {
+            effects.need(Need::Lead(token));
+        }
+        self.reclaim_deferred(effects);
+    }
+
+    /// One pass of a step: absorbs what the shell read, applies the inputs,
+    /// then does what is due — deferred work, timers, checks, dispatch. The
+    /// first pass of a step carries its inputs; later passes (answering
+    /// [`Effects::needs`]) carry only data.
+    pub fn step(
+        &mut self,
+        effects: &mut Effects,
+        inputs: Vec<Input>,
+        data: Data,
+        plugins: &dyn PluginDirectory,
+        now: i64,
+    ) {
+        self.absorb_data(effects, data, now);
+        for input in inputs {
+            self.apply_input(effects, input, now);
+        }
+        self.retry_deferred_commands(effects, now);
+        self.fire_timers(effects, now);
+        self.check_in_flight(effects, now);
+        self.dispatch_ready(effects, plugins, now);
+    }
+
+    fn absorb_data(&mut self, effects: &mut Effects, data: Data, now: i64) {
+        if let Some(limits) = data.tenant_limits {
+            self.limits = Some(limits);
+        }
+        if data.plugins_refreshed {
+            self.plugins_refreshed = true;
+        }
+        for (run, idx, output) in data.outputs {
+            self.output_read(&run, idx, output);
+        }
+        if let Some((token, schedules)) = data.lead {
+            self.lead_answered(effects, token, schedules, now);
+        }
+        for source in data.schedules {
+            self.install_schedule(effects, source, now);
+        }
+        if !data.slots_failed.is_empty() {
+            // Taking these over failed: not owned until they are read; asked
+            // for again at the next step.
+            for slot in &data.slots_failed {
+                self.owned.remove(slot);
+            }
+            self.pending_slots.extend(data.slots_failed);
+        }
+        self.found_owners(effects, data.owners);
+        let loaded: Vec<String> = data.loaded.iter().map(|l| l.row.id.clone()).collect();
+        for run in data.loaded {
+            self.install_run(effects, run, now);
+        }
+        self.admit_loaded(effects, &loaded, now);
+        for (run, error) in data.failed {
+            self.load_failed(effects, &run, error);
+        }
+        if !data.gained.is_empty() {
+            tracing::info!(slots = data.gained.len(), runs = loaded.len(), "took over slots");
+            // Commands of these slots may be pending from before.
+            self.command_cursor = 0;
+            effects.read_commands = true;
+        }
+    }
+
+    fn apply_input(&mut self, effects: &mut Effects, input: Input, now: i64) {
+        match input {
+            Input::Result { result, ack } => {
+                self.counters.results += 1;
+                let run = result.key.run_id.clone();
+                let verdict = self.apply_result(effects, result, now, true);
+                if let Some(ack) = ack {
+                    effects.acks.push((ack, run, verdict));
+                }
+            }
+            Input::Commands(commands) => {
+                for command in commands {
+                    self.command_cursor = self.command_cursor.max(command.id);
+                    self.apply_command(effects, command, now);
+                }
+            }
+            Input::Ownership(slots) => self.set_ownership(effects, slots),
+            Input::Leadership(token) => self.set_leadership(effects, token),
+            Input::Workers(workers) => {
+                let gone = self.placement.set_workers(workers);
+                if !gone.is_empty() {
+                    self.workers_gone(effects, &gone, now);
+                }
+            }
+            Input::Dispatched { worker, sent, answer } => self.dispatched(effects, &worker, sent, answer, now),
+            Input::Probed { key, worker, epoch, adoption } => self.probed(effects, key, &worker, epoch, adoption, now),
+            Input::WorkflowChanged { tenant, name } => self.workflow_changed(effects, tenant, name),
+        }
+    }
+
+    /// The slots this master owns now: runs of lost slots are forgotten
+    /// (nothing is written: the new owner takes them over), those of gained
+    /// slots are asked for.
+    fn set_ownership(&mut self, effects: &mut Effects, slots: HashSet<u32>) {
+        self.pending_slots.clear();
+        let lost: HashSet<u32> = self.owned.difference(&slots).copied().collect();
+        let gained: Vec<u32> = slots.difference(&self.owned).copied().collect();
+        self.owned.retain(|s| slots.contains(s));
+        if !lost.is_empty() {
+            let ids: Vec<Arc<str>> = self
+                .runs
+                .iter()
+                .filter(|(_, r)| lost.contains(&(r.row.slot as u32)))
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in &ids {
+                self.drop_run(id);
+            }
+            if !ids.is_empty() {
+                tracing::info!(slots = lost.len(), runs = ids.len(), "handed over slots");
+            }
+        }
+        self.gain(effects, gained);
+    }
+
+    /// Takes `slots` over: their runs are asked for.
+    pub(crate) fn gain(&mut self, effects: &mut Effects, mut slots: Vec<u32>) {
+        if slots.is_empty() {
+            return;
+        }
+        slots.sort_unstable();
+        self.owned.extend(slots.iter().copied());
+        effects.need(Need::Slots(slots));
+    }
+
+    /// The last command id this engine has seen: the shell reads pending
+    /// commands after it.
+    pub fn command_cursor(&self) -> i64 {
+        self.command_cursor
+    }
+
+    /// Whether a run is loaded here.
+    pub fn has_run(&self, id: &str) -> bool {
+        self.runs.contains_key(id)
+    }
+
+    /// Whether this master owns `slot`.
+    pub fn owns(&self, slot: u32) -> bool {
+        self.owned.contains(&slot)
+    }
+
+    /// When the state next has something to do by itself (a timer, a
+    /// worker's rest ending, a check of attempts in flight).
+    pub fn next_wake(&self, now: i64) -> Option<i64> {
+        let check = self
+            .settings
+            .attempt_check
+            .filter(|_| !self.in_flight.is_empty() || !self.owned.is_empty())
+            .map(|every| self.last_attempt_check + (every.as_millis() as i64).min(1000));
+        let rest = (!self.ready.is_empty()).then(|| self.placement.next_rest_end(now)).flatten();
+        [self.timers.next(), check, rest].into_iter().flatten().min()
+    }
+
+    /// Finishes a step before its commit: every write for a run is fenced
+    /// by the epoch this master holds (a run dropped during the step keeps
+    /// the epoch it had), schedule writes by the leader's token; runs that
+    /// finished are forgotten.
+    pub fn seal(&mut self, effects: &mut Effects, now: i64) {
+        let batch = &mut effects.batch;
+        batch.at = now;
+        if !batch.is_empty() && self.settings.fence_writes {
+            let mut touched: HashSet<&str> = HashSet::new();
+            touched.extend(batch.runs.iter().map(|r| r.id.as_str()));
+            touched.extend(batch.tasks.iter().map(|t| t.run_id.as_str()));
+            touched.extend(batch.attempts.iter().map(|a| a.run_id.as_str()));
+            touched.extend(batch.events.iter().filter_map(|e| e.run_id.as_deref()));
+            let mut fences: Vec<(String, i64)> = touched
+                .into_iter()
+                .filter_map(|id| {
+                    let epoch = self.runs.get(id).map(|r| r.row.epoch).or_else(|| self.dropped_epochs.get(id).copied());
+                    epoch.map(|epoch| (id.to_owned(), epoch))
+                })
+                .collect();
+            fences.sort();
+            batch.fences = fences;
+        }
+        if !batch.new_runs.is_empty() || !batch.schedule_cursors.is_empty() {
+            batch.singleton = self.leader.map(|t| (SCHEDULER.to_owned(), t));
+        }
+        self.dropped_epochs.clear();
+        // Work still waiting for data goes back in line for the next step.
+        for item in std::mem::take(&mut self.awaiting) {
+            self.ready.restore(item);
+        }
+        self.load_failures.clear();
+        let finished: Vec<Arc<str>> = effects.finished.iter().map(|(id, _)| Arc::from(id.as_str())).collect();
+        for id in finished.into_iter().chain(std::mem::take(&mut self.retiring)) {
+            if self.runs.get(&id).is_some_and(|r| r.machine.state().is_terminal()) {
+                self.retire_run(&id);
+            }
+        }
+        self.counters.steps += 1;
+    }
+
+    /// What the commit said: runs another master fenced are dropped here,
+    /// and a newer leader ends this one's schedules.
+    pub fn committed(&mut self, committed: &Committed) {
+        for run in &committed.fenced {
+            self.counters.fenced_writes += 1;
+            tracing::warn!(run = %run, "another master owns this run now; dropping it");
+            self.drop_run(run);
+        }
+        if committed.singleton_fenced {
+            self.counters.fenced_writes += 1;
+            tracing::warn!("a newer leader holds the scheduler; stopping schedules here");
+            self.schedules.clear();
+            self.leader = None;
+        }
+    }
+
+    /// Counters for metrics.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// Runs this master drives now (its load, for rebalancing).
+    pub fn active_runs(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// Attempts in flight now.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// The limits of `tenant`, if tenants have limits.
+    pub(crate) fn tenant_limits(&self, tenant: &str) -> Option<TenantLimits> {
+        self.limits.as_ref().map(|all| all.get(tenant).cloned().unwrap_or_default())
+    }
+}

@@ -1,0 +1,516 @@
+//! A test bench for the engine's state machine: an [`EngineState`] on a
+//! fake clock, with an in-memory store that answers its [`Need`]s the way
+//! the shell would, so a test builds a situation from a few lines and
+//! asserts on the [`Effects`] of each step (the idea of Restate's
+//! `TestEnv`). Used by the unit tests, the engine benchmark and the
+//! simulation; nothing here does I/O.
+//!
+//! ```ignore
+//! let mut env = TestEnv::new();
+//! env.apply("name: w\ntasks:\n- {name: a, plugin: echo}\n");
+//! let run = env.trigger("w");
+//! let effects = env.step(vec![]);                 // reads the admit command, dispatches `a`
+//! let a = env.dispatched("a");
+//! env.succeed(&a, "{}");
+//! ```
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use async_trait::async_trait;
+use dagr_core::Workflow;
+use dagr_core::definition::Format;
+use dagr_protocol::commands::Command;
+use dagr_protocol::plugins::{PluginDescriptor, PluginDirectory, TrustedCatalog};
+use dagr_protocol::tenancy::TenantLimits;
+use dagr_protocol::wire::{AttemptKey, AttemptResult, AttemptSpec, FailureKind, Outcome};
+use dagr_store::{
+    AttemptRow, Committed, OutputWrite, RunKind, RunOrigin, RunRow, RunState, TaskRow, TaskState, WriteBatch,
+};
+
+use crate::EngineConfig;
+use crate::engine::effects::{
+    Data, Effects, Input, LoadError, LoadedRun, Need, PendingCommand, ScheduleRow, ScheduleSource,
+};
+use crate::engine::placement::WorkerInfo;
+use crate::engine::state::{EngineState, MAX_PASSES};
+
+/// A plugin directory that knows every plugin but those named `missing*`
+/// (until it is refreshed with `publish_on_refresh`).
+#[derive(Debug, Default)]
+pub struct FakePlugins {
+    /// Made known by the next refresh.
+    pub publish_on_refresh: AtomicBool,
+    published: AtomicBool,
+}
+
+#[async_trait]
+impl PluginDirectory for FakePlugins {
+    fn list(&self, _tenant: &str) -> Vec<PluginDescriptor> {
+        Vec::new()
+    }
+
+    fn resolve(&self, _tenant: &str, name: &str, version: Option<&str>) -> Result<PluginDescriptor, String> {
+        if name.starts_with("missing") && !self.published.load(Ordering::Relaxed) {
+            return Err(format!("no plugin `{name}`"));
+        }
+        Ok(PluginDescriptor {
+            name: name.into(),
+            version: version.unwrap_or("1.0.0").into(),
+            description: String::new(),
+            params_schema: None,
+            sha256: format!("sha-of-{name}"),
+            size: 0,
+            builtin: true,
+        })
+    }
+
+    async fn refresh(&self) {
+        if self.publish_on_refresh.load(Ordering::Relaxed) {
+            self.published.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+/// What the fake store keeps.
+#[derive(Debug, Default)]
+pub struct FakeStore {
+    pub runs: BTreeMap<String, RunRow>,
+    pub tasks: HashMap<String, Vec<TaskRow>>,
+    pub outputs: HashMap<(String, i64), String>,
+    pub attempts: BTreeMap<(String, i64, i64), AttemptRow>,
+    pub commands: Vec<(i64, String, Command)>,
+    pub done: HashMap<i64, String>,
+    pub events: Vec<dagr_store::NewEvent>,
+    /// Live workflows: (tenant, name) → (version, workflow, cursor).
+    pub workflows: BTreeMap<(String, String), (i64, Arc<Workflow>, Option<i64>)>,
+    /// Runs whose loading fails (for the failure paths).
+    pub unloadable: HashMap<String, LoadError>,
+    next_command: i64,
+}
+
+/// The engine's state on a fake clock with a fake store. See the module docs.
+pub struct TestEnv {
+    pub state: EngineState,
+    pub store: FakeStore,
+    pub plugins: FakePlugins,
+    /// The fake clock (ms).
+    pub now: i64,
+    pub node: String,
+    /// Tenants' limits handed to the state at the next step, if set.
+    pub limits: Option<HashMap<String, TenantLimits>>,
+    /// Every batch committed, in order.
+    pub batches: Vec<WriteBatch>,
+    /// Commands not yet read by the engine.
+    unread: Vec<PendingCommand>,
+    /// What the last step asked for and got.
+    pub needs_seen: Vec<Need>,
+    workflows: HashMap<String, Arc<Workflow>>,
+    next_token: i64,
+}
+
+/// The tenant of the test bench's runs.
+pub const TENANT: &str = "t";
+
+impl TestEnv {
+    /// An engine with one worker `w1` of 8 slots, owning every slot.
+    pub fn new() -> TestEnv {
+        TestEnv::with(|_| {}, vec![worker("w1", 8)])
+    }
+
+    /// An engine with a changed config and the given workers, owning every
+    /// slot.
+    pub fn with(adjust: impl FnOnce(&mut EngineConfig), workers: Vec<WorkerInfo>) -> TestEnv {
+        let mut config = EngineConfig { node_id: "m1".into(), ..EngineConfig::default() };
+        adjust(&mut config);
+        let now = 1_700_000_000_000;
+        let mut env = TestEnv {
+            state: EngineState::new(&config, now),
+            store: FakeStore::default(),
+            plugins: FakePlugins::default(),
+            now,
+            node: config.node_id.clone(),
+            limits: None,
+            batches: Vec::new(),
+            unread: Vec::new(),
+            needs_seen: Vec::new(),
+            workflows: HashMap::new(),
+            next_token: 0,
+        };
+        env.step(vec![Input::Workers(workers), Input::Ownership((0..dagr_protocol::SLOTS).collect())]);
+        env
+    }
+
+    /// Validates a definition and makes it a live workflow of [`TENANT`].
+    pub fn apply(&mut self, yaml: &str) -> Arc<Workflow> {
+        let spec = dagr_core::WorkflowSpec::parse(yaml, Format::Yaml).unwrap_or_else(|e| panic!("{e}"));
+        let workflow = Arc::new(Workflow::validate(spec, &TrustedCatalog).unwrap_or_else(|e| panic!("{e}")));
+        let key = (TENANT.to_owned(), workflow.name().to_owned());
+        let version = self.store.workflows.get(&key).map_or(1, |(v, _, _)| v + 1);
+        self.store.workflows.insert(key, (version, workflow.clone(), None));
+        self.workflows.insert(workflow.name().to_owned(), workflow.clone());
+        workflow
+    }
+
+    /// Creates a queued run of `workflow` (with an admit command, as the
+    /// API does); returns its id. The engine sees it at the next step.
+    pub fn trigger(&mut self, workflow: &str) -> String {
+        self.trigger_at(workflow, self.now, None)
+    }
+
+    /// A run for a logical time, optionally part of a backfill.
+    pub fn trigger_at(&mut self, workflow: &str, logical_time: i64, backfill: Option<&str>) -> String {
+        self.trigger_as(TENANT, workflow, logical_time, backfill)
+    }
+
+    /// A run of another tenant (the workflow is shared by name).
+    pub fn trigger_as(&mut self, tenant: &str, workflow: &str, logical_time: i64, backfill: Option<&str>) -> String {
+        let wf = self.workflows.get(workflow).unwrap_or_else(|| panic!("no workflow {workflow}")).clone();
+        let origin = RunOrigin {
+            tenant: tenant.into(),
+            version: Some(1),
+            kind: if backfill.is_some() { RunKind::Backfill } else { RunKind::Manual },
+            logical_time,
+            params: serde_json::to_string(&wf.spec.params).unwrap_or_else(|_| "{}".into()),
+            spec: None,
+            backfill_id: backfill.map(Into::into),
+        };
+        let new = dagr_store::NewRun::new(&wf, origin, self.now);
+        let id = new.run.id.clone();
+        self.insert_run(new);
+        self.command(&id, Command::Admit);
+        id
+    }
+
+    fn insert_run(&mut self, new: dagr_store::NewRun) {
+        let id = new.run.id.clone();
+        let tasks = new
+            .tasks
+            .iter()
+            .enumerate()
+            .map(|(i, name)| TaskRow {
+                run_id: id.clone(),
+                idx: i as i64,
+                name: name.clone(),
+                state: TaskState::Pending,
+                attempts: 0,
+                failures: 0,
+                lost: 0,
+                forced: false,
+                retry_at: None,
+                error: None,
+                started_at: None,
+                finished_at: None,
+            })
+            .collect();
+        self.store.tasks.insert(id.clone(), tasks);
+        self.store.runs.insert(id, new.run);
+    }
+
+    /// Writes a command for a run; the engine reads it at the next step.
+    pub fn command(&mut self, run: &str, command: Command) -> i64 {
+        self.store.next_command += 1;
+        let id = self.store.next_command;
+        let slot = self.store.runs.get(run).map_or(0, |r| r.slot as u32);
+        self.store.commands.push((id, run.to_owned(), command.clone()));
+        self.unread.push(PendingCommand { id, run_id: run.to_owned(), slot, command: Ok(command) });
+        id
+    }
+
+    /// Moves the clock.
+    pub fn advance(&mut self, ms: i64) {
+        self.now += ms;
+    }
+
+    /// One step with `inputs` (and the commands written since the last
+    /// one), its needs answered from the fake store, committed into it.
+    pub fn step(&mut self, inputs: Vec<Input>) -> Effects {
+        let mut inputs = inputs;
+        let commands = std::mem::take(&mut self.unread);
+        if !commands.is_empty() {
+            inputs.push(Input::Commands(commands));
+        }
+        let mut effects = Effects::default();
+        self.state.begin(&mut effects);
+        let mut data = Data { tenant_limits: self.limits.take().map(Arc::new), ..Data::default() };
+        self.needs_seen.clear();
+        for _ in 0..MAX_PASSES {
+            self.state.step(&mut effects, std::mem::take(&mut inputs), data, &self.plugins, self.now);
+            let needs = effects.take_needs();
+            if needs.is_empty() {
+                break;
+            }
+            self.needs_seen.extend(needs.iter().cloned());
+            data = self.answer(needs);
+        }
+        effects.needs.clear();
+        self.state.seal(&mut effects, self.now);
+        let committed = self.commit(&effects.batch);
+        self.state.committed(&committed);
+        effects
+    }
+
+    /// A step with a worker's result for `key`.
+    pub fn report(&mut self, key: &AttemptKey, outcome: Outcome) -> Effects {
+        let run_epoch = self.state.runs.get(key.run_id.as_str()).map_or(0, |r| r.row.epoch);
+        let result = AttemptResult {
+            key: key.clone(),
+            epoch: run_epoch,
+            task_name: String::new(),
+            worker: "w1".into(),
+            started_at: self.now,
+            finished_at: self.now,
+            outcome,
+        };
+        self.step(vec![Input::Result { result, ack: Some(1) }])
+    }
+
+    /// A step in which attempt `key` succeeded with `output`.
+    pub fn succeed(&mut self, key: &AttemptKey, output: &str) -> Effects {
+        self.report(key, Outcome::Succeeded { output: output.into() })
+    }
+
+    /// A step in which attempt `key` failed as `kind`.
+    pub fn fail(&mut self, key: &AttemptKey, kind: FailureKind) -> Effects {
+        self.report(key, Outcome::Failed { kind, message: format!("it {kind}") })
+    }
+
+    /// The attempt of task `task` (of any run) in flight now.
+    pub fn in_flight(&self, task: &str) -> AttemptKey {
+        self.in_flight_all(task).into_iter().next().unwrap_or_else(|| panic!("no attempt of {task} in flight"))
+    }
+
+    /// Every attempt of tasks named `task` in flight now.
+    pub fn in_flight_all(&self, task: &str) -> Vec<AttemptKey> {
+        let mut keys: Vec<AttemptKey> = self
+            .state
+            .in_flight
+            .keys()
+            .filter(|k| {
+                self.state
+                    .runs
+                    .get(k.run_id.as_str())
+                    .is_some_and(|r| r.machine.workflow().tasks[k.task as usize].name == task)
+            })
+            .cloned()
+            .collect();
+        keys.sort_by(|a, b| (&a.run_id, a.task, a.number).cmp(&(&b.run_id, b.task, b.number)));
+        keys
+    }
+
+    /// A run's state as the engine has it (or as stored, once retired).
+    pub fn run_state(&self, run: &str) -> RunState {
+        match self.state.runs.get(run) {
+            Some(r) => r.machine.state(),
+            None => self.store.runs.get(run).map_or(RunState::Queued, |r| r.state),
+        }
+    }
+
+    /// A task's state as stored.
+    pub fn task_state(&self, run: &str, task: &str) -> TaskState {
+        self.store.tasks[run].iter().find(|t| t.name == task).map_or(TaskState::Pending, |t| t.state)
+    }
+
+    /// Makes this engine the leader with a fresh token.
+    pub fn lead(&mut self) -> Effects {
+        self.next_token += 1;
+        self.step(vec![Input::Leadership(Some(self.next_token))])
+    }
+
+    /// A command's recorded outcome.
+    pub fn outcome(&self, id: i64) -> Option<serde_json::Value> {
+        self.store.done.get(&id).and_then(|o| serde_json::from_str(o).ok())
+    }
+
+    fn answer(&mut self, needs: Vec<Need>) -> Data {
+        let mut data = Data::default();
+        for need in needs {
+            match need {
+                Need::Claim(runs) => {
+                    for id in runs {
+                        match self.load(&id) {
+                            Ok(loaded) => data.loaded.push(loaded),
+                            Err(e) => data.failed.push((id, e)),
+                        }
+                    }
+                }
+                Need::Slots(slots) => {
+                    let set: HashSet<u32> = slots.iter().copied().collect();
+                    let ids: Vec<String> = self
+                        .store
+                        .runs
+                        .values()
+                        .filter(|r| set.contains(&(r.slot as u32)) && !r.state.is_terminal())
+                        .map(|r| r.id.clone())
+                        .filter(|id| !self.state.has_run(id))
+                        .collect();
+                    for id in ids {
+                        match self.load(&id) {
+                            Ok(loaded) => data.loaded.push(loaded),
+                            Err(e) => data.failed.push((id, e)),
+                        }
+                    }
+                    data.gained.extend(slots);
+                }
+                Need::Owners(slots) => {
+                    let set: HashSet<u32> = slots.iter().copied().collect();
+                    data.owners.extend(
+                        self.store
+                            .runs
+                            .values()
+                            .filter(|r| set.contains(&(r.slot as u32)) && !r.state.is_terminal())
+                            .map(|r| (r.id.clone(), r.slot as u32, r.owner.clone())),
+                    );
+                }
+                Need::Outputs { run, idxs } => {
+                    for idx in idxs {
+                        data.outputs.push((run.clone(), idx, self.store.outputs.get(&(run.clone(), idx)).cloned()));
+                    }
+                }
+                Need::RefreshPlugins => {
+                    futures::executor::block_on(self.plugins.refresh());
+                    data.plugins_refreshed = true;
+                }
+                Need::Lead(token) => {
+                    let schedules = self
+                        .store
+                        .workflows
+                        .iter()
+                        .map(|((tenant, name), (version, workflow, cursor))| ScheduleSource {
+                            tenant: tenant.clone(),
+                            name: name.clone(),
+                            current: Some(ScheduleRow {
+                                version: *version,
+                                workflow: workflow.clone(),
+                                cursor: *cursor,
+                                since: self.now,
+                            }),
+                        })
+                        .collect();
+                    data.lead = Some((token, Some(schedules)));
+                }
+                Need::Schedule { tenant, name } => {
+                    let current =
+                        self.store.workflows.get(&(tenant.clone(), name.clone())).map(|(version, workflow, cursor)| {
+                            ScheduleRow {
+                                version: *version,
+                                workflow: workflow.clone(),
+                                cursor: *cursor,
+                                since: self.now,
+                            }
+                        });
+                    data.schedules.push(ScheduleSource { tenant, name, current });
+                }
+            }
+        }
+        data
+    }
+
+    /// Claims a run (its epoch goes up) and loads it, as the shell does.
+    fn load(&mut self, id: &str) -> Result<LoadedRun, LoadError> {
+        if let Some(e) = self.store.unloadable.get(id) {
+            return Err(e.clone());
+        }
+        let row = self.store.runs.get_mut(id).ok_or_else(|| LoadError::Gone(format!("there is no run {id}")))?;
+        row.epoch += 1;
+        row.owner = Some(self.node.clone());
+        let row = row.clone();
+        let workflow =
+            self.workflows.get(&row.workflow).cloned().ok_or_else(|| LoadError::Invalid("no workflow".into()))?;
+        let fresh = row.epoch == 1 && row.state == RunState::Queued;
+        let tasks = (!fresh).then(|| self.store.tasks.get(id).cloned().unwrap_or_default());
+        let running =
+            self.store.attempts.values().filter(|a| a.run_id == id && a.state == "running").cloned().collect();
+        Ok(LoadedRun { row, tasks, workflow, backfill_parallel: None, running })
+    }
+
+    /// Applies a batch to the fake store (fencing by epoch like the real one).
+    fn commit(&mut self, batch: &WriteBatch) -> Committed {
+        let mut committed = Committed::default();
+        let stale: HashSet<&str> = batch
+            .fences
+            .iter()
+            .filter(|(id, epoch)| self.store.runs.get(id).is_some_and(|r| r.epoch != *epoch))
+            .map(|(id, _)| id.as_str())
+            .collect();
+        committed.fenced = stale.iter().map(|s| s.to_string()).collect();
+        committed.fenced.sort();
+        for new in &batch.new_runs {
+            let duplicate = self.store.runs.values().any(|r| {
+                r.workflow == new.run.workflow && r.logical_time == new.run.logical_time && r.kind == RunKind::Schedule
+            });
+            if duplicate {
+                continue;
+            }
+            let id = new.run.id.clone();
+            self.insert_run(new.clone());
+            if batch.new_run_command.is_some() {
+                self.command(&id, Command::Admit);
+            }
+        }
+        for w in batch.runs.iter().filter(|w| !stale.contains(w.id.as_str())) {
+            if let Some(r) = self.store.runs.get_mut(&w.id) {
+                r.state = w.state;
+                r.started_at = r.started_at.or(w.started_at);
+                r.finished_at = w.finished_at;
+                r.updated_at = w.updated_at;
+            }
+        }
+        for t in batch.tasks.iter().filter(|t| !stale.contains(t.run_id.as_str())) {
+            if let Some(rows) = self.store.tasks.get_mut(&t.run_id)
+                && let Some(row) = rows.get_mut(t.idx as usize)
+            {
+                *row = t.clone();
+            }
+        }
+        for o in &batch.outputs {
+            match o {
+                OutputWrite::Set { run_id, idx, output } if !stale.contains(run_id.as_str()) => {
+                    self.store.outputs.insert((run_id.clone(), *idx), output.clone());
+                }
+                OutputWrite::Clear { run_id, idx } if !stale.contains(run_id.as_str()) => {
+                    self.store.outputs.remove(&(run_id.clone(), *idx));
+                }
+                _ => {}
+            }
+        }
+        for a in batch.attempts.iter().filter(|a| !stale.contains(a.run_id.as_str())) {
+            self.store.attempts.insert((a.run_id.clone(), a.task_idx, a.number), a.clone());
+        }
+        self.store
+            .events
+            .extend(batch.events.iter().filter(|e| e.run_id.as_deref().is_none_or(|r| !stale.contains(r))).cloned());
+        for (id, result) in &batch.commands_done {
+            self.store.done.insert(*id, result.clone());
+        }
+        for (tenant, name, cursor) in &batch.schedule_cursors {
+            if let Some(w) = self.store.workflows.get_mut(&(tenant.clone(), name.clone())) {
+                w.2 = Some(*cursor);
+            }
+        }
+        self.batches.push(batch.clone());
+        committed
+    }
+}
+
+impl Default for TestEnv {
+    fn default() -> Self {
+        TestEnv::new()
+    }
+}
+
+/// A worker with `slots` slots, of no group.
+pub fn worker(id: &str, slots: u32) -> WorkerInfo {
+    WorkerInfo { id: id.into(), capacity: slots, group: None, any_group: false }
+}
+
+/// The dispatches of a step: (run, task index, worker).
+pub fn dispatched(effects: &Effects) -> Vec<(String, usize, String)> {
+    effects.dispatches.iter().map(|(s, w)| (s.key.run_id.clone(), s.key.task as usize, w.clone())).collect()
+}
+
+/// The task names dispatched in a step, in order.
+pub fn dispatched_names(effects: &Effects) -> Vec<String> {
+    effects.dispatches.iter().map(|(s, _): &(AttemptSpec, String)| s.task_name.clone()).collect()
+}

@@ -1,0 +1,63 @@
+//! Timers: retries that are due and schedules' next cycles. The state
+//! keeps them ordered by time; the shell sleeps until the first one.
+
+use std::collections::BTreeMap;
+
+use dagr_core::run::Input as RunInput;
+
+use crate::engine::effects::Effects;
+use crate::engine::state::EngineState;
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Timer {
+    Retry { run: String, task: usize },
+    Schedule { tenant: String, name: String, at: i64 },
+}
+
+/// Timers by (due time in ms, sequence).
+#[derive(Debug, Default)]
+pub(crate) struct Timers {
+    due: BTreeMap<(i64, u64), Timer>,
+    seq: u64,
+}
+
+impl Timers {
+    pub(crate) fn arm(&mut self, at: i64, timer: Timer) {
+        self.seq += 1;
+        self.due.insert((at, self.seq), timer);
+    }
+
+    /// When the first timer is due.
+    pub(crate) fn next(&self) -> Option<i64> {
+        self.due.keys().next().map(|&(at, _)| at)
+    }
+
+    /// Removes and returns the first timer due at `now`.
+    fn pop_due(&mut self, now: i64) -> Option<Timer> {
+        let entry = self.due.first_entry()?;
+        if entry.key().0 > now {
+            return None;
+        }
+        Some(entry.remove())
+    }
+}
+
+impl EngineState {
+    pub(crate) fn fire_timers(&mut self, effects: &mut Effects, now: i64) {
+        while let Some(timer) = self.timers.pop_due(now) {
+            match timer {
+                Timer::Retry { run, task } => {
+                    let Some(id) = self.runs.get_key_value(run.as_str()).map(|(id, _)| id.clone()) else {
+                        continue;
+                    };
+                    if let Some(active) = self.runs.get_mut(&id)
+                        && let Ok(actions) = active.machine.apply(RunInput::RetryDue { task }, now)
+                    {
+                        self.absorb(effects, &id, actions, now);
+                    }
+                }
+                Timer::Schedule { tenant, name, at } => self.schedule_due(effects, (tenant, name), at, now),
+            }
+        }
+    }
+}

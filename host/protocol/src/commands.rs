@@ -1,0 +1,136 @@
+//! Commands: durable requests the API writes for the engine (kill a run,
+//! rerun a task, …), consumed once by the master that owns the run.
+//!
+//! One enum for both sides: the API encodes a [`Command`] into the store's
+//! `kind` and `payload` columns, the engine decodes it back. No command
+//! name or JSON key is spelled anywhere else.
+
+use serde::{Deserialize, Serialize};
+
+/// What a command asks of the engine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Command {
+    /// A run was created: admit it (or queue it behind its workflow's
+    /// `max_active_runs`).
+    Admit,
+    Kill,
+    Pause,
+    Resume,
+    MarkFailed,
+    /// Rerun the failed, upstream-failed and killed tasks.
+    RerunFailed,
+    /// Rerun one task, and everything downstream of it if asked.
+    RerunTask {
+        task: String,
+        #[serde(default)]
+        downstream: bool,
+    },
+    /// Mark a failed task succeeded so that its downstream proceeds.
+    ForceSuccess {
+        task: String,
+    },
+}
+
+/// A stored command that does not decode (written by a newer or broken
+/// writer).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("command `{kind}` with payload {payload} is not one this engine knows: {reason}")]
+pub struct UnknownCommand {
+    pub kind: String,
+    pub payload: String,
+    pub reason: String,
+}
+
+impl Command {
+    /// The store's `kind` column.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Command::Admit => "admit",
+            Command::Kill => "kill",
+            Command::Pause => "pause",
+            Command::Resume => "resume",
+            Command::MarkFailed => "mark_failed",
+            Command::RerunFailed => "rerun_failed",
+            Command::RerunTask { .. } => "rerun_task",
+            Command::ForceSuccess { .. } => "force_success",
+        }
+    }
+
+    /// The store's `payload` column: the command's fields as a JSON object
+    /// (`{}` for those without).
+    pub fn payload(&self) -> String {
+        let mut value = serde_json::to_value(self).unwrap_or_default();
+        if let Some(map) = value.as_object_mut() {
+            map.remove("kind");
+        }
+        value.to_string()
+    }
+
+    /// The command stored as `kind` and `payload`.
+    pub fn decode(kind: &str, payload: &str) -> Result<Command, UnknownCommand> {
+        let unknown = |reason: String| UnknownCommand { kind: kind.into(), payload: payload.into(), reason };
+        let mut value: serde_json::Value = match payload.trim() {
+            "" => serde_json::json!({}),
+            text => serde_json::from_str(text).map_err(|e| unknown(e.to_string()))?,
+        };
+        let map = value.as_object_mut().ok_or_else(|| unknown("the payload is not a JSON object".into()))?;
+        map.insert("kind".into(), serde_json::Value::String(kind.into()));
+        serde_json::from_value(value).map_err(|e| unknown(e.to_string()))
+    }
+
+    /// The audit log's name for the command.
+    pub fn audit_action(&self) -> &'static str {
+        match self {
+            Command::Admit => "run.admit",
+            Command::Kill => "run.kill",
+            Command::Pause => "run.pause",
+            Command::Resume => "run.resume",
+            Command::MarkFailed => "run.mark_failed",
+            Command::RerunFailed => "run.rerun",
+            Command::RerunTask { .. } => "task.rerun",
+            Command::ForceSuccess { .. } => "task.force_success",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn every_command_round_trips_through_kind_and_payload() {
+        let all = [
+            Command::Admit,
+            Command::Kill,
+            Command::Pause,
+            Command::Resume,
+            Command::MarkFailed,
+            Command::RerunFailed,
+            Command::RerunTask { task: "load".into(), downstream: true },
+            Command::ForceSuccess { task: "load".into() },
+        ];
+        for command in all {
+            let (kind, payload) = (command.kind(), command.payload());
+            assert_eq!(Command::decode(kind, &payload).unwrap(), command, "{kind} {payload}");
+        }
+        assert_eq!(Command::Kill.payload(), "{}");
+        // Rows written before commands were typed: `admit` with '{}', a
+        // rerun with `downstream` left out.
+        assert_eq!(Command::decode("admit", "{}").unwrap(), Command::Admit);
+        assert_eq!(
+            Command::decode("rerun_task", r#"{"task":"a"}"#).unwrap(),
+            Command::RerunTask { task: "a".into(), downstream: false }
+        );
+    }
+
+    #[test]
+    fn unknown_commands_say_what_they_are() {
+        let e = Command::decode("explode", "{}").unwrap_err();
+        assert!(e.to_string().contains("explode"), "{e}");
+        assert!(Command::decode("force_success", "{}").is_err(), "a task is required");
+        assert!(Command::decode("kill", "[1]").is_err());
+    }
+}
