@@ -307,6 +307,7 @@ pub async fn trigger_run(
             params,
             spec: None,
             backfill_id: None,
+            parent: None,
         },
     );
     let summary = run_summary(&run.run);
@@ -780,6 +781,7 @@ pub async fn create_backfill(
                     params: params.clone(),
                     spec: None,
                     backfill_id: Some(id.clone()),
+                    parent: None,
                 },
             )
         })
@@ -964,6 +966,7 @@ pub async fn create_job(
             params: "{}".into(),
             spec: Some(workflow.spec.canonical_json()),
             backfill_id: None,
+            parent: None,
         },
     );
     let run_id = run.run.id.clone();

@@ -13,6 +13,10 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use crate::control::{
+    FailureStrategy, Sensor, SensorSpec, Switch, SwitchSpec, TaskKind, UpstreamFailure, validate_switch,
+};
+use crate::outer::{Edge, Upstream, UpstreamSpec};
 use crate::schedule::Schedule;
 use crate::template::{Template, TemplateScope};
 use crate::units;
@@ -38,6 +42,31 @@ pub struct WorkflowSpec {
     /// Tasks of this workflow that may run at once, over all its runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<u32>,
+    /// Instances of other workflows each run of this one waits for before
+    /// it starts (the outer DAG): same cycle, an offset, every cycle of a
+    /// period.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub upstream: Vec<UpstreamSpec>,
+    /// A run whose upstream instance failed keeps waiting (`wait`, the
+    /// default: a rerun or a forced success upstream releases it) or fails
+    /// (`fail`).
+    #[serde(default, skip_serializing_if = "UpstreamFailure::is_default")]
+    pub on_upstream_failure: UpstreamFailure,
+    /// A failed task lets the other branches go on (`continue`, the
+    /// default) or stops the run (`stop`: nothing new starts, running
+    /// attempts are cancelled).
+    #[serde(default, skip_serializing_if = "FailureStrategy::is_default")]
+    pub on_failure: FailureStrategy,
+    /// A run still unfinished this long after it started fails (its
+    /// running attempts are cancelled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<HumanDuration>,
+    /// 0 (the default) to 3: when ready tasks outnumber free worker slots,
+    /// higher grades go first within a tenant (lower ones age up so they
+    /// never starve). Plugins see it (`host.grade()`).
+    #[serde(default, skip_serializing_if = "is_zero_u8")]
+    #[schemars(range(max = 3))]
+    pub grade: u8,
 }
 
 /// One task of a workflow.
@@ -45,8 +74,33 @@ pub struct WorkflowSpec {
 #[serde(deny_unknown_fields)]
 pub struct TaskSpec {
     pub name: String,
-    /// `name@version`, or `name` for the latest version.
-    pub plugin: String,
+    /// `name@version`, or `name` for the latest version. A task has exactly
+    /// one of `plugin`, `workflow` and `switch`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugin: Option<String>,
+    /// Runs this workflow (of the same tenant) as a child run with `params`
+    /// as its param overrides; the task ends as the child run does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<String>,
+    /// Picks which of the tasks that depend on this one run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switch: Option<SwitchSpec>,
+    /// A condition (`{{ … }}` template): false, null, 0, "", [] or {} skip
+    /// the task (and what needs it, by trigger rules).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when: Option<String>,
+    /// `false` skips the task.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub enabled: bool,
+    /// Instances of other workflows (or one task of them) this task waits
+    /// for before it starts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub upstream: Vec<UpstreamSpec>,
+    /// Makes the task a sensor: its plugin checks a condition and answers
+    /// `{"ready": false}` until it holds; it is checked again every
+    /// `interval` (holding no worker slot in between) until `timeout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sensor: Option<SensorSpec>,
     /// The task's params; strings may contain `{{ … }}` templates.
     #[serde(default = "empty_object", skip_serializing_if = "is_empty_object")]
     pub params: Value,
@@ -90,6 +144,18 @@ fn is_zero(n: &u32) -> bool {
 
 fn is_zero_i32(n: &i32) -> bool {
     *n == 0
+}
+
+fn is_zero_u8(n: &u8) -> bool {
+    *n == 0
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 /// When a task may start, given how its upstream tasks ended.
@@ -504,6 +570,15 @@ pub struct Task {
     pub allow_hosts: Vec<String>,
     pub memory: Option<u64>,
     pub worker_group: Option<String>,
+    /// A plugin task, a child workflow or a switch. For the latter two
+    /// `plugin` is empty.
+    pub kind: TaskKind,
+    /// The condition that must hold for the task to run.
+    pub when: Option<Template>,
+    pub enabled: bool,
+    /// Instances of other workflows the task waits for.
+    pub upstream: Vec<Upstream>,
+    pub sensor: Option<Sensor>,
 }
 
 /// A validated workflow, ready to run. Built only by [`Workflow::validate`].
@@ -512,6 +587,10 @@ pub struct Workflow {
     pub spec: WorkflowSpec,
     pub tasks: Vec<Task>,
     pub schedule: Option<Schedule>,
+    /// Instances of other workflows each run waits for.
+    pub upstream: Vec<Upstream>,
+    /// A run still unfinished this long after it started fails.
+    pub timeout: Option<Duration>,
     index: HashMap<String, usize>,
 }
 
@@ -522,6 +601,32 @@ impl Workflow {
 
     pub fn name(&self) -> &str {
         &self.spec.name
+    }
+
+    /// The workflows this one needs, as edges of the workflow graph (its
+    /// upstream dependencies, its tasks' and its child workflows), for the
+    /// loop check at apply time and for lineage.
+    pub fn edges(&self) -> Vec<Edge> {
+        let from = self.name().to_owned();
+        let mut edges: Vec<Edge> = self
+            .upstream
+            .iter()
+            .chain(self.tasks.iter().flat_map(|t| &t.upstream))
+            .map(|u| Edge { from: from.clone(), to: u.workflow.clone(), past: u.strictly_past() })
+            .collect();
+        for task in &self.tasks {
+            if let TaskKind::Workflow { name } = &task.kind {
+                edges.push(Edge { from: from.clone(), to: name.clone(), past: false });
+            }
+        }
+        edges.sort();
+        edges.dedup();
+        edges
+    }
+
+    /// Whether a run of this workflow starts by waiting on upstream instances.
+    pub fn waits_upstream(&self) -> bool {
+        !self.upstream.is_empty()
     }
 
     /// Tasks with no dependencies.
@@ -587,12 +692,19 @@ impl Workflow {
                     }
                 }
             }
-            let plugin = match PluginRef::parse(&t.plugin) {
-                Ok(p) => Some(p),
-                Err(e) => {
-                    push(at("plugin"), e);
-                    None
-                }
+            let kinds = [t.plugin.is_some(), t.workflow.is_some(), t.switch.is_some()];
+            if kinds.iter().filter(|k| **k).count() != 1 {
+                push(format!("tasks[{i}]"), "a task has exactly one of `plugin`, `workflow` and `switch`".into());
+            }
+            let plugin = match &t.plugin {
+                None => None,
+                Some(text) => match PluginRef::parse(text) {
+                    Ok(p) => Some(p),
+                    Err(e) => {
+                        push(at("plugin"), e);
+                        None
+                    }
+                },
             };
             let resolved = plugin.as_ref().and_then(|p| match catalog.resolve(&p.name, p.version.as_deref()) {
                 Ok(r) => Some(r),
@@ -644,11 +756,80 @@ impl Workflow {
             if t.memory.is_some_and(|m| m.0 < (1 << 20)) {
                 push(at("memory"), "must be at least 1MiB".into());
             }
+            let kind = match (&t.workflow, &t.switch) {
+                (Some(child), _) => {
+                    if !valid_name(child) {
+                        push(at("workflow"), format!("`{child}` is not a valid workflow name"));
+                    }
+                    TaskKind::Workflow { name: child.clone() }
+                }
+                (None, Some(sw)) => {
+                    let depends_on = |d: usize| spec.tasks.get(d).is_some_and(|o| o.depends_on.contains(&t.name));
+                    match validate_switch(sw, i, &index, &depends_on) {
+                        Ok((_, default, cases)) => {
+                            let on = match Template::parse(&Value::String(sw.on.clone())) {
+                                Ok(tpl) => {
+                                    for problem in tpl.check(&scope) {
+                                        push(at("switch.on"), problem.message);
+                                    }
+                                    tpl
+                                }
+                                Err(problem) => {
+                                    push(at("switch.on"), problem.message);
+                                    Template::literal(Value::Null)
+                                }
+                            };
+                            TaskKind::Switch(Switch { on, cases, default })
+                        }
+                        Err(problems) => {
+                            for (location, message) in problems {
+                                push(at(&format!("switch.{location}")), message);
+                            }
+                            TaskKind::Plugin
+                        }
+                    }
+                }
+                (None, None) => TaskKind::Plugin,
+            };
+            let when = t.when.as_ref().map(|text| match Template::parse(&Value::String(text.clone())) {
+                Ok(tpl) => {
+                    for problem in tpl.check(&scope) {
+                        push(at("when"), problem.message);
+                    }
+                    tpl
+                }
+                Err(problem) => {
+                    push(at("when"), problem.message);
+                    Template::literal(Value::Bool(true))
+                }
+            });
+            let mut upstream = Vec::new();
+            for (j, u) in t.upstream.iter().enumerate() {
+                match Upstream::new(u) {
+                    Ok(u) => upstream.push(u),
+                    Err((field, message)) => push(at(&format!("upstream[{j}].{field}")), message),
+                }
+            }
+            let sensor = match &t.sensor {
+                None => None,
+                Some(spec_s) => {
+                    if t.plugin.is_none() {
+                        push(at("sensor"), "only a plugin task can be a sensor".into());
+                    }
+                    match Sensor::new(spec_s) {
+                        Ok(s) => Some(s),
+                        Err((field, message)) => {
+                            push(at(&format!("sensor.{field}")), message);
+                            None
+                        }
+                    }
+                }
+            };
             tasks.push(Task {
                 name: t.name.clone(),
                 plugin: match resolved {
                     Some(r) => PluginRef { name: r.name, version: plugin.and_then(|p| p.version) },
-                    None => plugin.unwrap_or(PluginRef { name: t.plugin.clone(), version: None }),
+                    None => plugin.unwrap_or(PluginRef { name: t.plugin.clone().unwrap_or_default(), version: None }),
                 },
                 params,
                 deps,
@@ -661,6 +842,11 @@ impl Workflow {
                 allow_hosts: t.allow_hosts.clone(),
                 memory: t.memory.map(|m| m.0),
                 worker_group: t.worker_group.clone(),
+                kind,
+                when,
+                enabled: t.enabled,
+                upstream,
+                sensor,
             });
         }
 
@@ -669,6 +855,19 @@ impl Workflow {
             push(format!("tasks[{}].depends_on", cycle[0]), format!("dependency cycle: {}", path.join(" -> ")));
         }
 
+        let mut upstream = Vec::new();
+        for (j, u) in spec.upstream.iter().enumerate() {
+            match Upstream::new(u) {
+                Ok(u) => upstream.push(u),
+                Err((field, message)) => push(format!("upstream[{j}].{field}"), message),
+            }
+        }
+        if spec.grade > 3 {
+            push("grade".into(), format!("{} is not a grade: use 0 (the default) to 3", spec.grade));
+        }
+        if spec.timeout.is_some_and(|d| d.0.is_zero()) {
+            push("timeout".into(), "must be longer than zero".into());
+        }
         let schedule = match &spec.schedule {
             None => None,
             Some(s) => match Schedule::new(s) {
@@ -688,7 +887,8 @@ impl Workflow {
                 tasks[d].dependents.push(i);
             }
         }
-        Ok(Workflow { spec, tasks, schedule, index })
+        let timeout = spec.timeout.map(|d| d.0);
+        Ok(Workflow { spec, tasks, schedule, upstream, timeout, index })
     }
 
     /// Merges trigger-time overrides into the workflow's params. Unknown

@@ -6,6 +6,10 @@
 //! - [`definition`]: the workflow schema people write ([`WorkflowSpec`],
 //!   YAML or JSON) and its validation into a [`Workflow`], reporting every
 //!   problem with its location.
+//! - [`control`]: control nodes (child workflows, switches, conditions,
+//!   sensors) and failure policies.
+//! - [`outer`]: the outer DAG — workflows that depend on workflows across
+//!   cycles (offsets, periods), evaluated against the store's runs.
 //! - [`template`]: `{{ … }}` templates in task params, checked at apply time,
 //!   rendered at dispatch time.
 //! - [`schedule`]: cron schedules, catch-up and backfill times.
@@ -14,7 +18,10 @@
 //! - [`slots`]: the hash slots runs are sharded into.
 //! - [`units`]: durations and sizes as people write them.
 
+pub mod control;
+mod dates;
 pub mod definition;
+pub mod outer;
 pub mod run;
 pub mod schedule;
 pub mod slots;

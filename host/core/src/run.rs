@@ -15,12 +15,16 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::control::FailureStrategy;
 use crate::definition::{TriggerRule, Workflow};
 
 /// The state of a run (a workflow instance).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunState {
+    /// Created, waiting for the upstream instances it needs (the outer
+    /// DAG); released to `queued` when they are done.
+    Waiting,
     /// Created, waiting to be admitted (max active runs, backfill parallelism).
     Queued,
     Running,
@@ -38,6 +42,7 @@ impl RunState {
 
     pub fn as_str(self) -> &'static str {
         match self {
+            RunState::Waiting => "waiting",
             RunState::Queued => "queued",
             RunState::Running => "running",
             RunState::Paused => "paused",
@@ -48,9 +53,17 @@ impl RunState {
     }
 
     pub fn parse(text: &str) -> Option<RunState> {
-        [RunState::Queued, RunState::Running, RunState::Paused, RunState::Succeeded, RunState::Failed, RunState::Killed]
-            .into_iter()
-            .find(|s| s.as_str() == text)
+        [
+            RunState::Waiting,
+            RunState::Queued,
+            RunState::Running,
+            RunState::Paused,
+            RunState::Succeeded,
+            RunState::Failed,
+            RunState::Killed,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == text)
     }
 }
 
@@ -71,6 +84,9 @@ pub enum TaskState {
     Running,
     /// Failed, waiting for its retry backoff.
     RetryWait,
+    /// Ready, but waiting for something outside its run: upstream
+    /// instances, its child run, its sensor's next check. Holds no worker.
+    Waiting,
     Succeeded,
     Failed,
     /// Not run because an upstream task failed.
@@ -104,6 +120,7 @@ impl TaskState {
             TaskState::Queued => "queued",
             TaskState::Running => "running",
             TaskState::RetryWait => "retry_wait",
+            TaskState::Waiting => "waiting",
             TaskState::Succeeded => "succeeded",
             TaskState::Failed => "failed",
             TaskState::UpstreamFailed => "upstream_failed",
@@ -118,6 +135,7 @@ impl TaskState {
             TaskState::Queued,
             TaskState::Running,
             TaskState::RetryWait,
+            TaskState::Waiting,
             TaskState::Succeeded,
             TaskState::Failed,
             TaskState::UpstreamFailed,
@@ -227,6 +245,46 @@ pub enum Input {
     ForceSuccess {
         task: usize,
     },
+    /// The upstream instances a waiting run needs are done: it is queued
+    /// for admission.
+    Release,
+    /// A queued task waits for something outside its run (upstream
+    /// instances, its child run).
+    Wait {
+        task: usize,
+    },
+    /// A waiting task may go: it is queued again.
+    Unblock {
+        task: usize,
+    },
+    /// A queued task's condition is false: it is skipped.
+    Skip {
+        task: usize,
+    },
+    /// A switch picked its branch: it succeeds, the branches it did not
+    /// pick are skipped.
+    Switched {
+        task: usize,
+        skip: Vec<usize>,
+    },
+    /// A queued or waiting task cannot run (its condition does not render,
+    /// its child workflow is gone, an upstream instance failed): it fails.
+    Abort {
+        task: usize,
+    },
+    /// A waiting task's child run ended (succeeded or not).
+    ChildEnded {
+        task: usize,
+        succeeded: bool,
+    },
+    /// A sensor's check found its condition not met yet: it waits, and is
+    /// checked again at `at_ms` (past its last check it fails).
+    NotReady {
+        task: usize,
+        attempt: u32,
+        at_ms: i64,
+        last_check: bool,
+    },
 }
 
 /// What the machine asks the outside world to do.
@@ -242,6 +300,8 @@ pub enum Action {
     Cancel { task: usize, attempt: u32 },
     /// Feed `Input::RetryDue` at this time (ms since the epoch).
     RetryAt { task: usize, at_ms: i64 },
+    /// Feed `Input::Unblock` at this time (a sensor's next check).
+    WakeAt { task: usize, at_ms: i64 },
 }
 
 /// Why an input was not applied.
@@ -275,9 +335,10 @@ impl RunMachine {
     pub fn new(workflow: Arc<Workflow>) -> Self {
         let tasks = vec![TaskProgress::new(TaskState::Pending, 0, 0, false); workflow.tasks.len()];
         let unfinished = tasks.len();
+        let state = if workflow.waits_upstream() { RunState::Waiting } else { RunState::Queued };
         RunMachine {
             workflow,
-            state: RunState::Queued,
+            state,
             tasks,
             unfinished,
             running: 0,
@@ -570,8 +631,71 @@ impl RunMachine {
                 }
                 self.maybe_finish();
             }
+            Input::Release => {
+                if self.state != RunState::Waiting {
+                    return Err(Rejected::Stale(format!("the run is {}, not waiting", self.state)));
+                }
+                self.set_run_state(RunState::Queued);
+            }
+            Input::Wait { task } => {
+                self.expect(task, TaskState::Queued)?;
+                self.set_state(task, TaskState::Waiting);
+            }
+            Input::Unblock { task } => {
+                self.expect(task, TaskState::Waiting)?;
+                self.requeue(task);
+            }
+            Input::Skip { task } => {
+                self.expect(task, TaskState::Queued)?;
+                self.set_state(task, TaskState::Skipped);
+                self.settled(task);
+            }
+            Input::Switched { task, skip } => {
+                self.expect(task, TaskState::Queued)?;
+                for branch in skip {
+                    if branch < self.tasks.len() && self.tasks[branch].state == TaskState::Pending {
+                        self.set_state(branch, TaskState::Skipped);
+                        self.settled(branch);
+                    }
+                }
+                self.set_state(task, TaskState::Succeeded);
+                self.settled(task);
+            }
+            Input::Abort { task } => {
+                self.check_task(task)?;
+                if !matches!(self.tasks[task].state, TaskState::Queued | TaskState::Waiting) {
+                    return Err(Rejected::Stale(format!(
+                        "`{}` is {}, not queued",
+                        self.name(task),
+                        self.tasks[task].state
+                    )));
+                }
+                self.set_state(task, TaskState::Failed);
+                self.settled(task);
+            }
+            Input::ChildEnded { task, succeeded } => {
+                self.expect(task, TaskState::Waiting)?;
+                self.set_state(task, if succeeded { TaskState::Succeeded } else { TaskState::Failed });
+                self.settled(task);
+            }
+            Input::NotReady { task, attempt, at_ms, last_check } => {
+                self.current_attempt(task, attempt)?;
+                if last_check {
+                    self.set_state(task, TaskState::Failed);
+                    self.settled(task);
+                } else {
+                    self.set_state(task, TaskState::Waiting);
+                    self.actions.push(Action::WakeAt { task, at_ms });
+                }
+            }
         }
         Ok(())
+    }
+
+    fn expect(&self, task: usize, state: TaskState) -> Result<(), Rejected> {
+        self.check_task(task)?;
+        let now = self.tasks[task].state;
+        if now == state { Ok(()) } else { Err(Rejected::Stale(format!("`{}` is {now}, not {state}", self.name(task)))) }
     }
 
     /// Kill or mark-failed: cancel what runs, stop what waits.
@@ -674,8 +798,17 @@ impl RunMachine {
         }
     }
 
-    /// A task reached a terminal state: update its dependents.
+    /// A task reached a terminal state: update its dependents. A failure
+    /// under the `stop` strategy ends the run instead.
     fn settled(&mut self, task: usize) {
+        if self.tasks[task].state == TaskState::Failed
+            && self.workflow.spec.on_failure == FailureStrategy::Stop
+            && !self.state.is_terminal()
+        {
+            self.stop_everything();
+            self.set_run_state(RunState::Failed);
+            return;
+        }
         let mut work = vec![task];
         while let Some(t) = work.pop() {
             let state = self.tasks[t].state;
@@ -717,8 +850,17 @@ impl RunMachine {
         }
     }
 
-    /// What a pending task becomes given its upstream, if anything yet.
+    /// What a pending task becomes given its upstream, if anything yet; a
+    /// disabled task that would run is skipped.
     fn decide(&self, task: usize) -> Option<TaskState> {
+        let next = self.decide_by_rule(task)?;
+        if next == TaskState::Queued && !self.workflow.tasks[task].enabled {
+            return Some(TaskState::Skipped);
+        }
+        Some(next)
+    }
+
+    fn decide_by_rule(&self, task: usize) -> Option<TaskState> {
         let p = &self.tasks[task];
         let n = self.workflow.tasks[task].deps.len() as u32;
         let all_done = p.deps_done == n;
@@ -757,7 +899,8 @@ impl RunMachine {
     }
 
     fn maybe_finish(&mut self) {
-        if self.unfinished > 0 || self.state.is_terminal() || self.state == RunState::Queued {
+        if self.unfinished > 0 || self.state.is_terminal() || matches!(self.state, RunState::Queued | RunState::Waiting)
+        {
             return;
         }
         let outcome = if self.failures > 0 { RunState::Failed } else { RunState::Succeeded };
@@ -812,47 +955,54 @@ mod tests {
         }
     }
 
-    fn workflow(yaml: &str) -> Arc<Workflow> {
+    pub(super) fn workflow(yaml: &str) -> Arc<Workflow> {
         Arc::new(Workflow::validate(WorkflowSpec::parse(yaml, Format::Yaml).unwrap(), &AnyPlugin).unwrap())
     }
 
     /// Drives a run like the engine does: dispatch whatever becomes ready.
-    struct Driver {
-        m: RunMachine,
-        ready: Vec<usize>,
-        retries: Vec<usize>,
-        cancelled: Vec<usize>,
+    pub(super) struct Driver {
+        pub(super) m: RunMachine,
+        pub(super) ready: Vec<usize>,
+        pub(super) retries: Vec<usize>,
+        pub(super) cancelled: Vec<usize>,
+        pub(super) wakes: Vec<(usize, i64)>,
     }
 
     impl Driver {
-        fn new(yaml: &str) -> Self {
-            let mut d =
-                Driver { m: RunMachine::new(workflow(yaml)), ready: vec![], retries: vec![], cancelled: vec![] };
+        pub(super) fn new(yaml: &str) -> Self {
+            let mut d = Driver {
+                m: RunMachine::new(workflow(yaml)),
+                ready: vec![],
+                retries: vec![],
+                cancelled: vec![],
+                wakes: vec![],
+            };
             d.feed(Input::Start);
             d
         }
 
-        fn take(&mut self, actions: Vec<Action>) {
+        pub(super) fn take(&mut self, actions: Vec<Action>) {
             for a in actions {
                 match a {
                     Action::Dispatch { task } => self.ready.push(task),
                     Action::RetryAt { task, .. } => self.retries.push(task),
                     Action::Cancel { task, .. } => self.cancelled.push(task),
+                    Action::WakeAt { task, at_ms } => self.wakes.push((task, at_ms)),
                     _ => {}
                 }
             }
         }
 
-        fn feed(&mut self, input: Input) {
+        pub(super) fn feed(&mut self, input: Input) {
             let actions = self.m.apply(input, 0).unwrap();
             self.take(actions);
         }
 
-        fn idx(&self, name: &str) -> usize {
+        pub(super) fn idx(&self, name: &str) -> usize {
             self.m.workflow().task_index(name).unwrap()
         }
 
-        fn start(&mut self, name: &str) -> u32 {
+        pub(super) fn start(&mut self, name: &str) -> u32 {
             let t = self.idx(name);
             self.ready.retain(|&r| r != t);
             let (n, actions) = self.m.start_attempt(t).unwrap();
@@ -860,13 +1010,13 @@ mod tests {
             n
         }
 
-        fn ok(&mut self, name: &str) {
+        pub(super) fn ok(&mut self, name: &str) {
             let attempt = self.start(name);
             let task = self.idx(name);
             self.feed(Input::AttemptSucceeded { task, attempt });
         }
 
-        fn fail(&mut self, name: &str, retryable: bool) {
+        pub(super) fn fail(&mut self, name: &str, retryable: bool) {
             let attempt = self.start(name);
             let task = self.idx(name);
             self.feed(Input::AttemptFailed {
@@ -876,18 +1026,18 @@ mod tests {
             });
         }
 
-        fn state(&self, name: &str) -> TaskState {
+        pub(super) fn state(&self, name: &str) -> TaskState {
             self.m.task(self.idx(name)).state
         }
 
-        fn ready_names(&self) -> Vec<String> {
+        pub(super) fn ready_names(&self) -> Vec<String> {
             let mut v: Vec<String> = self.ready.iter().map(|&t| self.m.workflow().tasks[t].name.clone()).collect();
             v.sort();
             v
         }
     }
 
-    const DIAMOND: &str = "name: d\ntasks:\n- {name: a, plugin: p}\n- {name: b, plugin: p, depends_on: [a]}\n\
+    pub(super) const DIAMOND: &str = "name: d\ntasks:\n- {name: a, plugin: p}\n- {name: b, plugin: p, depends_on: [a]}\n\
                            - {name: c, plugin: p, depends_on: [a]}\n- {name: d, plugin: p, depends_on: [b, c]}\n";
 
     #[test]
@@ -1112,3 +1262,7 @@ mod tests {
         assert_eq!(d.m.state(), RunState::Failed);
     }
 }
+
+#[cfg(test)]
+#[path = "run_control_tests.rs"]
+mod control_tests;

@@ -10,6 +10,8 @@
 //! {{ ts }} {{ ts_nodash }}            the logical timestamp in the schedule's time zone
 //! {{ run_id }} {{ workflow }} {{ task }} {{ tenant }}
 //! {{ logical_time | date("%Y/%m") }}  filters: date(fmt), json, upper, lower, default(value)
+//! {{ ds | add_days(-1) }}             date arithmetic: add_hours/days/weeks/months(n),
+//!                                     start_of_week, end_of_week, start_of_month, end_of_month
 //! ```
 //!
 //! A string that is exactly one expression renders to the expression's JSON
@@ -99,6 +101,7 @@ enum Filter {
     Upper,
     Lower,
     Default(Value),
+    Shift(crate::dates::DateOp),
 }
 
 /// What a template may refer to, for checking at apply time.
@@ -388,7 +391,21 @@ fn parse_filter(text: &str) -> Result<Filter, String> {
         "upper" => Ok(Filter::Upper),
         "lower" => Ok(Filter::Lower),
         "default" => Ok(Filter::Default(arg_value("a value, e.g. default(0)")?)),
-        other => Err(format!("unknown filter `{other}`; filters are date, json, upper, lower, default")),
+        other => {
+            let number = match arg.filter(|a| !a.is_empty()) {
+                None => None,
+                Some(raw) => {
+                    Some(raw.parse::<i64>().map_err(|_| format!("filter `{other}`: `{raw}` is not a whole number"))?)
+                }
+            };
+            match crate::dates::DateOp::parse(other, number) {
+                Some(op) => op.map(Filter::Shift),
+                None => Err(format!(
+                    "unknown filter `{other}`; filters are date, json, upper, lower, default, {}",
+                    crate::dates::DATE_FILTERS
+                )),
+            }
+        }
     }
 }
 
@@ -564,6 +581,10 @@ fn eval(expr: &Expr, ctx: &RenderContext<'_>) -> Result<Value, String> {
             }
             (Filter::Date(_), Some(v)) => {
                 return Err(at(format!("date needs a timestamp string, got {v}")));
+            }
+            (Filter::Shift(op), Some(Value::String(s))) => Value::String(op.apply(&s, ctx.timezone).map_err(at)?),
+            (Filter::Shift(_), Some(v)) => {
+                return Err(at(format!("date arithmetic needs a date or timestamp string, got {v}")));
             }
         });
     }

@@ -30,6 +30,15 @@ pub enum Command {
     ForceSuccess {
         task: String,
     },
+    /// An upstream instance the run (or one of its tasks) waits for changed
+    /// state: look again.
+    Wake,
+    /// The child run of the run's task (by index) ended.
+    ChildEnded {
+        task: i64,
+        child: String,
+        succeeded: bool,
+    },
 }
 
 /// A stored command that does not decode (written by a newer or broken
@@ -54,6 +63,8 @@ impl Command {
             Command::RerunFailed => "rerun_failed",
             Command::RerunTask { .. } => "rerun_task",
             Command::ForceSuccess { .. } => "force_success",
+            Command::Wake => "wake",
+            Command::ChildEnded { .. } => "child_ended",
         }
     }
 
@@ -90,6 +101,8 @@ impl Command {
             Command::RerunFailed => "run.rerun",
             Command::RerunTask { .. } => "task.rerun",
             Command::ForceSuccess { .. } => "task.force_success",
+            Command::Wake => "run.wake",
+            Command::ChildEnded { .. } => "task.child_ended",
         }
     }
 }
@@ -111,6 +124,8 @@ mod tests {
             Command::RerunFailed,
             Command::RerunTask { task: "load".into(), downstream: true },
             Command::ForceSuccess { task: "load".into() },
+            Command::Wake,
+            Command::ChildEnded { task: 3, child: "r2".into(), succeeded: true },
         ];
         for command in all {
             let (kind, payload) = (command.kind(), command.payload());

@@ -21,8 +21,10 @@
 pub mod conformance;
 #[cfg(test)]
 mod migrations_agree;
+pub mod outer;
 mod registry;
 mod sql;
+mod sql_outer;
 mod sql_registry;
 mod sql_tenancy;
 pub mod tenancy;
@@ -33,6 +35,7 @@ use async_trait::async_trait;
 pub use dagr_core::{RunState, TaskState};
 use serde::{Deserialize, Serialize};
 
+pub use crate::outer::{CycleRun, EdgeRow, OuterStore};
 pub use crate::registry::{PluginInsert, PluginRow, RegistryStore};
 pub use crate::sql::{SqlStore, Synchronous};
 pub use crate::tenancy::TenancyStore;
@@ -62,6 +65,8 @@ pub enum RunKind {
     Backfill,
     /// An ad-hoc job (no registered workflow).
     Job,
+    /// Run by a task of another run (a sub-workflow).
+    Child,
 }
 
 impl RunKind {
@@ -71,11 +76,14 @@ impl RunKind {
             RunKind::Schedule => "schedule",
             RunKind::Backfill => "backfill",
             RunKind::Job => "job",
+            RunKind::Child => "child",
         }
     }
 
     pub fn parse(text: &str) -> Option<RunKind> {
-        [RunKind::Manual, RunKind::Schedule, RunKind::Backfill, RunKind::Job].into_iter().find(|k| k.as_str() == text)
+        [RunKind::Manual, RunKind::Schedule, RunKind::Backfill, RunKind::Job, RunKind::Child]
+            .into_iter()
+            .find(|k| k.as_str() == text)
     }
 }
 
@@ -95,6 +103,8 @@ pub struct WorkflowRow {
     pub updated_at: i64,
     pub schedule_cursor: Option<i64>,
     pub schedule_since: Option<i64>,
+    /// The schedule is offline (the workflow stays; no cycle is made).
+    pub schedule_paused: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -138,6 +148,9 @@ pub struct RunRow {
     pub started_at: Option<i64>,
     pub finished_at: Option<i64>,
     pub updated_at: i64,
+    /// A child run: the run and task (index) that run it.
+    pub parent_run: Option<String>,
+    pub parent_task: Option<i64>,
 }
 
 /// A task instance of a run, as stored; the engine writes it whole (last
@@ -157,6 +170,8 @@ pub struct TaskRow {
     pub error: Option<String>,
     pub started_at: Option<i64>,
     pub finished_at: Option<i64>,
+    /// The child run of a sub-workflow task (its latest).
+    pub child_run: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -281,10 +296,13 @@ pub struct RunOrigin {
     /// Inline spec (jobs only).
     pub spec: Option<String>,
     pub backfill_id: Option<String>,
+    /// A child run's parent run and task (index).
+    pub parent: Option<(String, i64)>,
 }
 
 impl NewRun {
-    /// A queued run of `workflow` with all its tasks pending, created at
+    /// A queued (or, if it needs upstream instances, waiting) run of
+    /// `workflow` with all its tasks pending, created at
     /// `now`: the one constructor the API (triggers, backfills, jobs) and
     /// the engine (schedules) share. Its id is a UUIDv7 (time-ordered), its
     /// slot the hash of its id.
@@ -298,7 +316,8 @@ impl NewRun {
                 workflow: workflow.name().into(),
                 version: origin.version,
                 kind: origin.kind,
-                state: RunState::Queued,
+                // A run that needs upstream instances starts by waiting for them.
+                state: if workflow.waits_upstream() { RunState::Waiting } else { RunState::Queued },
                 logical_time: origin.logical_time,
                 params: origin.params,
                 spec: origin.spec,
@@ -309,6 +328,8 @@ impl NewRun {
                 started_at: None,
                 finished_at: None,
                 updated_at: now,
+                parent_run: origin.parent.as_ref().map(|(run, _)| run.clone()),
+                parent_task: origin.parent.map(|(_, task)| task),
             },
             tasks: workflow.tasks.iter().map(|t| t.name.clone()).collect(),
         }
@@ -367,6 +388,10 @@ pub struct WriteBatch {
     pub new_runs: Vec<NewRun>,
     /// A command (admit) to insert for each new run that was created.
     pub new_run_command: Option<EncodedCommand>,
+    /// Child runs of sub-workflow tasks (with the admit command too):
+    /// written only if their parent run's writes are (they are fenced by
+    /// the parent's epoch, not by the scheduler's token).
+    pub child_runs: Vec<NewRun>,
     pub runs: Vec<RunWrite>,
     pub tasks: Vec<TaskRow>,
     pub outputs: Vec<OutputWrite>,
@@ -381,6 +406,19 @@ pub struct WriteBatch {
     /// Runs whose writes must be fenced: (run id, the epoch the writer
     /// holds). Writes for a run whose stored epoch differs are dropped.
     pub fences: Vec<(String, i64)>,
+    /// Upstream instances whose state changed: the runs waiting for them
+    /// (`run_waits`) are woken with `wake_command`, in this transaction.
+    pub wakes: Vec<Wake>,
+    pub wake_command: Option<EncodedCommand>,
+    /// Runs whose waits are replaced (or ended): their `run_waits` rows go.
+    pub clear_waits: Vec<String>,
+    /// What runs wait for now.
+    pub run_waits: Vec<RunWait>,
+    /// Upstream run → the run it released.
+    pub links: Vec<(String, String, String)>,
+    /// Commands for other runs (a child run's end for its parent, a kill
+    /// for a child), inserted with the step.
+    pub commands: Vec<NewCommand>,
     /// The singleton duty (and fencing token) that `new_runs` and
     /// `schedule_cursors` are written under. If a higher token holds the
     /// duty, those writes are dropped.
@@ -393,6 +431,7 @@ pub struct WriteBatch {
 impl WriteBatch {
     pub fn is_empty(&self) -> bool {
         self.new_runs.is_empty()
+            && self.child_runs.is_empty()
             && self.runs.is_empty()
             && self.tasks.is_empty()
             && self.outputs.is_empty()
@@ -400,7 +439,32 @@ impl WriteBatch {
             && self.events.is_empty()
             && self.commands_done.is_empty()
             && self.schedule_cursors.is_empty()
+            && self.wakes.is_empty()
+            && self.clear_waits.is_empty()
+            && self.run_waits.is_empty()
+            && self.links.is_empty()
+            && self.commands.is_empty()
     }
+}
+
+/// A state change of an upstream instance that runs may wait for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wake {
+    pub tenant: String,
+    pub workflow: String,
+    pub logical_time: i64,
+}
+
+/// A run waits for instances of `upstream` with logical times in
+/// [`from_time`, `to_time`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunWait {
+    pub run_id: String,
+    pub tenant: String,
+    pub upstream: String,
+    pub from_time: i64,
+    pub to_time: i64,
+    pub slot: i64,
 }
 
 /// The outcome of a commit.
@@ -414,7 +478,7 @@ pub struct Committed {
 
 /// dagr's storage. Implemented by [`SqlStore`] on SQLite and PostgreSQL.
 #[async_trait]
-pub trait Store: TenancyStore + RegistryStore + Send + Sync + 'static {
+pub trait Store: TenancyStore + RegistryStore + OuterStore + Send + Sync + 'static {
     // Workflows ----------------------------------------------------------
 
     /// Stores a definition as the next version, unless it is identical to

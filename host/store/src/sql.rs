@@ -381,11 +381,13 @@ fn run_from(row: &AnyRow) -> Result<RunRow> {
         started_at: row.try_get("started_at")?,
         finished_at: row.try_get("finished_at")?,
         updated_at: row.try_get("updated_at")?,
+        parent_run: row.try_get("parent_run")?,
+        parent_task: row.try_get("parent_task")?,
     })
 }
 
 const RUN_COLUMNS: &str = "id, tenant, workflow, version, kind, state, logical_time, params, spec, backfill_id, slot, \
-                           owner, epoch, created_at, started_at, finished_at, updated_at";
+                           owner, epoch, created_at, started_at, finished_at, updated_at, parent_run, parent_task";
 
 fn run_args(r: &RunRow) -> Vec<Arg> {
     vec![
@@ -406,6 +408,8 @@ fn run_args(r: &RunRow) -> Vec<Arg> {
         Arg::OptI64(r.started_at),
         Arg::OptI64(r.finished_at),
         Arg::I64(r.updated_at),
+        Arg::OptText(r.parent_run.clone()),
+        Arg::OptI64(r.parent_task),
     ]
 }
 
@@ -427,6 +431,7 @@ fn task_from(row: &AnyRow) -> Result<TaskRow> {
         error: row.try_get("error")?,
         started_at: row.try_get("started_at")?,
         finished_at: row.try_get("finished_at")?,
+        child_run: row.try_get("child_run")?,
     })
 }
 
@@ -460,6 +465,7 @@ fn workflow_from(row: &AnyRow) -> Result<WorkflowRow> {
         updated_at: row.try_get("updated_at")?,
         schedule_cursor: row.try_get("schedule_cursor")?,
         schedule_since: row.try_get("schedule_since")?,
+        schedule_paused: row.try_get::<i64, _>("schedule_paused")? != 0,
     })
 }
 
@@ -503,7 +509,7 @@ fn backfill_from(row: &AnyRow) -> Result<BackfillRow> {
 impl SqlStore {
     /// Inserts one run and its tasks; `None` if a run for that cycle exists.
     async fn insert_run(conn: &mut sqlx::AnyConnection, backend: Backend, new: &NewRun) -> Result<bool> {
-        let sql = format!("INSERT INTO runs ({RUN_COLUMNS}) VALUES {} ON CONFLICT DO NOTHING", values(backend, 1, 17));
+        let sql = format!("INSERT INTO runs ({RUN_COLUMNS}) VALUES {} ON CONFLICT DO NOTHING", values(backend, 1, 19));
         let inserted = bind_all(sqlx::query(&sql), run_args(&new.run)).execute(&mut *conn).await?.rows_affected();
         if inserted == 0 {
             return Ok(false);
@@ -665,7 +671,7 @@ impl Store for SqlStore {
     async fn live_workflows(&self) -> Result<Vec<(WorkflowRow, VersionRow)>> {
         let rows = sqlx::query(
             "SELECT w.tenant, w.name, w.latest_version, w.deleted, w.created_at, w.updated_at, w.schedule_cursor, \
-             w.schedule_since, v.version, v.hash, v.spec, v.created_at AS v_created_at \
+             w.schedule_since, w.schedule_paused, v.version, v.hash, v.spec, v.created_at AS v_created_at \
              FROM workflows w JOIN workflow_versions v \
              ON v.tenant = w.tenant AND v.name = w.name AND v.version = w.latest_version WHERE w.deleted = 0",
         )
@@ -994,7 +1000,8 @@ impl Store for SqlStore {
             }
         }
 
-        for new in &batch.new_runs {
+        batch.child_runs.retain(|c| c.run.parent_run.as_ref().is_none_or(|p| !committed.fenced.contains(p)));
+        for new in batch.new_runs.iter().chain(&batch.child_runs) {
             if Self::insert_run(&mut *tx, self.backend, new).await?
                 && let Some(command) = &batch.new_run_command
             {
@@ -1053,15 +1060,18 @@ impl Store for SqlStore {
                         Arg::OptText(t.error.clone()),
                         Arg::OptI64(t.started_at),
                         Arg::OptI64(t.finished_at),
+                        Arg::OptText(t.child_run.clone()),
                     ]
                 })
                 .collect();
             script.rows(
-                "INSERT INTO tasks (run_id, idx, name, state, attempts, failures, lost, forced, retry_at, error, started_at, finished_at)",
+                "INSERT INTO tasks (run_id, idx, name, state, attempts, failures, lost, forced, retry_at, error, started_at, \
+                 finished_at, child_run)",
                 "ON CONFLICT (run_id, idx) DO UPDATE SET state = excluded.state, attempts = excluded.attempts, \
                  failures = excluded.failures, lost = excluded.lost, forced = excluded.forced, retry_at = excluded.retry_at, \
-                 error = excluded.error, started_at = excluded.started_at, finished_at = excluded.finished_at",
-                12,
+                 error = excluded.error, started_at = excluded.started_at, finished_at = excluded.finished_at, \
+                 child_run = excluded.child_run",
+                13,
                 rows,
             );
         }
@@ -1153,6 +1163,68 @@ impl Store for SqlStore {
             script.push(
                 "UPDATE commands SET done_at = ?, result = ? WHERE id = ?",
                 vec![Arg::I64(batch.at), Arg::Text(result.clone()), Arg::I64(*id)],
+            );
+        }
+
+        for id in &batch.clear_waits {
+            script.push("DELETE FROM run_waits WHERE run_id = ?", vec![Arg::Text(id.clone())]);
+        }
+        if !batch.run_waits.is_empty() {
+            let rows = batch
+                .run_waits
+                .iter()
+                .map(|w| {
+                    vec![
+                        Arg::Text(w.run_id.clone()),
+                        Arg::Text(w.tenant.clone()),
+                        Arg::Text(w.upstream.clone()),
+                        Arg::I64(w.from_time),
+                        Arg::I64(w.to_time),
+                        Arg::I64(w.slot),
+                    ]
+                })
+                .collect();
+            script.rows("INSERT INTO run_waits (run_id, tenant, upstream, from_time, to_time, slot)", "", 6, rows);
+        }
+        if !batch.links.is_empty() {
+            let rows = batch
+                .links
+                .iter()
+                .map(|(tenant, up, down)| {
+                    vec![Arg::Text(tenant.clone()), Arg::Text(up.clone()), Arg::Text(down.clone())]
+                })
+                .collect();
+            script.rows("INSERT INTO run_links (tenant, upstream, downstream)", "ON CONFLICT DO NOTHING", 3, rows);
+        }
+        if let Some(wake) = &batch.wake_command {
+            for w in &batch.wakes {
+                script.push(
+                    "INSERT INTO commands (tenant, run_id, slot, kind, payload, created_at) \
+                     SELECT DISTINCT tenant, run_id, slot, ?, ?, ? FROM run_waits \
+                     WHERE tenant = ? AND upstream = ? AND from_time <= ? AND to_time >= ?",
+                    vec![
+                        Arg::Text(wake.kind.clone()),
+                        Arg::Text(wake.payload.clone()),
+                        Arg::I64(batch.at),
+                        Arg::Text(w.tenant.clone()),
+                        Arg::Text(w.workflow.clone()),
+                        Arg::I64(w.logical_time),
+                        Arg::I64(w.logical_time),
+                    ],
+                );
+            }
+        }
+        for c in &batch.commands {
+            script.push(
+                "INSERT INTO commands (tenant, run_id, slot, kind, payload, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                vec![
+                    Arg::Text(c.tenant.clone()),
+                    Arg::Text(c.run_id.clone()),
+                    Arg::I64(c.slot),
+                    Arg::Text(c.command.kind.clone()),
+                    Arg::Text(c.command.payload.clone()),
+                    Arg::I64(c.created_at),
+                ],
             );
         }
 

@@ -114,11 +114,28 @@ impl EngineState {
             run.machine.workflow().task_index(name).ok_or_else(|| fail(format!("the run has no task `{name}`")))
         };
         let input = match command {
-            Command::Admit => {
-                self.admit_or_wait(effects, &id, now);
-                return CommandOutcome { ok: true, message: "admitted".into() };
+            Command::Admit | Command::Wake => {
+                let waits =
+                    run.machine.state() == dagr_core::RunState::Waiting || run.extra.iter().any(|e| e.waiting_upstream);
+                if waits {
+                    self.evaluate_waits(effects, &id, now);
+                } else {
+                    self.admit_or_wait(effects, &id, now);
+                }
+                let message = if matches!(command, Command::Admit) { "admitted" } else { "woken" };
+                return CommandOutcome { ok: true, message: message.into() };
             }
-            Command::Kill => RunInput::Kill,
+            Command::ChildEnded { task, child, succeeded } => {
+                let task = usize::try_from(*task).unwrap_or(usize::MAX);
+                return match self.child_ended(&id, task, child, *succeeded, effects, now) {
+                    Ok(()) => CommandOutcome { ok: true, message: "child ended".into() },
+                    Err(message) => fail(message),
+                };
+            }
+            Command::Kill => {
+                self.tell_children(effects, &id, command, now);
+                RunInput::Kill
+            }
             Command::Pause => RunInput::Pause,
             Command::Resume => RunInput::Resume,
             Command::MarkFailed => RunInput::MarkFailed,

@@ -10,6 +10,7 @@ use dagr_protocol::plugins::PluginDirectory;
 use dagr_protocol::wire::{AttemptKey, AttemptResult, Outcome};
 use dagr_store::{AttemptRow, OutputWrite};
 
+use crate::engine::control::Activation;
 use crate::engine::effects::{Effects, Need};
 use crate::engine::runs::InFlight;
 use crate::engine::state::EngineState;
@@ -67,6 +68,15 @@ impl EngineState {
                 self.awaiting.push(item);
                 continue;
             }
+            // Conditions, upstream waits, switches and child runs need no worker.
+            match self.activate(effects, &item.run, item.task, now) {
+                Activation::Worker => {}
+                Activation::Done => continue,
+                Activation::Later => {
+                    self.awaiting.push(item);
+                    continue;
+                }
+            }
             let Some(worker) = self.placement.pick(group.as_deref(), now) else {
                 // No worker of this group has room: its tasks wait, the
                 // other groups' go on (unless no worker at all has room).
@@ -120,8 +130,11 @@ impl EngineState {
             effects.need(Need::Outputs { run: run.row.id.clone(), idxs: missing });
             return Prepared::Waiting;
         }
-        let plugin = &run.machine.workflow().tasks[item.task].plugin;
-        if !self.plugins_refreshed && plugins.resolve(&run.row.tenant, &plugin.name, plugin.version.as_deref()).is_err()
+        let task = &run.machine.workflow().tasks[item.task];
+        let plugin = &task.plugin;
+        if matches!(task.kind, dagr_core::control::TaskKind::Plugin)
+            && !self.plugins_refreshed
+            && plugins.resolve(&run.row.tenant, &plugin.name, plugin.version.as_deref()).is_err()
         {
             effects.need(Need::RefreshPlugins);
             return Prepared::Waiting;

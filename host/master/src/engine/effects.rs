@@ -109,6 +109,8 @@ pub struct ScheduleRow {
     pub cursor: Option<i64>,
     /// Since when the workflow has had this schedule (or existed).
     pub since: i64,
+    /// The schedule is offline.
+    pub paused: bool,
 }
 
 /// What the state needs read before it can go on.
@@ -132,6 +134,24 @@ pub enum Need {
     Lead(i64),
     /// A workflow's schedule as stored now.
     Schedule { tenant: String, name: String },
+    /// Which workflows (and tasks) any workflow waits for.
+    Watched,
+    /// The latest versions of these workflows (for their schedules, or to
+    /// run them as children).
+    Workflows { tenant: String, names: Vec<String> },
+    /// The runs of an upstream workflow in a range of cycles.
+    UpstreamRuns(UpstreamQuery),
+}
+
+/// The runs of `workflow` with logical times in [from, to] (ms), with the
+/// state of `task` in each if given.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct UpstreamQuery {
+    pub tenant: String,
+    pub workflow: String,
+    pub from: i64,
+    pub to: i64,
+    pub task: Option<String>,
 }
 
 /// What the shell read for the state's [`Need`]s.
@@ -160,6 +180,13 @@ pub struct Data {
     /// Tenants' limits, when they changed (read before runs of a tenant
     /// new to this master are dispatched).
     pub tenant_limits: Option<Arc<HashMap<String, TenantLimits>>>,
+    /// (tenant, workflow, task) that workflows wait for.
+    pub watched: Option<Vec<(String, String, Option<String>)>>,
+    /// Latest versions of workflows: (tenant, name, version and workflow;
+    /// `None`: no such live workflow).
+    pub workflows: Vec<(String, String, Option<(i64, Arc<Workflow>)>)>,
+    /// Upstream runs found.
+    pub upstream_runs: Vec<(UpstreamQuery, Vec<dagr_store::CycleRun>)>,
 }
 
 impl Data {
@@ -174,6 +201,9 @@ impl Data {
             && self.lead.is_none()
             && self.schedules.is_empty()
             && self.tenant_limits.is_none()
+            && self.watched.is_none()
+            && self.workflows.is_empty()
+            && self.upstream_runs.is_empty()
     }
 }
 

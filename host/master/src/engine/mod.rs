@@ -18,7 +18,9 @@
 //!
 //! The state is split along its seams: [`runs`](runs) (loading a run,
 //! forgetting it, the machines' actions), [`admission`](admission)
-//! (`max_active_runs`, backfill parallelism), [`commands`](commands),
+//! (`max_active_runs`, backfill parallelism), [`outer`](outer) (runs and
+//! tasks waiting for other workflows' instances), [`control`](control)
+//! (conditions, switches, child runs), [`commands`](commands),
 //! [`results`](results) (workers' results, lost attempts, adoption),
 //! [`timers`](timers), [`dispatch`](dispatch) (the ready queue against
 //! workflow and tenant caps and free worker slots), [`placement`](placement)
@@ -35,8 +37,10 @@
 
 mod admission;
 mod commands;
+mod control;
 mod dispatch;
 mod effects;
+mod outer;
 mod placement;
 mod results;
 mod runs;
@@ -49,6 +53,8 @@ mod timers;
 pub mod testkit;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_outer;
 
 pub use effects::{
     Accepted, Data, Effects, Input, LoadError, LoadedRun, Need, PendingCommand, ScheduleRow, ScheduleSource,

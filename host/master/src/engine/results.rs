@@ -60,9 +60,28 @@ impl EngineState {
             return Ack::Stale;
         }
         let attempt = result.key.number;
-        let input = match &result.outcome {
-            Outcome::Succeeded { .. } => RunInput::AttemptSucceeded { task, attempt },
-            Outcome::Failed { kind, .. } => RunInput::AttemptFailed {
+        // A sensor whose condition does not hold yet is checked again
+        // later; past its last check it fails.
+        let unready_sensor = match (&result.outcome, run.machine.workflow().tasks[task].sensor) {
+            (Outcome::Succeeded { output }, Some(sensor)) if !dagr_core::control::Sensor::ready(output) => Some(sensor),
+            _ => None,
+        };
+        let input = match (&result.outcome, unready_sensor) {
+            (_, Some(sensor)) => {
+                let last_check = run.machine.task(task).attempts >= sensor.max_checks;
+                if last_check {
+                    run.extra[task].error = Some(format!(
+                        "sensor: its condition did not hold within {} ({} checks, every {})",
+                        dagr_core::units::format_duration(sensor.timeout),
+                        sensor.max_checks,
+                        dagr_core::units::format_duration(sensor.interval)
+                    ));
+                }
+                let at_ms = now + sensor.interval.as_millis() as i64;
+                RunInput::NotReady { task, attempt, at_ms, last_check }
+            }
+            (Outcome::Succeeded { .. }, None) => RunInput::AttemptSucceeded { task, attempt },
+            (Outcome::Failed { kind, .. }, None) => RunInput::AttemptFailed {
                 task,
                 attempt,
                 class: FailureClass {
@@ -74,9 +93,11 @@ impl EngineState {
         };
         let span = tracing::debug_span!("attempt", run = %id, task = %result.task_name, attempt);
         let _entered = span.enter();
+        let not_ready = matches!(input, RunInput::NotReady { .. });
         match run.machine.apply(input, now) {
             Ok(actions) => {
                 match result.outcome {
+                    Outcome::Succeeded { .. } if not_ready => tracing::debug!("sensor not ready"),
                     Outcome::Succeeded { output } => {
                         tracing::debug!("attempt succeeded");
                         if output.len() <= CACHED_OUTPUT {

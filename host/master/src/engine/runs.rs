@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use chrono_tz::Tz;
 use dagr_core::run::{Action, RunMachine, RunState, TaskProgress, TaskState};
+use dagr_protocol::commands::Command;
 use dagr_protocol::wire::AttemptKey;
 use dagr_store::{NewEvent, OutputWrite, RunRow, RunWrite, TaskRow};
 use serde_json::{Value, json};
@@ -27,8 +28,15 @@ pub(crate) type WorkflowKey = (String, String);
 pub(crate) struct TaskExtra {
     pub started_at: Option<i64>,
     pub finished_at: Option<i64>,
+    /// A retry's time, or a sensor's next check.
     pub retry_at: Option<i64>,
     pub error: Option<String>,
+    /// The child run of a sub-workflow task.
+    pub child: Option<String>,
+    /// The task waits (state `waiting`) for upstream instances.
+    pub waiting_upstream: bool,
+    /// Its upstream instances were found done (not judged again).
+    pub upstream_ok: bool,
 }
 
 /// A run the engine drives.
@@ -70,10 +78,11 @@ impl ActiveRun {
             error: e.error.clone(),
             started_at: e.started_at,
             finished_at: e.finished_at,
+            child_run: e.child.clone(),
         }
     }
 
-    fn event(&self, kind: &str, task: Option<usize>, data: Value, now: i64) -> NewEvent {
+    pub(crate) fn event(&self, kind: &str, task: Option<usize>, data: Value, now: i64) -> NewEvent {
         NewEvent {
             tenant: self.row.tenant.clone(),
             at: now,
@@ -95,6 +104,28 @@ pub(crate) struct InFlight {
     pub confirmed_at: i64,
     /// Its worker has not said yet whether it still runs it (taken over).
     pub adopting: bool,
+}
+
+/// A command as the store keeps it.
+pub(crate) fn encoded(command: &Command) -> dagr_store::EncodedCommand {
+    dagr_store::EncodedCommand::new(command.kind(), command.payload())
+}
+
+/// The wake-up a state change of (a task of) a run owes, if anyone waits
+/// for that workflow (or task).
+fn self_wake(
+    watched: &Option<crate::engine::state::Watched>,
+    tenant: &str,
+    workflow: &str,
+    task: Option<&str>,
+    logical_time: i64,
+) -> Option<dagr_store::Wake> {
+    let watched = watched.as_ref()?;
+    let wanted = match task {
+        None => watched.runs.contains(&(tenant.to_owned(), workflow.to_owned())),
+        Some(task) => watched.tasks.contains(&(tenant.to_owned(), workflow.to_owned(), task.to_owned())),
+    };
+    wanted.then(|| dagr_store::Wake { tenant: tenant.into(), workflow: workflow.into(), logical_time })
 }
 
 /// Builds the machine of a run from its rows.
@@ -120,11 +151,15 @@ fn restore(run: &LoadedRun, max_lost: u32) -> Result<(RunMachine, Vec<TaskExtra>
                 .map(|t| {
                     let progress = TaskProgress::new(t.state, t.attempts as u32, t.failures as u32, t.forced)
                         .with_lost(t.lost as u32);
+                    let sensing = workflow.tasks[t.idx as usize].sensor.is_some() && t.retry_at.is_some();
                     let extra = TaskExtra {
                         started_at: t.started_at,
                         finished_at: t.finished_at,
                         retry_at: t.retry_at,
                         error: t.error.clone(),
+                        child: t.child_run.clone(),
+                        waiting_upstream: t.state == TaskState::Waiting && t.child_run.is_none() && !sensing,
+                        upstream_ok: false,
                     };
                     (progress, extra)
                 })
@@ -157,9 +192,21 @@ impl EngineState {
         let LoadedRun { row, workflow, backfill_parallel, running, .. } = loaded;
         let id: Arc<str> = Arc::from(row.id.as_str());
         for (task, e) in extra.iter().enumerate() {
-            if machine.task(task).state == TaskState::RetryWait {
-                self.timers.arm(e.retry_at.unwrap_or(now), Timer::Retry { run: row.id.clone(), task });
+            match machine.task(task).state {
+                TaskState::RetryWait => {
+                    self.timers.arm(e.retry_at.unwrap_or(now), Timer::Retry { run: row.id.clone(), task });
+                }
+                // A sensor between two checks.
+                TaskState::Waiting if e.child.is_none() && !e.waiting_upstream => {
+                    self.timers.arm(e.retry_at.unwrap_or(now), Timer::Wake { run: row.id.clone(), task });
+                }
+                _ => {}
             }
+        }
+        if let (Some(timeout), Some(started)) = (workflow.timeout, row.started_at)
+            && matches!(row.state, RunState::Running | RunState::Paused)
+        {
+            self.timers.arm(started + timeout.as_millis() as i64, Timer::RunTimeout { run: row.id.clone() });
         }
         let run = ActiveRun {
             tenant: Arc::from(row.tenant.as_str()),
@@ -318,6 +365,9 @@ impl EngineState {
     /// stops being active lets its workflow's waiting runs in.
     pub(crate) fn absorb(&mut self, effects: &mut Effects, run_id: &Arc<str>, actions: Vec<Action>, now: i64) {
         let mut freed: Vec<WorkflowKey> = Vec::new();
+        let mut wakes: Vec<dagr_store::Wake> = Vec::new();
+        let mut timeouts: Vec<(i64, String)> = Vec::new();
+        let mut pauses: Vec<(Arc<str>, Command)> = Vec::new();
         for action in actions {
             let Some(run) = self.runs.get_mut(run_id) else {
                 return;
@@ -352,10 +402,35 @@ impl EngineState {
                         }
                         _ => {}
                     }
+                    if to != TaskState::Waiting {
+                        extra.waiting_upstream = false;
+                    }
+                    if to == TaskState::Pending {
+                        extra.upstream_ok = false;
+                    }
                     effects.batch.tasks.push(run.task_row(task));
                     let attempt = run.machine.task(task).attempts;
                     let data = json!({"from": from.as_str(), "to": to.as_str(), "attempt": attempt});
                     effects.batch.events.push(run.event("task.state", Some(task), data, now));
+                    // A child run whose task was killed is killed too.
+                    if from == TaskState::Waiting
+                        && to == TaskState::Killed
+                        && let Some(child) = run.extra[task].child.clone()
+                    {
+                        effects.batch.commands.push(dagr_store::NewCommand {
+                            tenant: run.row.tenant.clone(),
+                            run_id: child.clone(),
+                            slot: dagr_protocol::slot_of(&child) as i64,
+                            command: encoded(&Command::Kill),
+                            created_at: now,
+                        });
+                        effects.read_commands = true;
+                    }
+                    if from.is_terminal() || to.is_terminal() {
+                        let name = &run.machine.workflow().tasks[task].name;
+                        let (tenant, workflow, logical) = (&run.row.tenant, &run.row.workflow, run.row.logical_time);
+                        wakes.extend(self_wake(&self.watched, tenant, workflow, Some(name), logical));
+                    }
                 }
                 Action::RunChanged { from, to } => {
                     run.row.state = to;
@@ -378,6 +453,43 @@ impl EngineState {
                         effects.finished.push((run.row.id.clone(), to));
                         self.counters.runs_finished += 1;
                         run.outputs.clear();
+                        effects.batch.clear_waits.push(run.row.id.clone());
+                        // A child run tells its parent.
+                        if let (Some(parent), Some(task)) = (&run.row.parent_run, run.row.parent_task) {
+                            let ended = Command::ChildEnded {
+                                task,
+                                child: run.row.id.clone(),
+                                succeeded: to == RunState::Succeeded,
+                            };
+                            effects.batch.commands.push(dagr_store::NewCommand {
+                                tenant: run.row.tenant.clone(),
+                                run_id: parent.clone(),
+                                slot: dagr_protocol::slot_of(parent) as i64,
+                                command: encoded(&ended),
+                                created_at: now,
+                            });
+                            effects.read_commands = true;
+                        }
+                    }
+                    if from.is_terminal() || to.is_terminal() {
+                        let (tenant, workflow, logical) = (&run.row.tenant, &run.row.workflow, run.row.logical_time);
+                        wakes.extend(self_wake(&self.watched, tenant, workflow, None, logical));
+                    }
+                    if from == RunState::Queued
+                        && to == RunState::Running
+                        && let Some(timeout) = run.machine.workflow().timeout
+                    {
+                        let at = run.row.started_at.unwrap_or(now) + timeout.as_millis() as i64;
+                        timeouts.push((at, run.row.id.clone()));
+                    }
+                    if matches!(
+                        (from, to),
+                        (RunState::Running, RunState::Paused) | (RunState::Paused, RunState::Running)
+                    ) {
+                        pauses.push((
+                            run_id.clone(),
+                            if to == RunState::Paused { Command::Pause } else { Command::Resume },
+                        ));
                     }
                     let active = |s: RunState| matches!(s, RunState::Running | RunState::Paused);
                     let (key, backfill) = (run.workflow_key(), run.row.backfill_id.clone());
@@ -412,7 +524,20 @@ impl EngineState {
                     let id = run.row.id.clone();
                     self.timers.arm(at_ms, Timer::Retry { run: id, task });
                 }
+                Action::WakeAt { task, at_ms } => {
+                    run.extra[task].retry_at = Some(at_ms);
+                    effects.batch.tasks.push(run.task_row(task));
+                    let id = run.row.id.clone();
+                    self.timers.arm(at_ms, Timer::Wake { run: id, task });
+                }
             }
+        }
+        effects.batch.wakes.extend(wakes);
+        for (at, run) in timeouts {
+            self.timers.arm(at, Timer::RunTimeout { run });
+        }
+        for (run, command) in pauses {
+            self.tell_children(effects, &run, &command, now);
         }
         for key in freed {
             self.try_admit_waiting(effects, &key, now);

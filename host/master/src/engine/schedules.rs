@@ -89,6 +89,11 @@ impl EngineState {
             self.schedules.remove(&key);
             return;
         };
+        if current.paused {
+            tracing::info!(workflow = %key.1, "schedule offline");
+            self.schedules.remove(&key);
+            return;
+        }
         let Some(schedule) = current.workflow.schedule.clone() else {
             self.schedules.remove(&key);
             return;
@@ -158,6 +163,7 @@ impl EngineState {
                 params: params.clone(),
                 spec: None,
                 backfill_id: None,
+                parent: None,
             };
             effects.batch.new_runs.push(NewRun::new(&entry.workflow, origin, now));
         }

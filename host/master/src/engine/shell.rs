@@ -349,6 +349,28 @@ impl Engine {
                     Ok(source) => data.schedules.push(source),
                     Err(e) => tracing::warn!(workflow = %name, error = %e, "cannot reload the schedule"),
                 },
+                Need::Watched => match self.store.watched().await {
+                    Ok(watched) => data.watched = Some(watched),
+                    Err(e) => tracing::warn!(error = %e, "cannot read which workflows are waited for"),
+                },
+                Need::Workflows { tenant, names } => {
+                    for name in names {
+                        match self.latest_workflow(&tenant, &name).await {
+                            Ok(found) => data.workflows.push((tenant.clone(), name, found)),
+                            Err(e) => tracing::warn!(workflow = %name, error = %e, "cannot read a workflow"),
+                        }
+                    }
+                }
+                Need::UpstreamRuns(query) => {
+                    match self
+                        .store
+                        .runs_in_range(&query.tenant, &query.workflow, query.from, query.to, query.task.as_deref())
+                        .await
+                    {
+                        Ok(runs) => data.upstream_runs.push((query, runs)),
+                        Err(e) => tracing::warn!(workflow = %query.workflow, error = %e, "cannot read upstream runs"),
+                    }
+                }
             }
         }
         claims.sort();
@@ -479,6 +501,37 @@ impl Engine {
         }
     }
 
+    /// A live workflow's latest version, validated (kept: versions never change).
+    async fn latest_workflow(
+        &mut self,
+        tenant: &str,
+        name: &str,
+    ) -> Result<Option<(i64, Arc<Workflow>)>, dagr_store::Error> {
+        let row = match self.store.get_workflow(tenant, name).await? {
+            Some(row) if !row.deleted => row,
+            _ => return Ok(None),
+        };
+        let key = (tenant.to_owned(), name.to_owned(), row.latest_version);
+        if let Some(wf) = self.workflows.get(&key) {
+            return Ok(Some((row.latest_version, wf.clone())));
+        }
+        let Some(version) = self.store.get_version(tenant, name, row.latest_version).await? else { return Ok(None) };
+        match validate(&version.spec) {
+            Ok(workflow) => {
+                let workflow = Arc::new(workflow);
+                if self.workflows.len() >= MAX_CACHED_WORKFLOWS {
+                    self.workflows.clear();
+                }
+                self.workflows.insert(key, workflow.clone());
+                Ok(Some((row.latest_version, workflow)))
+            }
+            Err(message) => {
+                tracing::error!(workflow = %name, %message, "stored definition does not load");
+                Ok(None)
+            }
+        }
+    }
+
     async fn read_schedule(&self, tenant: &str, name: &str) -> Result<ScheduleSource, dagr_store::Error> {
         let gone = ScheduleSource { tenant: tenant.into(), name: name.into(), current: None };
         let row = match self.store.get_workflow(tenant, name).await? {
@@ -505,6 +558,7 @@ fn schedule_row(row: &dagr_store::WorkflowRow, version: &dagr_store::VersionRow)
             workflow: Arc::new(workflow),
             cursor: row.schedule_cursor,
             since: row.schedule_since.unwrap_or(row.created_at),
+            paused: row.schedule_paused,
         }),
         Err(message) => {
             tracing::error!(workflow = %row.name, %message, "stored definition does not load");

@@ -2,7 +2,7 @@
 //! rendered, inputs gathered, limits set.
 
 use chrono::{DateTime, TimeZone, Utc};
-use dagr_core::template::RenderContext;
+use dagr_core::template::{RenderContext, Template};
 use dagr_protocol::plugins::PluginDirectory;
 use dagr_protocol::tenancy::TenantLimits;
 use dagr_protocol::wire::{AttemptKey, AttemptSpec, FailureKind, PluginSpec};
@@ -25,27 +25,9 @@ pub(crate) fn build_spec(
     let plugin = plugins
         .resolve(&run.row.tenant, &t.plugin.name, t.plugin.version.as_deref())
         .map_err(|message| (FailureKind::PluginUnavailable, message))?;
-    let mut inputs = Map::new();
-    for &dep in &t.deps {
-        if let Some(output) = run.outputs.get(&dep) {
-            let value = serde_json::from_str(output).unwrap_or(Value::Null);
-            inputs.insert(workflow.tasks[dep].name.clone(), value);
-        }
-    }
-    let logical_time: DateTime<Utc> = Utc.timestamp_millis_opt(run.row.logical_time).single().unwrap_or_default();
-    let context = RenderContext {
-        params: &run.params,
-        inputs: &inputs,
-        logical_time,
-        timezone: run.timezone,
-        run_id: &run.row.id,
-        workflow: &run.row.workflow,
-        task: &t.name,
-        tenant: &run.row.tenant,
-    };
-    let params = t
-        .params
-        .render(&context)
+    let inputs = task_inputs(run, task);
+    let logical_time = logical_time_of(run);
+    let params = render(run, task, &t.params, &inputs)
         .map_err(|p| (FailureKind::BadParams, format!("params{}: {}", p.location, p.message)))?;
     let deadline_ms = {
         let asked = t.timeout.unwrap_or(settings.default_timeout).as_millis() as u64;
@@ -101,6 +83,44 @@ pub(crate) fn build_spec(
         allow_hosts: t.allow_hosts.clone(),
         scratch_bytes: limits.and_then(|l| l.scratch_bytes),
     })
+}
+
+/// A task's inputs: the outputs of its upstream tasks, by name.
+pub(crate) fn task_inputs(run: &ActiveRun, task: usize) -> Map<String, Value> {
+    let workflow = run.machine.workflow();
+    let mut inputs = Map::new();
+    for &dep in &workflow.tasks[task].deps {
+        if let Some(output) = run.outputs.get(&dep) {
+            let value = serde_json::from_str(output).unwrap_or(Value::Null);
+            inputs.insert(workflow.tasks[dep].name.clone(), value);
+        }
+    }
+    inputs
+}
+
+fn logical_time_of(run: &ActiveRun) -> DateTime<Utc> {
+    Utc.timestamp_millis_opt(run.row.logical_time).single().unwrap_or_default()
+}
+
+/// Renders one of task `task`'s templates (params, condition, switch)
+/// against its run.
+pub(crate) fn render(
+    run: &ActiveRun,
+    task: usize,
+    template: &Template,
+    inputs: &Map<String, Value>,
+) -> Result<Value, dagr_core::template::Problem> {
+    let context = RenderContext {
+        params: &run.params,
+        inputs,
+        logical_time: logical_time_of(run),
+        timezone: run.timezone,
+        run_id: &run.row.id,
+        workflow: &run.row.workflow,
+        task: &run.machine.workflow().tasks[task].name,
+        tenant: &run.row.tenant,
+    };
+    template.render(&context)
 }
 
 /// The failure of a task that asks for more than its tenant's `limit`.

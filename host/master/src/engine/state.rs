@@ -11,7 +11,7 @@ use dagr_store::Committed;
 
 use crate::EngineConfig;
 use crate::engine::SCHEDULER;
-use crate::engine::effects::{Data, Effects, Input, LoadError, Need, PendingCommand};
+use crate::engine::effects::{Data, Effects, Input, LoadError, Need, PendingCommand, UpstreamQuery};
 use crate::engine::placement::Placement;
 use crate::engine::runs::{ActiveRun, InFlight, WorkflowKey};
 use crate::engine::schedules::ScheduleEntry;
@@ -109,6 +109,9 @@ pub struct EngineState {
     pub(crate) load_failures: HashMap<String, LoadError>,
     /// Runs to forget at the end of the step if they are finished.
     pub(crate) retiring: Vec<Arc<str>>,
+    /// Waiting runs to forget at the end of the step (loaded again when
+    /// woken).
+    pub(crate) parking: Vec<Arc<str>>,
     /// Ready tasks waiting for data (outputs, a plugin) in this step.
     pub(crate) awaiting: Vec<ReadyTask>,
     /// Whether the plugin directory was refreshed in this step.
@@ -126,6 +129,23 @@ pub struct EngineState {
     /// Tenants' limits; `None`: no tenant limits apply.
     pub(crate) limits: Option<Arc<HashMap<String, TenantLimits>>>,
     pub(crate) counters: Counters,
+    /// Which workflows (and tasks) other workflows wait for: only their
+    /// state changes wake anyone. `None` until read.
+    pub(crate) watched: Option<Watched>,
+    /// Latest versions of workflows other runs need (upstream schedules,
+    /// children to run); `None`: no such live workflow.
+    pub(crate) definitions: HashMap<(String, String), Option<(i64, Arc<dagr_core::Workflow>)>>,
+    /// Upstream runs read in this step.
+    pub(crate) upstream_runs: HashMap<UpstreamQuery, Vec<dagr_store::CycleRun>>,
+    /// Evaluations of waits that wait for data in this step.
+    pub(crate) evaluating: Vec<Arc<str>>,
+}
+
+/// What workflows wait for.
+#[derive(Debug, Default)]
+pub(crate) struct Watched {
+    pub runs: std::collections::HashSet<(String, String)>,
+    pub tasks: std::collections::HashSet<(String, String, String)>,
 }
 
 /// Passes of one step at most: a need answered can raise another (claim a
@@ -156,6 +176,7 @@ impl EngineState {
             deferred_commands: Vec::new(),
             load_failures: HashMap::new(),
             retiring: Vec::new(),
+            parking: Vec::new(),
             awaiting: Vec::new(),
             plugins_refreshed: false,
             owned: HashSet::new(),
@@ -165,6 +186,10 @@ impl EngineState {
             placement: Placement::new(config.strategy),
             limits: None,
             counters: Counters::default(),
+            watched: None,
+            definitions: HashMap::new(),
+            upstream_runs: HashMap::new(),
+            evaluating: Vec::new(),
         }
     }
 
@@ -180,6 +205,9 @@ impl EngineState {
             effects.need(Need::Lead(token));
         }
         self.reclaim_deferred(effects);
+        if self.watched.is_none() {
+            effects.need(Need::Watched);
+        }
     }
 
     /// One pass of a step: absorbs what the shell read, applies the inputs,
@@ -199,14 +227,33 @@ impl EngineState {
             self.apply_input(effects, input, now);
         }
         self.retry_deferred_commands(effects, now);
+        self.continue_evaluations(effects, now);
         self.fire_timers(effects, now);
         self.check_in_flight(effects, now);
         self.dispatch_ready(effects, plugins, now);
+        // Tasks that began to wait during dispatch record their waits now.
+        self.continue_evaluations(effects, now);
     }
 
     fn absorb_data(&mut self, effects: &mut Effects, data: Data, now: i64) {
         if let Some(limits) = data.tenant_limits {
             self.limits = Some(limits);
+        }
+        if let Some(watched) = data.watched {
+            let mut w = Watched::default();
+            for (tenant, workflow, task) in watched {
+                match task {
+                    Some(task) => w.tasks.insert((tenant, workflow, task)),
+                    None => w.runs.insert((tenant, workflow)),
+                };
+            }
+            self.watched = Some(w);
+        }
+        for (tenant, name, workflow) in data.workflows {
+            self.definitions.insert((tenant, name), workflow);
+        }
+        for (query, runs) in data.upstream_runs {
+            self.upstream_runs.insert(query, runs);
         }
         if data.plugins_refreshed {
             self.plugins_refreshed = true;
@@ -271,7 +318,13 @@ impl EngineState {
             }
             Input::Dispatched { worker, sent, answer } => self.dispatched(effects, &worker, sent, answer, now),
             Input::Probed { key, worker, epoch, adoption } => self.probed(effects, key, &worker, epoch, adoption, now),
-            Input::WorkflowChanged { tenant, name } => self.workflow_changed(effects, tenant, name),
+            Input::WorkflowChanged { tenant, name } => {
+                // Its definition and what waits for what may have changed.
+                self.definitions.remove(&(tenant.clone(), name.clone()));
+                self.watched = None;
+                effects.need(Need::Watched);
+                self.workflow_changed(effects, tenant, name)
+            }
         }
     }
 
@@ -370,9 +423,20 @@ impl EngineState {
             self.ready.restore(item);
         }
         self.load_failures.clear();
+        self.upstream_runs.clear();
+        // Evaluations still waiting for data go again at the next step.
+        if !effects.batch.wakes.is_empty() {
+            let wake = dagr_protocol::commands::Command::Wake;
+            effects.batch.wake_command = Some(dagr_store::EncodedCommand::new(wake.kind(), wake.payload()));
+        }
         let finished: Vec<Arc<str>> = effects.finished.iter().map(|(id, _)| Arc::from(id.as_str())).collect();
         for id in finished.into_iter().chain(std::mem::take(&mut self.retiring)) {
             if self.runs.get(&id).is_some_and(|r| r.machine.state().is_terminal()) {
+                self.retire_run(&id);
+            }
+        }
+        for id in std::mem::take(&mut self.parking) {
+            if self.runs.get(&id).is_some_and(|r| r.machine.state() == dagr_core::RunState::Waiting) {
                 self.retire_run(&id);
             }
         }

@@ -87,6 +87,12 @@ pub struct FakeStore {
     pub workflows: BTreeMap<(String, String), (i64, Arc<Workflow>, Option<i64>)>,
     /// Runs whose loading fails (for the failure paths).
     pub unloadable: HashMap<String, LoadError>,
+    /// Schedules taken offline: (tenant, workflow).
+    pub paused: HashSet<(String, String)>,
+    /// Waits recorded: run → (upstream workflow, from, to).
+    pub waits: HashMap<String, Vec<(String, i64, i64)>>,
+    /// (tenant, upstream run, the run it released).
+    pub links: Vec<(String, String, String)>,
     next_command: i64,
 }
 
@@ -104,6 +110,8 @@ pub struct TestEnv {
     pub batches: Vec<WriteBatch>,
     /// Commands not yet read by the engine.
     unread: Vec<PendingCommand>,
+    /// Inputs for the next step (what the API would have told the engine).
+    pending: Vec<Input>,
     /// What the last step asked for and got.
     pub needs_seen: Vec<Need>,
     workflows: HashMap<String, Arc<Workflow>>,
@@ -134,6 +142,7 @@ impl TestEnv {
             limits: None,
             batches: Vec::new(),
             unread: Vec::new(),
+            pending: Vec::new(),
             needs_seen: Vec::new(),
             workflows: HashMap::new(),
             next_token: 0,
@@ -150,6 +159,8 @@ impl TestEnv {
         let version = self.store.workflows.get(&key).map_or(1, |(v, _, _)| v + 1);
         self.store.workflows.insert(key, (version, workflow.clone(), None));
         self.workflows.insert(workflow.name().to_owned(), workflow.clone());
+        // As the API tells the engine.
+        self.pending.push(Input::WorkflowChanged { tenant: TENANT.into(), name: workflow.name().into() });
         workflow
     }
 
@@ -175,6 +186,7 @@ impl TestEnv {
             params: serde_json::to_string(&wf.spec.params).unwrap_or_else(|_| "{}".into()),
             spec: None,
             backfill_id: backfill.map(Into::into),
+            parent: None,
         };
         let new = dagr_store::NewRun::new(&wf, origin, self.now);
         let id = new.run.id.clone();
@@ -202,6 +214,7 @@ impl TestEnv {
                 error: None,
                 started_at: None,
                 finished_at: None,
+                child_run: None,
             })
             .collect();
         self.store.tasks.insert(id.clone(), tasks);
@@ -225,8 +238,9 @@ impl TestEnv {
 
     /// One step with `inputs` (and the commands written since the last
     /// one), its needs answered from the fake store, committed into it.
-    pub fn step(&mut self, inputs: Vec<Input>) -> Effects {
-        let mut inputs = inputs;
+    pub fn step(&mut self, given: Vec<Input>) -> Effects {
+        let mut inputs: Vec<Input> = std::mem::take(&mut self.pending);
+        inputs.extend(given);
         let commands = std::mem::take(&mut self.unread);
         if !commands.is_empty() {
             inputs.push(Input::Commands(commands));
@@ -385,6 +399,7 @@ impl TestEnv {
                                 workflow: workflow.clone(),
                                 cursor: *cursor,
                                 since: self.now,
+                                paused: false,
                             }),
                         })
                         .collect();
@@ -398,9 +413,52 @@ impl TestEnv {
                                 workflow: workflow.clone(),
                                 cursor: *cursor,
                                 since: self.now,
+                                paused: self.store.paused.contains(&(tenant.clone(), name.clone())),
                             }
                         });
                     data.schedules.push(ScheduleSource { tenant, name, current });
+                }
+                Need::Watched => {
+                    let mut watched: Vec<(String, String, Option<String>)> = Vec::new();
+                    for ((tenant, _), (_, workflow, _)) in &self.store.workflows {
+                        for u in workflow.upstream.iter().chain(workflow.tasks.iter().flat_map(|t| &t.upstream)) {
+                            watched.push((tenant.clone(), u.workflow.clone(), u.task.clone()));
+                        }
+                    }
+                    data.watched = Some(watched);
+                }
+                Need::Workflows { tenant, names } => {
+                    for name in names {
+                        let found =
+                            self.store.workflows.get(&(tenant.clone(), name.clone())).map(|(v, w, _)| (*v, w.clone()));
+                        data.workflows.push((tenant.clone(), name, found));
+                    }
+                }
+                Need::UpstreamRuns(query) => {
+                    let runs = self
+                        .store
+                        .runs
+                        .values()
+                        .filter(|r| {
+                            r.tenant == query.tenant
+                                && r.workflow == query.workflow
+                                && r.logical_time >= query.from
+                                && r.logical_time <= query.to
+                        })
+                        .map(|r| dagr_store::CycleRun {
+                            id: r.id.clone(),
+                            logical_time: r.logical_time,
+                            state: r.state,
+                            task_state: query.task.as_ref().and_then(|t| {
+                                self.store
+                                    .tasks
+                                    .get(&r.id)
+                                    .and_then(|ts| ts.iter().find(|x| &x.name == t))
+                                    .map(|x| x.state)
+                            }),
+                        })
+                        .collect();
+                    data.upstream_runs.push((query, runs));
                 }
             }
         }
@@ -448,6 +506,41 @@ impl TestEnv {
             if batch.new_run_command.is_some() {
                 self.command(&id, Command::Admit);
             }
+        }
+        for new in &batch.child_runs {
+            if new.run.parent_run.as_deref().is_some_and(|p| stale.contains(p)) {
+                continue;
+            }
+            let id = new.run.id.clone();
+            self.insert_run(new.clone());
+            self.command(&id, Command::Admit);
+        }
+        for id in &batch.clear_waits {
+            self.store.waits.remove(id);
+        }
+        for w in &batch.run_waits {
+            self.store.waits.entry(w.run_id.clone()).or_default().push((w.upstream.clone(), w.from_time, w.to_time));
+        }
+        for wake in &batch.wakes {
+            let woken: Vec<String> = self
+                .store
+                .waits
+                .iter()
+                .filter(|(_, spans)| {
+                    spans.iter().any(|(up, from, to)| {
+                        *up == wake.workflow && *from <= wake.logical_time && wake.logical_time <= *to
+                    })
+                })
+                .map(|(run, _)| run.clone())
+                .collect();
+            for run in woken {
+                self.command(&run, Command::Wake);
+            }
+        }
+        self.store.links.extend(batch.links.iter().cloned());
+        for c in &batch.commands {
+            let command = Command::decode(&c.command.kind, &c.command.payload).unwrap_or(Command::Wake);
+            self.command(&c.run_id, command);
         }
         for w in batch.runs.iter().filter(|w| !stale.contains(w.id.as_str())) {
             if let Some(r) = self.store.runs.get_mut(&w.id) {

@@ -10,8 +10,24 @@ use crate::engine::state::EngineState;
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Timer {
-    Retry { run: String, task: usize },
-    Schedule { tenant: String, name: String, at: i64 },
+    Retry {
+        run: String,
+        task: usize,
+    },
+    Schedule {
+        tenant: String,
+        name: String,
+        at: i64,
+    },
+    /// A sensor's next check.
+    Wake {
+        run: String,
+        task: usize,
+    },
+    /// A run's `timeout` ran out.
+    RunTimeout {
+        run: String,
+    },
 }
 
 /// Timers by (due time in ms, sequence).
@@ -57,6 +73,41 @@ impl EngineState {
                     }
                 }
                 Timer::Schedule { tenant, name, at } => self.schedule_due(effects, (tenant, name), at, now),
+                Timer::Wake { run, task } => {
+                    let Some(id) = self.runs.get_key_value(run.as_str()).map(|(id, _)| id.clone()) else {
+                        continue;
+                    };
+                    if let Some(active) = self.runs.get_mut(&id)
+                        && let Ok(actions) = active.machine.apply(RunInput::Unblock { task }, now)
+                    {
+                        self.absorb(effects, &id, actions, now);
+                    }
+                }
+                Timer::RunTimeout { run } => {
+                    let Some(id) = self.runs.get_key_value(run.as_str()).map(|(id, _)| id.clone()) else {
+                        continue;
+                    };
+                    let Some(active) = self.runs.get_mut(&id) else { continue };
+                    if active.machine.state().is_terminal() {
+                        continue;
+                    }
+                    let limit = active.machine.workflow().timeout.unwrap_or_default();
+                    let message = format!(
+                        "the run did not finish within its timeout of {}",
+                        dagr_core::units::format_duration(limit)
+                    );
+                    tracing::warn!(run = %id, %message, "run timed out");
+                    effects.batch.events.push(active.event(
+                        "run.timeout",
+                        None,
+                        serde_json::json!({ "message": message }),
+                        now,
+                    ));
+                    if let Ok(actions) = active.machine.apply(RunInput::MarkFailed, now) {
+                        self.absorb(effects, &id, actions, now);
+                        self.retiring.push(id);
+                    }
+                }
             }
         }
     }

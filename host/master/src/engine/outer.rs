@@ -1,0 +1,282 @@
+//! The outer DAG in the engine: runs (and tasks) that wait for instances of
+//! other workflows.
+//!
+//! A run whose workflow has `upstream` dependencies is created `waiting`.
+//! When it is loaded (its admit command) or woken (a `wake` command: an
+//! upstream instance in its range changed state, written by the store in
+//! the transaction that recorded the change), it is evaluated: the
+//! instances it needs are computed from the upstream workflows' schedules
+//! ([`dagr_core::outer::expected`]), read from the store by cycle range, and
+//! judged ([`dagr_core::outer::evaluate`]). Satisfied, it is released to
+//! `queued`; otherwise its waits are recorded (`run_waits`, the index the
+//! store wakes it by) and it leaves memory — a waiting instance costs a few
+//! rows, not engine memory. No loop ever scans waiting runs.
+//!
+//! A task with `upstream` dependencies is evaluated the same way when it
+//! becomes ready, and waits (holding no worker) while its run goes on.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, TimeZone, Utc};
+use dagr_core::control::UpstreamFailure;
+use dagr_core::outer::{Expected, Standing, Upstream, UpstreamRun, Wait, evaluate, expected};
+use dagr_core::run::{Input as RunInput, RunState, TaskState};
+use dagr_store::RunWait;
+use serde_json::json;
+
+use crate::engine::effects::{Effects, Need, UpstreamQuery};
+use crate::engine::state::EngineState;
+
+/// Cycles one dependency may name at most (a per-second upstream over a
+/// month would be millions).
+pub(crate) const MAX_UPSTREAM_INSTANCES: usize = 10_000;
+
+/// The verdict on a set of dependencies.
+pub(crate) struct Verdict {
+    pub standing: Standing,
+    /// What is still missing or failed.
+    pub waits: Vec<Wait>,
+    /// The ranges waited on, per upstream workflow (for `run_waits`).
+    pub spans: Vec<(String, i64, i64)>,
+    /// The upstream runs that satisfied it.
+    pub satisfied_by: Vec<String>,
+}
+
+fn to_time(ms: i64) -> DateTime<Utc> {
+    Utc.timestamp_millis_opt(ms).single().unwrap_or_default()
+}
+
+impl EngineState {
+    /// Judges `deps` for a run of `tenant` at `logical` (in `tz`), or asks
+    /// for what it needs to (and answers `None`).
+    pub(crate) fn judge(
+        &mut self,
+        effects: &mut Effects,
+        tenant: &str,
+        deps: &[Upstream],
+        logical: i64,
+        tz: chrono_tz::Tz,
+    ) -> Option<Verdict> {
+        let mut missing_defs: Vec<String> = deps
+            .iter()
+            .filter(|d| !self.definitions.contains_key(&(tenant.to_owned(), d.workflow.clone())))
+            .map(|d| d.workflow.clone())
+            .collect();
+        if !missing_defs.is_empty() {
+            missing_defs.sort();
+            missing_defs.dedup();
+            effects.need(Need::Workflows { tenant: tenant.into(), names: missing_defs });
+            return None;
+        }
+        let mut plans: Vec<(&Upstream, Expected, UpstreamQuery)> = Vec::new();
+        let mut verdict =
+            Verdict { standing: Standing::Satisfied, waits: Vec::new(), spans: Vec::new(), satisfied_by: Vec::new() };
+        for dep in deps {
+            let upstream = self.definitions.get(&(tenant.to_owned(), dep.workflow.clone())).cloned().flatten();
+            let schedule = upstream.as_ref().and_then(|(_, w)| w.schedule.as_ref());
+            let expectation = match expected(dep, to_time(logical), tz, schedule, MAX_UPSTREAM_INSTANCES) {
+                Ok(e) => e,
+                Err(message) => {
+                    verdict.standing = Standing::Failed;
+                    verdict.waits.push(Wait {
+                        workflow: dep.workflow.clone(),
+                        logical_time: None,
+                        run_id: None,
+                        state: message,
+                        standing: Standing::Failed,
+                    });
+                    continue;
+                }
+            };
+            let Some((from, to)) = expectation.span() else { continue };
+            let query = UpstreamQuery {
+                tenant: tenant.into(),
+                workflow: dep.workflow.clone(),
+                from: from.timestamp_millis(),
+                to: to.timestamp_millis(),
+                task: dep.task.clone(),
+            };
+            plans.push((dep, expectation, query));
+        }
+        let unread: Vec<&UpstreamQuery> =
+            plans.iter().map(|(_, _, q)| q).filter(|q| !self.upstream_runs.contains_key(*q)).collect();
+        if !unread.is_empty() {
+            for q in unread {
+                effects.need(Need::UpstreamRuns(q.clone()));
+            }
+            return None;
+        }
+        for (dep, expectation, query) in plans {
+            let runs: Vec<UpstreamRun> = self.upstream_runs[&query]
+                .iter()
+                .map(|r| UpstreamRun {
+                    id: r.id.clone(),
+                    logical_time: to_time(r.logical_time),
+                    state: r.state,
+                    task_state: r.task_state,
+                })
+                .collect();
+            let (standing, waits) = evaluate(dep, &expectation, &runs);
+            verdict.standing = verdict.standing.max(standing);
+            if standing != Standing::Satisfied {
+                verdict.spans.push((dep.workflow.clone(), query.from, query.to));
+            }
+            let blocking: Vec<&str> = waits.iter().filter_map(|w| w.run_id.as_deref()).collect();
+            verdict.satisfied_by.extend(
+                runs.iter()
+                    .filter(|r| !blocking.contains(&r.id.as_str()))
+                    .filter(|r| r.state.is_terminal())
+                    .map(|r| r.id.clone()),
+            );
+            verdict.waits.extend(waits);
+        }
+        Some(verdict)
+    }
+
+    /// Evaluates a loaded run that waits (or whose tasks wait) upstream:
+    /// releases what may go, records what still waits.
+    pub(crate) fn evaluate_waits(&mut self, effects: &mut Effects, run_id: &Arc<str>, now: i64) {
+        let Some(run) = self.runs.get(run_id) else { return };
+        let (tenant, logical, tz, slot) = (run.row.tenant.clone(), run.row.logical_time, run.timezone, run.row.slot);
+        let workflow = run.machine.workflow().clone();
+        let mut spans: Vec<(String, i64, i64)> = Vec::new();
+        if run.machine.state() == RunState::Waiting {
+            let Some(verdict) = self.judge(effects, &tenant, &workflow.upstream, logical, tz) else {
+                self.keep_evaluating(run_id);
+                return;
+            };
+            if !self.settle_run(effects, run_id, verdict, &mut spans, now) {
+                return;
+            }
+        }
+        // Tasks waiting upstream.
+        let waiting: Vec<usize> = match self.runs.get(run_id) {
+            Some(run) => (0..workflow.tasks.len())
+                .filter(|&t| run.machine.task(t).state == TaskState::Waiting && run.extra[t].waiting_upstream)
+                .collect(),
+            None => Vec::new(),
+        };
+        for task in waiting {
+            let Some(verdict) = self.judge(effects, &tenant, &workflow.tasks[task].upstream, logical, tz) else {
+                self.keep_evaluating(run_id);
+                return;
+            };
+            match verdict.standing {
+                Standing::Satisfied => {
+                    self.link(effects, &tenant, run_id, &verdict.satisfied_by);
+                    if let Some(run) = self.runs.get_mut(run_id) {
+                        run.extra[task].waiting_upstream = false;
+                        if let Ok(actions) = run.machine.apply(RunInput::Unblock { task }, now) {
+                            self.absorb(effects, run_id, actions, now);
+                        }
+                    }
+                }
+                _ => spans.extend(verdict.spans),
+            }
+        }
+        self.record_waits(effects, run_id, &tenant, slot, spans);
+        self.evaluating.retain(|r| r != run_id);
+    }
+
+    /// A waiting run's verdict: released, failed, or still waiting (then it
+    /// leaves memory once its waits are recorded). Returns whether the run
+    /// is still loaded and running (its tasks' waits are judged next).
+    fn settle_run(
+        &mut self,
+        effects: &mut Effects,
+        run_id: &Arc<str>,
+        verdict: Verdict,
+        spans: &mut Vec<(String, i64, i64)>,
+        now: i64,
+    ) -> bool {
+        let Some(run) = self.runs.get_mut(run_id) else { return false };
+        let (tenant, slot) = (run.row.tenant.clone(), run.row.slot);
+        let policy = run.machine.workflow().spec.on_upstream_failure;
+        let waits = serde_json::to_value(&verdict.waits).unwrap_or_default();
+        match verdict.standing {
+            Standing::Satisfied => {
+                tracing::info!(run = %run_id, "upstream instances done: released");
+                effects.batch.events.push(run.event("run.released", None, json!({}), now));
+                effects.batch.clear_waits.push(run_id.to_string());
+                if let Ok(actions) = run.machine.apply(RunInput::Release, now) {
+                    self.absorb(effects, run_id, actions, now);
+                }
+                self.link(effects, &tenant, run_id, &verdict.satisfied_by);
+                self.admit_or_wait(effects, run_id, now);
+                true
+            }
+            Standing::Failed if policy == UpstreamFailure::Fail => {
+                effects.batch.events.push(run.event("run.upstream_failed", None, json!({ "waits": waits }), now));
+                effects.batch.clear_waits.push(run_id.to_string());
+                if let Ok(actions) = run.machine.apply(RunInput::MarkFailed, now) {
+                    self.absorb(effects, run_id, actions, now);
+                }
+                false
+            }
+            _ => {
+                effects.batch.events.push(run.event("run.waiting", None, json!({ "waits": waits }), now));
+                spans.extend(verdict.spans);
+                let spans = std::mem::take(spans);
+                self.record_waits(effects, run_id, &tenant, slot, spans);
+                // A waiting instance costs rows, not memory: it is loaded
+                // again when woken.
+                self.evaluating.retain(|r| r != run_id);
+                self.parking.push(run_id.clone());
+                false
+            }
+        }
+    }
+
+    fn keep_evaluating(&mut self, run_id: &Arc<str>) {
+        if !self.evaluating.contains(run_id) {
+            self.evaluating.push(run_id.clone());
+        }
+    }
+
+    /// Evaluations that waited for data in an earlier pass.
+    pub(crate) fn continue_evaluations(&mut self, effects: &mut Effects, now: i64) {
+        for run_id in std::mem::take(&mut self.evaluating) {
+            self.evaluate_waits(effects, &run_id, now);
+        }
+    }
+
+    /// Replaces what a run waits for with `spans`.
+    fn record_waits(
+        &mut self,
+        effects: &mut Effects,
+        run_id: &str,
+        tenant: &str,
+        slot: i64,
+        spans: Vec<(String, i64, i64)>,
+    ) {
+        effects.batch.clear_waits.push(run_id.to_owned());
+        for (upstream, from_time, to_time) in spans {
+            effects.batch.run_waits.push(RunWait {
+                run_id: run_id.to_owned(),
+                tenant: tenant.to_owned(),
+                upstream,
+                from_time,
+                to_time,
+                slot,
+            });
+        }
+    }
+
+    fn link(&mut self, effects: &mut Effects, tenant: &str, run_id: &str, by: &[String]) {
+        for upstream in by {
+            effects.batch.links.push((tenant.to_owned(), upstream.clone(), run_id.to_owned()));
+        }
+    }
+}
+
+/// What a list of waits says, for people.
+pub(crate) fn describe(waits: &[Wait]) -> String {
+    waits
+        .iter()
+        .map(|w| match w.logical_time {
+            Some(t) => format!("{} {} is {}", w.workflow, t.to_rfc3339(), w.state),
+            None => format!("{}: {}", w.workflow, w.state),
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}

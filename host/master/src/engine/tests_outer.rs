@@ -1,0 +1,311 @@
+//! The outer DAG and control nodes in the engine, tested by effects:
+//! runs waiting for other workflows' instances, woken by their changes;
+//! sub-workflows; conditions, switches, sensors; failure strategies and run
+//! timeouts.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use dagr_protocol::commands::Command;
+use dagr_protocol::wire::FailureKind;
+use dagr_store::{RunState, TaskState};
+
+use crate::engine::testkit::{TENANT, TestEnv, dispatched_names, worker};
+
+const HOUR: i64 = 3_600_000;
+/// 2026-01-10T00:00:00Z.
+const DAY: i64 = 1_768_003_200_000;
+
+fn finish_all(env: &mut TestEnv, task: &str) {
+    loop {
+        let keys = env.in_flight_all(task);
+        if keys.is_empty() {
+            return;
+        }
+        for key in keys {
+            env.succeed(&key, "{}");
+        }
+    }
+}
+
+fn quarter_daily(env: &mut TestEnv) {
+    env.apply("name: loads\nschedule: {cron: \"0 */6 * * *\"}\ntasks:\n- {name: load, plugin: echo}\n");
+    env.apply(
+        "name: report\nschedule: {cron: \"0 2 * * *\"}\nupstream: [{workflow: loads, cycles: day}]\n\
+         tasks:\n- {name: sum, plugin: echo}\n",
+    );
+}
+
+#[test]
+fn a_daily_run_waits_for_every_cycle_of_its_day_and_starts_when_the_last_ends() {
+    let mut env = TestEnv::new();
+    quarter_daily(&mut env);
+    let report = env.trigger_at("report", DAY + 2 * HOUR, None);
+    let effects = env.step(vec![]);
+    assert!(effects.dispatches.is_empty());
+    assert_eq!(env.store.runs[&report].state, RunState::Waiting);
+    assert!(!env.state.has_run(&report), "a waiting instance is not kept in memory");
+    assert_eq!(env.store.waits[&report], vec![("loads".to_owned(), DAY, DAY + 18 * HOUR)]);
+    let waiting = env.store.events.iter().rev().find(|e| e.kind == "run.waiting").unwrap();
+    assert!(waiting.data.contains("missing"), "it says what it waits for: {}", waiting.data);
+
+    // The four loads of the day (and one of the next day, which does not count).
+    let loads: Vec<String> = [0, 6, 12, 18, 24].iter().map(|h| env.trigger_at("loads", DAY + h * HOUR, None)).collect();
+    env.step(vec![]);
+    let mut keys = env.in_flight_all("load");
+    assert_eq!(keys.len(), 5);
+    keys.sort_by_key(|k| env.store.runs[&k.run_id].logical_time);
+    for (i, key) in keys.iter().enumerate() {
+        env.succeed(key, "{}");
+        // The wake-up is a command the store wrote with the change.
+        let effects = env.step(vec![]);
+        let released = dispatched_names(&effects).contains(&"sum".to_owned());
+        assert_eq!(released, i == 3, "released by the fourth load of its day only (load {i})");
+    }
+    assert_eq!(env.run_state(&report), RunState::Running, "released once the day's four loads succeeded");
+    assert!(!env.store.waits.contains_key(&report), "its waits are gone");
+    let linked: Vec<&String> =
+        env.store.links.iter().filter(|(_, _, down)| *down == report).map(|(_, up, _)| up).collect();
+    assert_eq!(linked.len(), 4, "released by the four loads of its day: {linked:?}");
+    assert!(!linked.contains(&&loads[4]));
+}
+
+#[test]
+fn yesterday_s_run_and_a_missing_instance_that_is_skipped() {
+    let mut env = TestEnv::new();
+    env.apply("name: sales\nschedule: {cron: \"0 1 * * *\"}\ntasks:\n- {name: s, plugin: echo}\n");
+    env.apply(
+        "name: daily\nupstream: [{workflow: sales, offset: -1d}, {workflow: gone, missing: skip}]\n\
+         tasks:\n- {name: d, plugin: echo}\n",
+    );
+    let run = env.trigger_at("daily", DAY + 3 * HOUR, None);
+    env.step(vec![]);
+    assert_eq!(env.store.runs[&run].state, RunState::Waiting);
+    assert_eq!(env.store.waits[&run], vec![("sales".to_owned(), DAY - 23 * HOUR, DAY - 23 * HOUR)], "yesterday 01:00");
+    // Today's sales run does not release it; yesterday's does.
+    env.trigger_at("sales", DAY + HOUR, None);
+    env.step(vec![]);
+    finish_all(&mut env, "s");
+    env.step(vec![]);
+    assert_eq!(env.store.runs[&run].state, RunState::Waiting);
+    env.trigger_at("sales", DAY - 23 * HOUR, None);
+    env.step(vec![]);
+    finish_all(&mut env, "s");
+    let effects = env.step(vec![]);
+    assert_eq!(dispatched_names(&effects), ["d"]);
+}
+
+#[test]
+fn a_failed_upstream_fails_or_holds_its_dependents_by_policy_and_a_rerun_releases_them() {
+    for policy in ["fail", "wait"] {
+        let mut env = TestEnv::new();
+        env.apply("name: up\ntasks:\n- {name: u, plugin: echo}\n");
+        env.apply(&format!(
+            "name: down\non_upstream_failure: {policy}\nupstream: [{{workflow: up}}]\ntasks:\n- {{name: d, plugin: echo}}\n"
+        ));
+        let up = env.trigger_at("up", DAY, None);
+        let down = env.trigger_at("down", DAY, None);
+        env.step(vec![]);
+        let u = env.in_flight("u");
+        env.fail(&u, FailureKind::Fatal);
+        env.step(vec![]);
+        if policy == "fail" {
+            assert_eq!(env.store.runs[&down].state, RunState::Failed);
+            assert!(
+                env.store.events.iter().any(|e| e.kind == "run.upstream_failed" && e.run_id.as_deref() == Some(&down))
+            );
+            continue;
+        }
+        assert_eq!(env.store.runs[&down].state, RunState::Waiting, "held: a rerun upstream may fix it");
+        env.command(&up, Command::RerunFailed);
+        env.step(vec![]);
+        let u = env.in_flight("u");
+        env.succeed(&u, "{}");
+        let effects = env.step(vec![]);
+        assert_eq!(dispatched_names(&effects), ["d"], "the rerun released it");
+    }
+}
+
+#[test]
+fn a_task_waits_for_a_task_of_another_workflow_while_its_run_goes_on() {
+    let mut env = TestEnv::new();
+    env.apply(
+        "name: up\ntasks:\n- {name: extract, plugin: echo}\n- {name: later, plugin: echo, depends_on: [extract]}\n",
+    );
+    env.apply(
+        "name: down\ntasks:\n- {name: free, plugin: echo}\n\
+         - {name: gated, plugin: echo, upstream: [{workflow: up, task: extract}]}\n",
+    );
+    let down = env.trigger_at("down", DAY, None);
+    let effects = env.step(vec![]);
+    assert_eq!(dispatched_names(&effects), ["free"]);
+    assert_eq!(env.task_state(&down, "gated"), TaskState::Waiting);
+    assert!(env.store.waits.contains_key(&down));
+    env.trigger_at("up", DAY, None);
+    env.step(vec![]);
+    let extract = env.in_flight("extract");
+    env.succeed(&extract, "{}");
+    let effects = env.step(vec![]);
+    assert_eq!(dispatched_names(&effects), ["gated"], "released by the upstream task, its run still running");
+}
+
+#[test]
+fn a_sub_workflow_runs_as_a_child_and_its_end_ends_the_task() {
+    let mut env = TestEnv::new();
+    env.apply("name: child\nparams: {n: 1}\ntasks:\n- {name: c, plugin: echo, params: {n: \"{{ params.n }}\"}}\n");
+    env.apply(
+        "name: parent\ntasks:\n- {name: sub, workflow: child, params: {n: 7}}\n- {name: after, plugin: echo, depends_on: [sub]}\n",
+    );
+    let parent = env.trigger("parent");
+    let effects = env.step(vec![]);
+    assert!(effects.dispatches.is_empty(), "the sub-workflow task holds no worker");
+    assert_eq!(effects.batch.child_runs.len(), 1);
+    let child = effects.batch.child_runs[0].run.clone();
+    assert_eq!(child.parent_run.as_deref(), Some(parent.as_str()));
+    assert_eq!(child.params, r#"{"n":7}"#);
+    assert_eq!(env.task_state(&parent, "sub"), TaskState::Waiting);
+    // The child is admitted and runs.
+    let effects = env.step(vec![]);
+    assert_eq!(dispatched_names(&effects), ["c"]);
+    let c = env.in_flight("c");
+    env.succeed(&c, "{}");
+    // Its end reaches the parent as a command.
+    let effects = env.step(vec![]);
+    assert_eq!(env.task_state(&parent, "sub"), TaskState::Succeeded);
+    assert_eq!(dispatched_names(&effects), ["after"]);
+}
+
+#[test]
+fn killing_a_parent_kills_its_child() {
+    let mut env = TestEnv::new();
+    env.apply("name: child\ntasks:\n- {name: c, plugin: echo}\n");
+    env.apply("name: parent\ntasks:\n- {name: sub, workflow: child}\n");
+    let parent = env.trigger("parent");
+    let effects = env.step(vec![]);
+    let child = effects.batch.child_runs[0].run.id.clone();
+    env.step(vec![]);
+    env.command(&parent, Command::Kill);
+    env.step(vec![]);
+    assert_eq!(env.store.runs[&parent].state, RunState::Killed);
+    let effects = env.step(vec![]);
+    assert_eq!(env.store.runs[&child].state, RunState::Killed, "the kill reached the child");
+    assert_eq!(effects.cancels.len(), 1, "its running attempt is cancelled");
+}
+
+#[test]
+fn a_thousand_parents_waiting_on_children_finish_on_two_worker_slots() {
+    // The seeds' deadlock: parents filling the worker pool while their
+    // children wait for a slot. Waiting parents hold no slot here.
+    let mut env = TestEnv::with(|c| c.max_in_flight = 2, vec![worker("w1", 2)]);
+    env.apply("name: child\ntasks:\n- {name: c, plugin: echo}\n");
+    env.apply("name: parent\ntasks:\n- {name: sub, workflow: child}\n- {name: p, plugin: echo, depends_on: [sub]}\n");
+    let parents: Vec<String> = (0..1000).map(|_| env.trigger("parent")).collect();
+    let mut steps = 0;
+    loop {
+        let keys: Vec<_> = env.state.in_flight.keys().cloned().collect();
+        assert!(keys.len() <= 2, "never more than the two slots");
+        if keys.is_empty() {
+            env.step(vec![]);
+            if env.state.in_flight.is_empty() && parents.iter().all(|p| env.run_state(p).is_terminal()) {
+                break;
+            }
+        }
+        for key in keys {
+            env.succeed(&key, "{}");
+        }
+        steps += 1;
+        assert!(steps < 20_000, "the parents did not finish");
+    }
+    assert!(parents.iter().all(|p| env.store.runs[p].state == RunState::Succeeded));
+}
+
+#[test]
+fn conditions_switches_and_disabled_tasks_skip_without_a_worker() {
+    let mut env = TestEnv::new();
+    env.apply(
+        "name: ctl\nparams: {kind: json, go: false}\ntasks:\n- {name: detect, plugin: echo}\n\
+         - {name: sw, switch: {on: \"{{ params.kind }}\", cases: {csv: [csv], json: [json]}}, depends_on: [detect]}\n\
+         - {name: csv, plugin: echo, depends_on: [sw]}\n- {name: json, plugin: echo, depends_on: [sw]}\n\
+         - {name: maybe, plugin: echo, when: \"{{ params.go }}\"}\n- {name: off, plugin: echo, enabled: false}\n",
+    );
+    let run = env.trigger("ctl");
+    let effects = env.step(vec![]);
+    assert_eq!(dispatched_names(&effects), ["detect"], "maybe's condition is false, off is disabled");
+    assert_eq!(env.task_state(&run, "maybe"), TaskState::Skipped);
+    assert_eq!(env.task_state(&run, "off"), TaskState::Skipped);
+    let detect = env.in_flight("detect");
+    let effects = env.succeed(&detect, "{}");
+    assert_eq!(dispatched_names(&effects), ["json"], "the switch picked json");
+    assert_eq!(env.task_state(&run, "csv"), TaskState::Skipped);
+    assert_eq!(env.task_state(&run, "sw"), TaskState::Succeeded);
+    let json = env.in_flight("json");
+    env.succeed(&json, "{}");
+    assert_eq!(env.run_state(&run), RunState::Succeeded);
+}
+
+#[test]
+fn a_sensor_is_checked_again_without_holding_a_worker_until_ready_or_timeout() {
+    let mut env = TestEnv::new();
+    env.apply("name: s\ntasks:\n- {name: wait, plugin: echo, sensor: {interval: 10s, timeout: 30s}}\n");
+    let run = env.trigger("s");
+    env.step(vec![]);
+    let check = env.in_flight("wait");
+    env.succeed(&check, r#"{"ready": false}"#);
+    assert_eq!(env.task_state(&run, "wait"), TaskState::Waiting);
+    assert!(env.state.in_flight.is_empty(), "no worker between checks");
+    env.advance(9_999);
+    assert!(env.step(vec![]).dispatches.is_empty());
+    env.advance(1);
+    assert_eq!(dispatched_names(&env.step(vec![])), ["wait"], "checked again after its interval");
+    let check = env.in_flight("wait");
+    env.succeed(&check, r#"{"ready": true, "rows": 3}"#);
+    assert_eq!(env.run_state(&run), RunState::Succeeded);
+
+    // Never ready: fails after its last check.
+    let run = env.trigger("s");
+    env.step(vec![]);
+    for _ in 0..3 {
+        let check = env.in_flight("wait");
+        env.succeed(&check, r#"{"ready": false}"#);
+        env.advance(10_000);
+        env.step(vec![]);
+    }
+    assert_eq!(env.task_state(&run, "wait"), TaskState::Failed);
+    let error = env.store.tasks[&run][0].error.clone().unwrap();
+    assert!(error.contains("did not hold within 30s"), "{error}");
+}
+
+#[test]
+fn stop_strategy_and_run_timeout_end_a_run() {
+    let mut env = TestEnv::new();
+    env.apply("name: slow\ntimeout: 1m\ntasks:\n- {name: a, plugin: echo}\n");
+    let run = env.trigger("slow");
+    env.step(vec![]);
+    env.advance(60_000);
+    let effects = env.step(vec![]);
+    assert_eq!(env.store.runs[&run].state, RunState::Failed);
+    assert_eq!(effects.cancels.len(), 1, "its running attempt is cancelled");
+    assert!(env.store.events.iter().any(|e| e.kind == "run.timeout"));
+
+    let mut env = TestEnv::new();
+    env.apply("name: stop\non_failure: stop\ntasks:\n- {name: a, plugin: echo}\n- {name: b, plugin: echo}\n");
+    let run = env.trigger("stop");
+    env.step(vec![]);
+    let a = env.in_flight("a");
+    let effects = env.fail(&a, FailureKind::Fatal);
+    assert_eq!(effects.finished, vec![(run, RunState::Failed)]);
+    assert_eq!(effects.cancels.len(), 1, "b is cancelled");
+}
+
+#[test]
+fn a_paused_schedule_makes_no_cycle_until_resumed() {
+    let mut env = TestEnv::new();
+    env.apply("name: cron\nschedule: {cron: \"* * * * *\"}\ntasks:\n- {name: t, plugin: echo}\n");
+    env.lead();
+    env.store.paused.insert((TENANT.into(), "cron".into()));
+    env.step(vec![crate::engine::Input::WorkflowChanged { tenant: TENANT.into(), name: "cron".into() }]);
+    env.advance(5 * 60_000);
+    assert!(env.step(vec![]).batch.new_runs.is_empty(), "offline");
+    env.store.paused.clear();
+    let effects = env.step(vec![crate::engine::Input::WorkflowChanged { tenant: TENANT.into(), name: "cron".into() }]);
+    assert!(!effects.batch.new_runs.is_empty(), "online again");
+}

@@ -1,0 +1,64 @@
+//! The outer DAG's storage: the workflow graph (what each workflow needs),
+//! upstream instances by cycle, and which runs released which.
+//!
+//! Waits and wake-ups themselves travel in the engine's
+//! [`WriteBatch`](crate::WriteBatch) (`run_waits`, `wakes`), so that a
+//! state change and the wake-up of the runs waiting for it commit together.
+
+use async_trait::async_trait;
+
+use crate::{Result, RunState, TaskState};
+
+/// One edge of a tenant's workflow graph: `workflow` needs `upstream`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct EdgeRow {
+    pub tenant: String,
+    pub workflow: String,
+    pub upstream: String,
+    /// The upstream task it waits for, if only one.
+    pub task: Option<String>,
+    /// Every instance it names lies strictly before the needing cycle.
+    pub past: bool,
+    /// `upstream` (an instance dependency) or `child` (a sub-workflow task).
+    pub kind: String,
+}
+
+/// A run of a workflow for some cycle, as a dependency sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CycleRun {
+    pub id: String,
+    pub logical_time: i64,
+    pub state: RunState,
+    /// The state of the task asked about, if one was.
+    pub task_state: Option<TaskState>,
+}
+
+/// The outer DAG's queries.
+#[async_trait]
+pub trait OuterStore: Send + Sync {
+    /// Replaces what `workflow` needs (done when it is applied).
+    async fn set_workflow_edges(&self, tenant: &str, workflow: &str, edges: &[EdgeRow]) -> Result<()>;
+    /// Every edge of a tenant's workflow graph.
+    async fn workflow_edges(&self, tenant: &str) -> Result<Vec<EdgeRow>>;
+    /// Every (tenant, workflow, task) some workflow needs, over all tenants:
+    /// the engine wakes waiting runs only for these.
+    async fn watched(&self) -> Result<Vec<(String, String, Option<String>)>>;
+    /// The runs of `workflow` with logical times in [from, to], oldest first,
+    /// with the state of `task` in each if given.
+    async fn runs_in_range(
+        &self,
+        tenant: &str,
+        workflow: &str,
+        from: i64,
+        to: i64,
+        task: Option<&str>,
+    ) -> Result<Vec<CycleRun>>;
+    /// The runs `run` released (directly).
+    async fn released_by(&self, run: &str) -> Result<Vec<String>>;
+    /// Takes a workflow's schedule offline or back online; back online, its
+    /// cursor moves to `cursor` (cycles missed while offline are not made).
+    /// False if the workflow does not exist.
+    async fn set_schedule_paused(&self, tenant: &str, name: &str, paused: bool, cursor: i64) -> Result<bool>;
+    /// The child runs of `run`.
+    async fn children_of(&self, run: &str) -> Result<Vec<String>>;
+}

@@ -1,0 +1,160 @@
+//! [`OuterStore`] on [`SqlStore`].
+
+use async_trait::async_trait;
+use sqlx::Row;
+
+use crate::outer::{CycleRun, EdgeRow, OuterStore};
+use crate::{Error, Result, RunState, SqlStore, TaskState};
+
+#[async_trait]
+impl OuterStore for SqlStore {
+    async fn set_workflow_edges(&self, tenant: &str, workflow: &str, edges: &[EdgeRow]) -> Result<()> {
+        let mut tx = self.write.begin().await?;
+        sqlx::query("DELETE FROM workflow_edges WHERE tenant = $1 AND workflow = $2")
+            .bind(tenant)
+            .bind(workflow)
+            .execute(&mut *tx)
+            .await?;
+        for e in edges {
+            sqlx::query(
+                "INSERT INTO workflow_edges (tenant, workflow, upstream, task, past, kind) VALUES ($1, $2, $3, $4, $5, $6)",
+            )
+            .bind(tenant)
+            .bind(workflow)
+            .bind(&e.upstream)
+            .bind(&e.task)
+            .bind(e.past as i64)
+            .bind(&e.kind)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn workflow_edges(&self, tenant: &str) -> Result<Vec<EdgeRow>> {
+        let rows = sqlx::query(
+            "SELECT e.tenant, e.workflow, e.upstream, e.task, e.past, e.kind FROM workflow_edges e \
+             JOIN workflows w ON w.tenant = e.tenant AND w.name = e.workflow AND w.deleted = 0 \
+             WHERE e.tenant = $1 ORDER BY e.workflow, e.upstream",
+        )
+        .bind(tenant)
+        .fetch_all(&self.read)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(EdgeRow {
+                    tenant: r.try_get("tenant")?,
+                    workflow: r.try_get("workflow")?,
+                    upstream: r.try_get("upstream")?,
+                    task: r.try_get("task")?,
+                    past: r.try_get::<i64, _>("past")? != 0,
+                    kind: r.try_get("kind")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn watched(&self) -> Result<Vec<(String, String, Option<String>)>> {
+        let rows = sqlx::query(
+            "SELECT DISTINCT e.tenant, e.upstream, e.task FROM workflow_edges e \
+             JOIN workflows w ON w.tenant = e.tenant AND w.name = e.workflow AND w.deleted = 0 \
+             WHERE e.kind = 'upstream'",
+        )
+        .fetch_all(&self.read)
+        .await?;
+        rows.iter().map(|r| Ok((r.try_get("tenant")?, r.try_get("upstream")?, r.try_get("task")?))).collect()
+    }
+
+    async fn runs_in_range(
+        &self,
+        tenant: &str,
+        workflow: &str,
+        from: i64,
+        to: i64,
+        task: Option<&str>,
+    ) -> Result<Vec<CycleRun>> {
+        let rows = match task {
+            None => {
+                sqlx::query(
+                    "SELECT id, logical_time, state, NULL AS task_state FROM runs \
+                     WHERE tenant = $1 AND workflow = $2 AND logical_time >= $3 AND logical_time <= $4 \
+                     ORDER BY logical_time, created_at",
+                )
+                .bind(tenant)
+                .bind(workflow)
+                .bind(from)
+                .bind(to)
+                .fetch_all(&self.read)
+                .await?
+            }
+            Some(task) => {
+                sqlx::query(
+                    "SELECT r.id, r.logical_time, r.state, t.state AS task_state FROM runs r \
+                     LEFT JOIN tasks t ON t.run_id = r.id AND t.name = $5 \
+                     WHERE r.tenant = $1 AND r.workflow = $2 AND r.logical_time >= $3 AND r.logical_time <= $4 \
+                     ORDER BY r.logical_time, r.created_at",
+                )
+                .bind(tenant)
+                .bind(workflow)
+                .bind(from)
+                .bind(to)
+                .bind(task)
+                .fetch_all(&self.read)
+                .await?
+            }
+        };
+        rows.iter()
+            .map(|r| {
+                let state: String = r.try_get("state")?;
+                let task_state: Option<String> = r.try_get("task_state")?;
+                Ok(CycleRun {
+                    id: r.try_get("id")?,
+                    logical_time: r.try_get("logical_time")?,
+                    state: RunState::parse(&state)
+                        .ok_or_else(|| Error::Invalid(format!("unknown run state `{state}` in the database")))?,
+                    task_state: task_state.as_deref().and_then(TaskState::parse),
+                })
+            })
+            .collect()
+    }
+
+    async fn released_by(&self, run: &str) -> Result<Vec<String>> {
+        let rows = sqlx::query("SELECT downstream FROM run_links WHERE upstream = $1 ORDER BY downstream")
+            .bind(run)
+            .fetch_all(&self.read)
+            .await?;
+        rows.iter().map(|r| Ok(r.try_get("downstream")?)).collect()
+    }
+
+    async fn set_schedule_paused(&self, tenant: &str, name: &str, paused: bool, cursor: i64) -> Result<bool> {
+        let n = if paused {
+            sqlx::query("UPDATE workflows SET schedule_paused = 1 WHERE tenant = $1 AND name = $2 AND deleted = 0")
+                .bind(tenant)
+                .bind(name)
+                .execute(&self.write)
+                .await?
+                .rows_affected()
+        } else {
+            sqlx::query(
+                "UPDATE workflows SET schedule_paused = 0, schedule_cursor = $3 \
+                 WHERE tenant = $1 AND name = $2 AND deleted = 0",
+            )
+            .bind(tenant)
+            .bind(name)
+            .bind(cursor)
+            .execute(&self.write)
+            .await?
+            .rows_affected()
+        };
+        Ok(n > 0)
+    }
+
+    async fn children_of(&self, run: &str) -> Result<Vec<String>> {
+        let rows = sqlx::query("SELECT id FROM runs WHERE parent_run = $1 ORDER BY created_at")
+            .bind(run)
+            .fetch_all(&self.read)
+            .await?;
+        rows.iter().map(|r| Ok(r.try_get("id")?)).collect()
+    }
+}
