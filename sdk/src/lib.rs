@@ -274,6 +274,12 @@ pub fn secret(name: &str) -> Option<String> {
     host::secret(name)
 }
 
+/// The grade of the run's workflow, 0 (the default) to 3: how urgent its
+/// owners say it is. Pass it on to the systems the task calls.
+pub fn grade() -> u8 {
+    host::grade()
+}
+
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __log {
@@ -413,6 +419,10 @@ mod host {
 
     pub fn secret(name: &str) -> Option<String> {
         imports::secret(name)
+    }
+
+    pub fn grade() -> u8 {
+        imports::grade()
     }
 }
 

@@ -33,6 +33,7 @@ pub struct TestRun {
     inputs: serde_json::Map<String, Value>,
     secrets: HashMap<String, String>,
     cancel_after: Option<usize>,
+    grade: u8,
 }
 
 /// What a [`TestRun`] produced.
@@ -89,6 +90,12 @@ impl TestRun {
         self
     }
 
+    /// The grade `grade()` returns (default 0).
+    pub fn grade(mut self, grade: u8) -> Self {
+        self.grade = grade;
+        self
+    }
+
     /// `cancelled()` returns true from the start.
     pub fn cancelled(self) -> Self {
         self.cancel_after(0)
@@ -123,6 +130,7 @@ impl TestRun {
                 secrets: self.secrets.clone(),
                 cancel_after: self.cancel_after,
                 cancel_checks: 0,
+                grade: self.grade,
                 logs: Vec::new(),
                 progress: Vec::new(),
             })
@@ -140,6 +148,7 @@ struct TestHost {
     secrets: HashMap<String, String>,
     cancel_after: Option<usize>,
     cancel_checks: usize,
+    grade: u8,
     logs: Vec<(Level, String)>,
     progress: Vec<(u8, String)>,
 }
@@ -182,5 +191,9 @@ pub(crate) mod host {
 
     pub fn secret(name: &str) -> Option<String> {
         HOST.with(|h| h.borrow().as_ref().and_then(|host| host.secrets.get(name).cloned()))
+    }
+
+    pub fn grade() -> u8 {
+        HOST.with(|h| h.borrow().as_ref().map_or(0, |host| host.grade))
     }
 }

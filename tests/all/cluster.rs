@@ -492,16 +492,90 @@ async fn tenants_stay_apart_in_a_cluster() {
     assert!(!dump.contains(&value), "the secret is in PostgreSQL in plain text: {dump}");
 }
 
-/// The rows of `table` in the cluster's PostgreSQL, as `pg_dump` prints them.
-fn pg_dump_table(cluster: &Cluster, table: &str) -> String {
+/// One value from the cluster's PostgreSQL (`psql -tA`).
+fn psql_value(cluster: &Cluster, sql: &str) -> String {
     let url = std::fs::read_to_string(cluster.dir.join("postgres.url")).unwrap();
-    let bin = std::env::var("DAGR_TEST_PG_BIN").ok().map(PathBuf::from).unwrap_or_else(|| {
+    let out = Command::new(pg_bin().join("psql"))
+        .args(["-tAc", sql, url.trim()])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run psql: {e}"));
+    assert!(out.status.success(), "psql: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+fn pg_bin() -> PathBuf {
+    std::env::var("DAGR_TEST_PG_BIN").ok().map(PathBuf::from).unwrap_or_else(|| {
         let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
             .map(|d| d.flatten().map(|e| e.path().join("bin")).collect())
             .unwrap_or_default();
         versions.sort();
         versions.pop().unwrap_or_default()
-    });
+    })
+}
+
+/// The master that owns a run (once one has claimed it).
+async fn owner_of(cluster: &Cluster, run: &str) -> String {
+    for _ in 0..120 {
+        let owner = psql_value(cluster, &format!("SELECT coalesce(owner, '') FROM runs WHERE id = '{run}'"));
+        if !owner.is_empty() {
+            return owner;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    panic!("no master claimed run {run}");
+}
+
+/// The outer DAG across masters: the downstream run waits on a master
+/// other than the upstream's; that master is frozen before the upstream
+/// ends (so it cannot act on the wake-up the store writes) and killed
+/// after: the master that takes its slot over finds the wake-up and starts
+/// the downstream run, exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_downstream_run_starts_once_though_its_master_died_after_the_upstream_ended() {
+    let _one = exclusive().await;
+    let ledger = Ledger::start().await;
+    let cluster = Cluster::up(3, 2, "3s").await;
+    let mut up = ledger.workflow("up", &[("u".to_owned(), vec![])], 3000);
+    up["name"] = json!("up");
+    let mut down = ledger.workflow("down", &[("d".to_owned(), vec![])], 10);
+    down["upstream"] = json!([{"workflow": "up"}]);
+    cluster.apply(&up).await;
+    cluster.apply(&down).await;
+    let at = json!({"logical_time": "2026-05-01T00:00:00Z"});
+    let down_run = cluster.post("/v1/workflows/down/runs", at.clone()).await["id"].as_str().unwrap().to_owned();
+    let down_master = owner_of(&cluster, &down_run).await;
+    assert_eq!(cluster.get(&format!("/v1/runs/{down_run}")).await["state"], "waiting");
+    // An upstream run owned by another master (its slot is its id's hash).
+    let mut up_run = String::new();
+    for _ in 0..20 {
+        let candidate = cluster.post("/v1/workflows/up/runs", at.clone()).await["id"].as_str().unwrap().to_owned();
+        if owner_of(&cluster, &candidate).await != down_master {
+            up_run = candidate;
+            break;
+        }
+        let _ = cluster.post(&format!("/v1/runs/{candidate}/kill"), json!({})).await;
+    }
+    assert!(!up_run.is_empty(), "every upstream run landed on {down_master}");
+    cluster.stop(&down_master);
+    cluster.wait_all(std::slice::from_ref(&up_run), Duration::from_secs(60)).await;
+    let pending = psql_value(
+        &cluster,
+        &format!("SELECT count(*) FROM commands WHERE run_id = '{down_run}' AND kind = 'wake' AND done_at IS NULL"),
+    );
+    assert_ne!(pending, "0", "the store wrote the wake-up with the upstream's end");
+    cluster.kill(&down_master);
+    let details = cluster.wait_all(std::slice::from_ref(&down_run), Duration::from_secs(90)).await;
+    let audit = audit(&cluster, &ledger, &details, true).await;
+    assert_eq!(audit.task_instances, 1);
+    assert_eq!(audit.executions, 1, "the downstream task ran exactly once");
+    let new_owner = owner_of(&cluster, &down_run).await;
+    assert_ne!(new_owner, down_master);
+}
+
+/// The rows of `table` in the cluster's PostgreSQL, as `pg_dump` prints them.
+fn pg_dump_table(cluster: &Cluster, table: &str) -> String {
+    let url = std::fs::read_to_string(cluster.dir.join("postgres.url")).unwrap();
+    let bin = pg_bin();
     let out = Command::new(bin.join("pg_dump"))
         .args(["--data-only", "--table", table, url.trim()])
         .output()

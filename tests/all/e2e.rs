@@ -24,17 +24,17 @@ use crate::server::DagrServer;
 use crate::support::workspace_root;
 
 /// How long any wait for the server may take before the test fails.
-const PATIENCE: Duration = Duration::from_secs(120);
+pub(crate) const PATIENCE: Duration = Duration::from_secs(120);
 
 // Servers ---------------------------------------------------------------------------
 
 /// Starts a server of its own (for tests that kill or restart it).
-async fn own_server() -> DagrServer {
+pub(crate) async fn own_server() -> DagrServer {
     tokio::task::spawn_blocking(DagrServer::start).await.unwrap()
 }
 
 /// Kills the server (SIGKILL) and starts it again on the same data dir.
-async fn restart(server: DagrServer) -> DagrServer {
+pub(crate) async fn restart(server: DagrServer) -> DagrServer {
     tokio::task::spawn_blocking(move || {
         let mut server = server;
         server.restart();
@@ -68,7 +68,7 @@ fn log_tail(server: &DagrServer, lines: usize) -> String {
 
 /// A client of one server. Each test has its own (a reqwest client belongs
 /// to the tokio runtime it first ran on).
-struct Api {
+pub(crate) struct Api {
     base: String,
     http: reqwest::Client,
     /// Keeps the shared server up while the test runs.
@@ -76,7 +76,7 @@ struct Api {
 }
 
 impl Api {
-    async fn shared() -> Api {
+    pub(crate) async fn shared() -> Api {
         let server = shared().await;
         let mut api = Api::of(&server);
         api.shared = Some(server);
@@ -84,11 +84,11 @@ impl Api {
     }
 
     /// A client of a server the test owns.
-    fn of(server: &DagrServer) -> Api {
+    pub(crate) fn of(server: &DagrServer) -> Api {
         Api { base: server.base_url(), http: crate::server::client_with_token(&server.token()), shared: None }
     }
 
-    async fn answer(&self, request: reqwest::RequestBuilder, what: &str) -> (StatusCode, Value) {
+    pub(crate) async fn answer(&self, request: reqwest::RequestBuilder, what: &str) -> (StatusCode, Value) {
         let response = request.send().await.unwrap_or_else(|e| panic!("{what}: no answer: {e}"));
         let status = response.status();
         let text = response.text().await.unwrap_or_default();
@@ -100,49 +100,49 @@ impl Api {
         (status, body)
     }
 
-    async fn get(&self, path: &str) -> (StatusCode, Value) {
+    pub(crate) async fn get(&self, path: &str) -> (StatusCode, Value) {
         self.answer(self.http.get(format!("{}{path}", self.base)), path).await
     }
 
-    async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+    pub(crate) async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
         self.answer(self.http.post(format!("{}{path}", self.base)).json(&body), path).await
     }
 
-    async fn post_text(&self, path: &str, body: &str) -> (StatusCode, Value) {
+    pub(crate) async fn post_text(&self, path: &str, body: &str) -> (StatusCode, Value) {
         self.answer(self.http.post(format!("{}{path}", self.base)).body(body.to_owned()), path).await
     }
 
     /// GET that must succeed.
-    async fn get_ok(&self, path: &str) -> Value {
+    pub(crate) async fn get_ok(&self, path: &str) -> Value {
         let (status, body) = self.get(path).await;
         assert_eq!(status, StatusCode::OK, "GET {path}: {body}");
         body
     }
 
     /// Applies a definition (YAML or JSON text) that must be valid.
-    async fn apply(&self, definition: &str) -> Value {
+    pub(crate) async fn apply(&self, definition: &str) -> Value {
         let (status, body) = self.post_text("/v1/workflows", definition).await;
         assert!(status == StatusCode::CREATED || status == StatusCode::OK, "apply: {status} {body}\n{definition}");
         body
     }
 
     /// Triggers a run of `workflow`; returns its id.
-    async fn trigger(&self, workflow: &str, request: Value) -> String {
+    pub(crate) async fn trigger(&self, workflow: &str, request: Value) -> String {
         let (status, body) = self.post(&format!("/v1/workflows/{workflow}/runs"), request).await;
         assert_eq!(status, StatusCode::CREATED, "trigger {workflow}: {body}");
         body["id"].as_str().unwrap().to_owned()
     }
 
-    async fn run(&self, id: &str) -> Value {
+    pub(crate) async fn run(&self, id: &str) -> Value {
         self.get_ok(&format!("/v1/runs/{id}")).await
     }
 
-    async fn task(&self, run: &str, task: &str) -> Value {
+    pub(crate) async fn task(&self, run: &str, task: &str) -> Value {
         self.get_ok(&format!("/v1/runs/{run}/tasks/{task}")).await
     }
 
     /// Polls the run until `done` holds; fails after [`PATIENCE`].
-    async fn wait_run(&self, id: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    pub(crate) async fn wait_run(&self, id: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
         let deadline = Instant::now() + PATIENCE;
         loop {
             let run = self.run(id).await;
@@ -155,22 +155,22 @@ impl Api {
     }
 
     /// Waits until the run has finished (succeeded, failed or killed).
-    async fn finished(&self, id: &str) -> Value {
+    pub(crate) async fn finished(&self, id: &str) -> Value {
         self.wait_run(id, "the run to finish", |r| matches!(state(r), "succeeded" | "failed" | "killed")).await
     }
 
     /// Waits until a task of the run is in `want`.
-    async fn wait_task(&self, id: &str, task: &str, want: &str) -> Value {
+    pub(crate) async fn wait_task(&self, id: &str, task: &str, want: &str) -> Value {
         self.wait_run(id, &format!("task {task} to be {want}"), |r| task_state(r, task) == want).await
     }
 
     /// A run action (`kill`, `pause`, …): (status, body).
-    async fn act(&self, id: &str, action: &str) -> (StatusCode, Value) {
+    pub(crate) async fn act(&self, id: &str, action: &str) -> (StatusCode, Value) {
         self.post(&format!("/v1/runs/{id}/{action}"), json!({})).await
     }
 
     /// A run action that must be applied.
-    async fn act_ok(&self, id: &str, action: &str) -> Value {
+    pub(crate) async fn act_ok(&self, id: &str, action: &str) -> Value {
         let (status, body) = self.act(id, action).await;
         assert_eq!(status, StatusCode::OK, "{action}: {body}");
         assert_eq!(body["ok"], json!(true), "{action}: {body}");
@@ -178,7 +178,7 @@ impl Api {
     }
 
     /// The runs of a workflow, of one kind, oldest logical time first.
-    async fn runs_of(&self, workflow: &str, kind: &str) -> Vec<Value> {
+    pub(crate) async fn runs_of(&self, workflow: &str, kind: &str) -> Vec<Value> {
         let body = self.get_ok(&format!("/v1/workflows/{workflow}/runs?kind={kind}&limit=1000")).await;
         let mut runs = body["runs"].as_array().unwrap().clone();
         runs.sort_by_key(|r| time_of(&r["logical_time"]));
@@ -199,7 +199,7 @@ impl Drop for Api {
 
 // Reading answers ----------------------------------------------------------------------
 
-fn state(run: &Value) -> &str {
+pub(crate) fn state(run: &Value) -> &str {
     run["state"].as_str().unwrap_or_default()
 }
 
@@ -211,7 +211,7 @@ fn task_of<'a>(run: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("the run has no task {name}: {run:#}"))
 }
 
-fn task_state<'a>(run: &'a Value, name: &str) -> &'a str {
+pub(crate) fn task_state<'a>(run: &'a Value, name: &str) -> &'a str {
     task_of(run, name)["state"].as_str().unwrap_or_default()
 }
 
@@ -219,7 +219,7 @@ fn attempts(run: &Value, name: &str) -> i64 {
     task_of(run, name)["attempts"].as_i64().unwrap()
 }
 
-fn time_of(value: &Value) -> DateTime<Utc> {
+pub(crate) fn time_of(value: &Value) -> DateTime<Utc> {
     let text = value.as_str().unwrap_or_else(|| panic!("not a time: {value}"));
     DateTime::parse_from_rfc3339(text).unwrap_or_else(|e| panic!("not a time ({e}): {text}")).with_timezone(&Utc)
 }
@@ -1372,7 +1372,7 @@ fn the_published_json_schema_is_current_and_agrees_with_the_parser() {
 
     let schema: Value = serde_json::from_str(&published).unwrap();
     let validator = jsonschema::validator_for(&schema).unwrap();
-    let shape_errors = ["unknown-field", "wrong-type", "empty-task-list"];
+    let shape_errors = ["unknown-field", "wrong-type", "empty-task-list", "grade-out-of-range"];
     let cases = crate::support::workspace_root().join("tests/cases");
     let mut checked = 0;
     for entry in std::fs::read_dir(&cases).unwrap() {

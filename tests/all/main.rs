@@ -1,11 +1,21 @@
 //! dagr's integration tests, in one binary so that it links once.
 //!
 //! - `support`: helpers every module may use (runtimes, plugins, a local
-//!   HTTP server, the `dagr` binary, reading attempt reports).
+//!   HTTP server, the `dagr` binary, reading attempt reports); `server`: a
+//!   real `dagr serve` process.
 //! - `runtime`: loading, the code cache, limits, the hostile suite, secrets,
 //!   concurrency and cancellation, with real components.
 //! - `plugins`: each built-in plugin's happy path and error cases.
-//! - `cli`: the `dagr` binary.
+//! - `cli` and `cli_client`: the `dagr` binary, its local verbs and its
+//!   client verbs against a server.
+//! - `e2e`: runs end to end on `dagr serve` (DAGs, retries, timeouts,
+//!   trigger rules, operator actions, backfills, catch-up, kill -9, golden
+//!   validation cases, the datasets).
+//! - `outer`: the outer DAG (workflows waiting for workflows), sub-workflows
+//!   and control nodes on `dagr serve`.
+//! - `cluster`: real masters and workers on PostgreSQL and etcd, with real
+//!   failures (kill -9, SIGSTOP, etcd and PostgreSQL restarts) and the chaos
+//!   soak.
 //! - `tenancy`: tokens, the isolation matrix over every route, secrets,
 //!   runs per minute and the tenancy CLI verbs, against a real `dagr serve`.
 //! - `registry`: tenants' plugins (upload, versions, deletion, the limits
@@ -20,6 +30,7 @@ mod cli;
 mod cli_client;
 mod cluster;
 mod e2e;
+mod outer;
 mod plugins;
 mod registry;
 mod runtime;

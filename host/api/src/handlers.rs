@@ -22,15 +22,16 @@ use dagr_store::{
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::auth::{Caller, audit};
+use crate::auth::Caller;
+pub(crate) use crate::auth::audit;
 use crate::error::{ApiResult, AppError};
 use crate::extract::{Json, Query, body_bytes};
 use crate::views::{attempt_view, run_summary, task_view, time};
 use crate::{ApiState, Tenant};
 
-type Answer<T> = ApiResult<(StatusCode, axum::Json<T>)>;
+pub(crate) type Answer<T> = ApiResult<(StatusCode, axum::Json<T>)>;
 
-fn ok<T>(value: T) -> Answer<T> {
+pub(crate) fn ok<T>(value: T) -> Answer<T> {
     Ok((StatusCode::OK, axum::Json(value)))
 }
 
@@ -91,11 +92,13 @@ pub async fn apply_workflow(
     };
     let workflow = validate_definition(&state, &tenant.0, text, format)?;
     crate::admin::check_within_limits(&state, &tenant.0, &workflow, "invalid_definition").await?;
+    let edges = crate::outer::check_graph(&state, &tenant.0, &workflow).await?;
     let now = now_ms();
     let applied = state
         .store
         .apply_workflow(&tenant.0, workflow.name(), &workflow.spec.content_hash(), &workflow.spec.canonical_json(), now)
         .await?;
+    state.store.set_workflow_edges(&tenant.0, workflow.name(), &edges).await?;
     state.control.workflow_changed(&tenant.0, workflow.name());
     let detail = json!({"version": applied.version, "created": applied.created});
     audit(&state, &caller, &tenant.0, "workflow.apply", workflow.name(), detail).await;
@@ -149,7 +152,7 @@ async fn workflow_version(
 }
 
 /// A workflow that exists and is not deleted.
-async fn live_workflow(state: &ApiState, tenant: &str, name: &str) -> ApiResult<dagr_store::WorkflowRow> {
+pub(crate) async fn live_workflow(state: &ApiState, tenant: &str, name: &str) -> ApiResult<dagr_store::WorkflowRow> {
     state
         .store
         .get_workflow(tenant, name)
@@ -259,7 +262,7 @@ fn encoded(command: &Command) -> EncodedCommand {
 
 /// The latest version of a workflow, validated: from the cache when it was
 /// validated before, else fetched, parsed and validated (and kept).
-async fn latest_workflow(state: &ApiState, tenant: &str, name: &str) -> ApiResult<(i64, Arc<Workflow>)> {
+pub(crate) async fn latest_workflow(state: &ApiState, tenant: &str, name: &str) -> ApiResult<(i64, Arc<Workflow>)> {
     let v = live_workflow(state, tenant, name).await?.latest_version;
     if let Some(workflow) = state.versions.get(tenant, name, v) {
         return Ok((v, workflow));
@@ -400,7 +403,7 @@ pub async fn list_workflow_runs(
     runs_page(&state, &tenant.0, q).await
 }
 
-async fn find_run(state: &ApiState, tenant: &str, id: &str) -> ApiResult<RunRow> {
+pub(crate) async fn find_run(state: &ApiState, tenant: &str, id: &str) -> ApiResult<RunRow> {
     state
         .store
         .get_run(id)
@@ -409,7 +412,7 @@ async fn find_run(state: &ApiState, tenant: &str, id: &str) -> ApiResult<RunRow>
         .ok_or_else(|| AppError::NotFound(format!("there is no run `{id}`")))
 }
 
-async fn run_workflow(state: &ApiState, run: &RunRow) -> Option<Workflow> {
+pub(crate) async fn run_workflow(state: &ApiState, run: &RunRow) -> Option<Workflow> {
     let text = match (&run.spec, run.version) {
         (Some(spec), _) => spec.clone(),
         (None, Some(v)) => state.store.get_version(&run.tenant, &run.workflow, v).await.ok()??.spec,
@@ -500,12 +503,66 @@ run_action!(
 );
 run_action!(pause_run, "/v1/runs/{id}/pause", Command::Pause, "Pauses a run: no new task starts; running ones finish.");
 run_action!(resume_run, "/v1/runs/{id}/resume", Command::Resume, "Resumes a paused run.");
-run_action!(
-    rerun_run,
-    "/v1/runs/{id}/rerun",
-    Command::RerunFailed,
-    "Reruns a failed or killed run from its failures: failed, upstream-failed and killed tasks and what depends on them."
-);
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct RerunQuery {
+    /// Also re-flush the runs of other workflows that this run released,
+    /// transitively: each runs again once its upstream instances are done
+    /// again (Buffalo's data re-flush).
+    pub downstream_workflows: Option<bool>,
+}
+
+/// Reruns a run: a failed or killed one from its failures (failed,
+/// upstream-failed and killed tasks and what depends on them); a
+/// succeeded one from scratch (a re-flush). With `downstream_workflows`,
+/// the runs it released are re-flushed too.
+#[utoipa::path(
+    post, path = "/v1/runs/{id}/rerun", tag = "runs", params(("id" = String, Path), RerunQuery),
+    responses(
+        (status = 200, body = ActionResult),
+        (status = 404, body = ApiError),
+        (status = 409, body = ApiError, description = "Not possible in the run's state"),
+        (status = 202, body = ActionResult, description = "Accepted, not yet applied (`ok` is false)"),
+    )
+)]
+pub async fn rerun_run(
+    State(state): State<ApiState>,
+    tenant: Tenant,
+    caller: Caller,
+    Path(id): Path<String>,
+    Query(q): Query<RerunQuery>,
+) -> Answer<ActionResult> {
+    let run = find_run(&state, &tenant.0, &id).await?;
+    let command = match run.state {
+        dagr_store::RunState::Succeeded => Command::Reflush,
+        _ => Command::RerunFailed,
+    };
+    let downstream = if q.downstream_workflows.unwrap_or(false) {
+        crate::outer::released_closure(&state, &id).await?
+    } else {
+        Vec::new()
+    };
+    let (status, axum::Json(mut result)) = act(&state, &caller, &tenant.0, &id, command).await?;
+    if !downstream.is_empty() {
+        for run_id in &downstream {
+            let Some(row) = state.store.get_run(run_id).await? else { continue };
+            state
+                .store
+                .insert_command(NewCommand {
+                    tenant: tenant.0.clone(),
+                    run_id: run_id.clone(),
+                    slot: row.slot,
+                    command: encoded(&Command::Reflush),
+                    created_at: now_ms(),
+                })
+                .await?;
+        }
+        state.control.wake();
+        result.message = format!("{}; {} downstream runs re-flushed", result.message, downstream.len());
+        audit(&state, &caller, &tenant.0, "run.reflush_downstream", &id, json!({"runs": downstream})).await;
+    }
+    Ok((status, axum::Json(result)))
+}
 run_action!(
     mark_run_failed,
     "/v1/runs/{id}/mark-failed",
@@ -723,6 +780,92 @@ pub async fn task_logs(
 
 // Backfills ----------------------------------------------------------------------
 
+/// A backfill's re-flush of the workflows downstream of `workflow`
+/// (transitively): every cycle of theirs in `[from, to]` gets a run of the
+/// backfill, and cycles that already have one are re-flushed. Dependency
+/// order needs nothing more: each downstream run waits for its upstream
+/// instances. Returns the runs made and the cycles re-flushed.
+async fn backfill_downstream(
+    state: &ApiState,
+    tenant: &str,
+    workflow: &str,
+    from: chrono::DateTime<Utc>,
+    to: chrono::DateTime<Utc>,
+    backfill: &str,
+    limit: usize,
+) -> ApiResult<(Vec<RunRow>, Vec<String>)> {
+    let edges = state.store.workflow_edges(tenant).await?;
+    let mut seen: std::collections::BTreeSet<String> = std::collections::BTreeSet::from([workflow.to_owned()]);
+    let mut queue: std::collections::VecDeque<String> = std::collections::VecDeque::from([workflow.to_owned()]);
+    let mut order = Vec::new();
+    while let Some(at) = queue.pop_front() {
+        for e in edges.iter().filter(|e| e.upstream == at && e.kind == "upstream") {
+            if seen.insert(e.workflow.clone()) {
+                order.push(e.workflow.clone());
+                queue.push_back(e.workflow.clone());
+            }
+        }
+    }
+    let (mut made, mut reflushed, mut total) = (Vec::new(), Vec::new(), 0usize);
+    for name in order {
+        let (version, wf) = latest_workflow(state, tenant, &name).await?;
+        let times = backfill_times(wf.schedule.as_ref(), from, to, limit)
+            .map_err(|m| AppError::bad_at("invalid_backfill", "to", format!("downstream workflow `{name}`: {m}")))?;
+        total += times.len();
+        if total > limit {
+            return Err(AppError::bad_at(
+                "invalid_backfill",
+                "include_downstream",
+                format!("with its downstream workflows the backfill covers more than {limit} runs; split it"),
+            ));
+        }
+        let params = serde_json::to_string(&wf.spec.params).map_err(AppError::internal)?;
+        let runs: Vec<NewRun> = times
+            .iter()
+            .map(|t| {
+                new_run(
+                    &wf,
+                    RunOrigin {
+                        tenant: tenant.into(),
+                        version: Some(version),
+                        kind: RunKind::Backfill,
+                        logical_time: t.timestamp_millis(),
+                        params: params.clone(),
+                        spec: None,
+                        backfill_id: Some(backfill.into()),
+                        parent: None,
+                    },
+                )
+            })
+            .collect();
+        let rows: Vec<RunRow> = runs.iter().map(|r| r.run.clone()).collect();
+        for (i, outcome) in state.store.create_runs(runs, admit()).await?.into_iter().enumerate() {
+            match outcome {
+                Created::Created { .. } => made.push(rows[i].clone()),
+                Created::Exists { id } => {
+                    let slot = dagr_protocol::slot_of(&id) as i64;
+                    let command = encoded(&Command::Reflush);
+                    state
+                        .store
+                        .insert_command(NewCommand {
+                            tenant: tenant.into(),
+                            run_id: id,
+                            slot,
+                            command,
+                            created_at: now_ms(),
+                        })
+                        .await?;
+                    reflushed.push(format!(
+                        "{name}@{} (re-flushed)",
+                        times[i].to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                    ));
+                }
+            }
+        }
+    }
+    Ok((made, reflushed))
+}
+
 /// Creates one run per logical time in `[from, to]` (the schedule's fire
 /// times, or one per day without a schedule), run `parallel` at a time.
 #[utoipa::path(
@@ -788,7 +931,6 @@ pub async fn create_backfill(
         .collect();
     let by_id: HashMap<String, RunRow> = runs.iter().map(|r| (r.run.id.clone(), r.run.clone())).collect();
     let outcome = state.store.create_runs(runs, admit()).await?;
-    state.control.wake();
     let mut created_runs = Vec::new();
     let mut skipped = Vec::new();
     for (i, o) in outcome.into_iter().enumerate() {
@@ -801,6 +943,14 @@ pub async fn create_backfill(
             Created::Exists { .. } => skipped.push(times[i].to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
         }
     }
+    if req.include_downstream {
+        let (more, reflushed) =
+            backfill_downstream(&state, &tenant.0, &req.workflow, from, to, &id, state.config.max_backfill_runs)
+                .await?;
+        created_runs.extend(more.iter().map(run_summary));
+        skipped.extend(reflushed);
+    }
+    state.control.wake();
     let detail = json!({"workflow": backfill.workflow, "runs": created_runs.len(), "skipped": skipped.len()});
     audit(&state, &caller, &tenant.0, "backfill.create", &id, detail).await;
     created(BackfillView {

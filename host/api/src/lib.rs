@@ -27,6 +27,7 @@ pub mod error;
 pub mod extract;
 mod handlers;
 pub mod inspect;
+mod outer;
 mod plugins;
 mod unread;
 pub mod versions;
@@ -171,6 +172,10 @@ fn api_router() -> OpenApiRouter<ApiState> {
         .routes(routes!(plugins::list_plugins, plugins::upload_plugin))
         .routes(routes!(plugins::get_plugin))
         .routes(routes!(plugins::delete_plugin))
+        .routes(routes!(outer::lineage))
+        .routes(routes!(outer::run_upstream))
+        .routes(routes!(outer::pause_schedule))
+        .routes(routes!(outer::resume_schedule))
 }
 
 /// The OpenAPI document.

@@ -86,7 +86,8 @@ pub enum ClientCommand {
     Pause { run: String },
     /// Resume a paused run.
     Resume { run: String },
-    /// Rerun a finished run from its failures, or one task of it.
+    /// Rerun a finished run (from its failures; a succeeded one from
+    /// scratch), or one task of it.
     Rerun {
         run: String,
         /// Rerun only this task.
@@ -95,6 +96,23 @@ pub enum ClientCommand {
         /// With --task: also rerun everything downstream of it.
         #[arg(long, requires = "task")]
         downstream: bool,
+        /// Also re-flush the runs of other workflows this run released.
+        #[arg(long, conflicts_with = "task")]
+        downstream_workflows: bool,
+    },
+    /// The workflows a workflow depends on and that depend on it.
+    Lineage {
+        workflow: String,
+        /// How many edges away to go, up and down.
+        #[arg(long, default_value_t = 1)]
+        depth: u32,
+    },
+    /// What a run waits for: the upstream instances it needs and their states.
+    Why { run: String },
+    /// Take a workflow's schedule offline or back online.
+    Schedule {
+        #[command(subcommand)]
+        action: ScheduleAction,
     },
     /// Mark a failed task succeeded, so that its downstream proceeds.
     ForceSuccess { run: String, task: String },
@@ -115,6 +133,10 @@ pub enum ClientCommand {
         parallel: u32,
         #[arg(long = "param", value_name = "KEY=VALUE")]
         params: Vec<String>,
+        /// Also run the workflows downstream of this one for every cycle in
+        /// the range (re-flushing cycles that have runs), in dependency order.
+        #[arg(long)]
+        downstream: bool,
     },
     /// Run one plugin as an ad-hoc job and print its output.
     Job {
@@ -129,6 +151,15 @@ pub enum ClientCommand {
         #[arg(long, default_value = "30s")]
         timeout: String,
     },
+}
+
+/// `dagr schedule …`.
+#[derive(Debug, Subcommand)]
+pub enum ScheduleAction {
+    /// Take the schedule offline: no cycle is made until it is resumed.
+    Pause { workflow: String },
+    /// Bring it back online from now on (missed cycles are not made).
+    Resume { workflow: String },
 }
 
 /// Runs a client verb against `server`. Every failure is printed as
@@ -188,18 +219,26 @@ async fn execute(api: &Api, command: ClientCommand) -> anyhow::Result<ExitCode> 
         ClientCommand::Pause { run } => action(api, &["v1", "runs", &run, "pause"], None).await,
         ClientCommand::Resume { run } => action(api, &["v1", "runs", &run, "resume"], None).await,
         ClientCommand::MarkFailed { run } => action(api, &["v1", "runs", &run, "mark-failed"], None).await,
-        ClientCommand::Rerun { run, task: None, downstream: _ } => {
-            action(api, &["v1", "runs", &run, "rerun"], None).await
+        ClientCommand::Rerun { run, task: None, downstream_workflows, .. } => {
+            let query = [("downstream_workflows", downstream_workflows.to_string())];
+            action_with(api, api.post(&["v1", "runs", &run, "rerun"]).query(&query)).await
         }
-        ClientCommand::Rerun { run, task: Some(task), downstream } => {
+        ClientCommand::Rerun { run, task: Some(task), downstream, .. } => {
             let body = serde_json::to_value(RerunTaskRequest { downstream })?;
             action(api, &["v1", "runs", &run, "tasks", &task, "rerun"], Some(body)).await
         }
         ClientCommand::ForceSuccess { run, task } => {
             action(api, &["v1", "runs", &run, "tasks", &task, "force-success"], None).await
         }
-        ClientCommand::Backfill { workflow, from, to, parallel, params } => {
-            let request = BackfillRequest { workflow, from, to, parallel, params: parse_params(&params)? };
+        ClientCommand::Lineage { workflow, depth } => crate::outer_client::lineage(api, &workflow, depth).await,
+        ClientCommand::Why { run } => crate::outer_client::why(api, &run).await,
+        ClientCommand::Schedule { action } => match action {
+            ScheduleAction::Pause { workflow } => crate::outer_client::schedule(api, &workflow, true).await,
+            ScheduleAction::Resume { workflow } => crate::outer_client::schedule(api, &workflow, false).await,
+        },
+        ClientCommand::Backfill { workflow, from, to, parallel, params, downstream } => {
+            let params = parse_params(&params)?;
+            let request = BackfillRequest { workflow, from, to, parallel, params, include_downstream: downstream };
             let backfill: BackfillView = api.json(api.post(&["v1", "backfills"]).json(&request)).await?;
             println!(
                 "backfill {}: {} runs of {}, {} at a time",
@@ -588,6 +627,10 @@ async fn action(api: &Api, segments: &[&str], body: Option<Value>) -> anyhow::Re
     if let Some(body) = body {
         request = request.json(&body);
     }
+    action_with(api, request).await
+}
+
+async fn action_with(api: &Api, request: RequestBuilder) -> anyhow::Result<ExitCode> {
     let response = api.send(request).await?;
     if response.status() == StatusCode::ACCEPTED {
         let pending: ApiError = response.json().await?;

@@ -5,6 +5,7 @@ mod bench;
 mod client;
 mod cluster;
 mod node;
+mod outer_client;
 mod plugin;
 mod secrets;
 mod serve;

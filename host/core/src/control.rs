@@ -171,7 +171,7 @@ pub(crate) fn validate_switch(
     task: usize,
     index: &HashMap<String, usize>,
     depends_on: &dyn Fn(usize) -> bool,
-) -> Result<(Vec<(String, usize)>, Vec<usize>, BTreeMap<String, Vec<usize>>), Vec<(String, String)>> {
+) -> Result<Switch, Vec<(String, String)>> {
     let mut problems = Vec::new();
     let mut resolve = |location: String, names: &[String]| -> Vec<usize> {
         let mut out = Vec::new();
@@ -189,17 +189,17 @@ pub(crate) fn validate_switch(
         out
     };
     let mut cases = BTreeMap::new();
-    let mut named = Vec::new();
     for (value, names) in &spec.cases {
         let tasks = resolve(format!("cases.{value}"), names);
-        named.extend(tasks.iter().map(|&t| (value.clone(), t)));
         cases.insert(value.clone(), tasks);
     }
     let default = resolve("default".into(), &spec.default);
     if spec.cases.is_empty() {
         problems.push(("cases".into(), "a switch needs at least one case".into()));
     }
-    if problems.is_empty() { Ok((named, default, cases)) } else { Err(problems) }
+    // `on` is parsed by the caller, which knows the template's scope.
+    let on = Template::literal(Value::Null);
+    if problems.is_empty() { Ok(Switch { on, cases, default }) } else { Err(problems) }
 }
 
 #[cfg(test)]

@@ -766,7 +766,7 @@ impl Workflow {
                 (None, Some(sw)) => {
                     let depends_on = |d: usize| spec.tasks.get(d).is_some_and(|o| o.depends_on.contains(&t.name));
                     match validate_switch(sw, i, &index, &depends_on) {
-                        Ok((_, default, cases)) => {
+                        Ok(Switch { cases, default, .. }) => {
                             let on = match Template::parse(&Value::String(sw.on.clone())) {
                                 Ok(tpl) => {
                                     for problem in tpl.check(&scope) {

@@ -248,6 +248,10 @@ pub enum Input {
     /// The upstream instances a waiting run needs are done: it is queued
     /// for admission.
     Release,
+    /// Run a finished run again from scratch (a re-flush after its
+    /// upstream was rerun): every task goes back to pending, and a run
+    /// that needs upstream instances waits for them again.
+    Reflush,
     /// A queued task waits for something outside its run (upstream
     /// instances, its child run).
     Wait {
@@ -630,6 +634,29 @@ impl RunMachine {
                     self.evaluate_cascade(d);
                 }
                 self.maybe_finish();
+            }
+            Input::Reflush => {
+                if !self.state.is_terminal() {
+                    return Err(Rejected::NotAllowed(format!(
+                        "a run can be re-flushed once it has finished; this one is {}",
+                        self.state
+                    )));
+                }
+                let all: Vec<usize> = (0..self.tasks.len()).collect();
+                if self.workflow.waits_upstream() {
+                    for &t in &all {
+                        self.tasks[t].failures = 0;
+                        self.tasks[t].lost = 0;
+                        self.tasks[t].forced = false;
+                        self.set_state(t, TaskState::Pending);
+                    }
+                    for &t in &all {
+                        self.recount(t);
+                    }
+                    self.set_run_state(RunState::Waiting);
+                } else {
+                    self.reset(all);
+                }
             }
             Input::Release => {
                 if self.state != RunState::Waiting {

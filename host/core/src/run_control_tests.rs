@@ -101,6 +101,16 @@ fn a_run_waiting_upstream_is_released_then_admitted() {
     assert_eq!(actions, [Action::RunChanged { from: RunState::Waiting, to: RunState::Queued }]);
     let actions = m.apply(Input::Start, 0).unwrap();
     assert!(actions.contains(&Action::Dispatch { task: 0 }));
+    // Re-flushed once finished, it waits for its upstream again.
+    let (attempt, _) = m.start_attempt(0).unwrap();
+    m.apply(Input::AttemptSucceeded { task: 0, attempt }, 0).unwrap();
+    assert_eq!(m.state(), RunState::Succeeded);
+    m.apply(Input::Reflush, 0).unwrap();
+    assert_eq!(m.state(), RunState::Waiting);
+    assert_eq!(m.task(0).state, TaskState::Pending);
+    m.apply(Input::Release, 0).unwrap();
+    let actions = m.apply(Input::Start, 0).unwrap();
+    assert!(actions.contains(&Action::Dispatch { task: 0 }), "its roots run again");
     // A waiting run can be killed.
     let wf = workflow("name: t\nupstream: [{workflow: up}]\ntasks:\n- {name: a, plugin: p}\n");
     let mut m = RunMachine::new(wf);

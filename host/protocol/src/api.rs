@@ -207,6 +207,12 @@ pub struct BackfillRequest {
     /// Runs at once; 1 (the default) runs them one after another, in order.
     #[serde(default = "one")]
     pub parallel: u32,
+    /// Also run every cycle in the range of the workflows downstream of
+    /// this one (transitively), re-flushing cycles that already have runs;
+    /// each waits for its upstream instances, so they run in dependency
+    /// order.
+    #[serde(default)]
+    pub include_downstream: bool,
     #[serde(default)]
     #[schema(value_type = Object)]
     pub params: Map<String, Value>,
@@ -297,4 +303,82 @@ pub struct EventView {
     pub task: Option<String>,
     #[schema(value_type = Object)]
     pub data: Value,
+}
+
+/// A workflow's neighbourhood in its tenant's workflow graph.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct LineageView {
+    pub workflow: String,
+    /// The workflows reached, with their distance: negative upstream,
+    /// positive downstream, 0 the workflow itself.
+    pub nodes: Vec<LineageNode>,
+    pub edges: Vec<LineageEdge>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct LineageNode {
+    pub name: String,
+    pub level: i32,
+    /// Its cron, if it has a schedule (and exists).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<String>,
+}
+
+/// `from` needs `to`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct LineageEdge {
+    pub from: String,
+    pub to: String,
+    /// `upstream` (waits for its instances) or `child` (runs it as a sub-workflow).
+    pub kind: String,
+    /// The upstream task waited for, if only one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
+    /// It names only earlier cycles (such as yesterday's).
+    pub past: bool,
+}
+
+/// What a run waits for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RunUpstreamView {
+    pub run_id: String,
+    pub state: String,
+    /// `satisfied`, `waiting` or `failed` (an upstream instance failed).
+    pub standing: String,
+    pub dependencies: Vec<DependencyView>,
+}
+
+/// One dependency of a run (or of one of its tasks) and where it stands.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct DependencyView {
+    pub workflow: String,
+    /// The run's task that waits, if not the whole run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
+    /// The upstream task waited for, if only one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_task: Option<String>,
+    pub offset: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cycles: Option<String>,
+    pub standing: String,
+    /// The instances still missing, unfinished or failed.
+    pub waits: Vec<WaitView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct WaitView {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logical_time: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    /// The instance's (or its task's) state, or `missing`.
+    pub state: String,
+}
+
+/// A workflow's schedule, online or not.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ScheduleStateView {
+    pub workflow: String,
+    pub paused: bool,
 }

@@ -33,6 +33,9 @@ pub enum Command {
     /// An upstream instance the run (or one of its tasks) waits for changed
     /// state: look again.
     Wake,
+    /// Run a finished run again from scratch, waiting for its upstream
+    /// instances again (a re-flush after an upstream rerun).
+    Reflush,
     /// The child run of the run's task (by index) ended.
     ChildEnded {
         task: i64,
@@ -64,6 +67,7 @@ impl Command {
             Command::RerunTask { .. } => "rerun_task",
             Command::ForceSuccess { .. } => "force_success",
             Command::Wake => "wake",
+            Command::Reflush => "reflush",
             Command::ChildEnded { .. } => "child_ended",
         }
     }
@@ -102,6 +106,7 @@ impl Command {
             Command::RerunTask { .. } => "task.rerun",
             Command::ForceSuccess { .. } => "task.force_success",
             Command::Wake => "run.wake",
+            Command::Reflush => "run.reflush",
             Command::ChildEnded { .. } => "task.child_ended",
         }
     }
@@ -125,6 +130,7 @@ mod tests {
             Command::RerunTask { task: "load".into(), downstream: true },
             Command::ForceSuccess { task: "load".into() },
             Command::Wake,
+            Command::Reflush,
             Command::ChildEnded { task: 3, child: "r2".into(), succeeded: true },
         ];
         for command in all {

@@ -47,6 +47,9 @@ pub struct AttemptSpec {
     pub logical_time: String,
     pub idempotency_key: String,
     pub priority: i32,
+    /// The run's workflow's grade (0–3), which plugins see.
+    #[serde(default)]
+    pub grade: u8,
     pub deadline_ms: u64,
     pub memory_bytes: u64,
     pub max_output_bytes: u64,

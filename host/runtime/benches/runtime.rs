@@ -396,6 +396,9 @@ mod floor {
         fn secret(&mut self, _name: String) -> Option<String> {
             None
         }
+        fn grade(&mut self) -> u8 {
+            0
+        }
     }
 
     pub struct Floor {

@@ -174,6 +174,9 @@ pub struct AttemptContext {
     /// RFC 3339, UTC.
     pub logical_time: String,
     pub idempotency_key: String,
+    /// The run's workflow's grade (0–3), for `host.grade()`.
+    #[serde(default)]
+    pub grade: u8,
 }
 
 impl AttemptContext {
@@ -189,6 +192,7 @@ impl AttemptContext {
             task: task.into(),
             attempt: 1,
             logical_time: "1970-01-01T00:00:00Z".into(),
+            grade: 0,
         }
     }
 }
@@ -725,6 +729,7 @@ impl Runtime {
                 secrets,
                 observer,
                 progress: Arc::new(Mutex::new(None)),
+                grade: 0,
             },
         };
         let mut store = Store::new(&self.inner.engine, state);
@@ -835,6 +840,7 @@ impl Runtime {
         let mut store = match self.new_store(&limits, &log, &cancel, network, scratch_path, secrets, observer) {
             Ok(mut store) => {
                 store.data_mut().hooks.keep_going = keep_going.clone();
+                store.data_mut().host.grade = context.grade;
                 store
             }
             Err(e) => {

@@ -35,6 +35,8 @@ pub(crate) struct HostState {
     pub(crate) secrets: Option<Arc<dyn SecretSource>>,
     pub(crate) observer: Option<Arc<dyn AttemptObserver>>,
     pub(crate) progress: Arc<Mutex<Option<(u8, String)>>>,
+    /// The run's workflow's grade.
+    pub(crate) grade: u8,
 }
 
 impl WasiView for StoreState {
@@ -81,6 +83,10 @@ impl bindings::dagr::plugin::host::Host for StoreState {
         let value = self.host.secrets.as_ref()?.secret(&name)?;
         self.host.log.redact(&value);
         Some(value)
+    }
+
+    fn grade(&mut self) -> u8 {
+        self.host.grade
     }
 }
 

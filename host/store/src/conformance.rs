@@ -64,6 +64,8 @@ async fn outer_dag(store: &dyn Store, p: &str) -> Result<()> {
     store.set_workflow_edges(&tenant, "daily", &[edge("hourly", None), edge("hourly", Some("load"))]).await?;
     store.set_workflow_edges(&tenant, "daily", &[edge("hourly", Some("load"))]).await?;
     check(store.workflow_edges(&tenant).await? == vec![edge("hourly", Some("load"))], "edges are replaced")?;
+    check(store.edges_from(&tenant, &["daily".into()]).await? == vec![edge("hourly", Some("load"))], "edges from")?;
+    check(store.edges_from(&tenant, &["hourly".into()]).await?.is_empty(), "no edges from hourly")?;
     let watched = store.watched().await?;
     check(watched.contains(&(tenant.clone(), "hourly".into(), Some("load".into()))), "watched upstream task")?;
 

@@ -40,6 +40,8 @@ pub trait OuterStore: Send + Sync {
     async fn set_workflow_edges(&self, tenant: &str, workflow: &str, edges: &[EdgeRow]) -> Result<()>;
     /// Every edge of a tenant's workflow graph.
     async fn workflow_edges(&self, tenant: &str) -> Result<Vec<EdgeRow>>;
+    /// The edges out of (what is needed by) these live workflows.
+    async fn edges_from(&self, tenant: &str, workflows: &[String]) -> Result<Vec<EdgeRow>>;
     /// Every (tenant, workflow, task) some workflow needs, over all tenants:
     /// the engine wakes waiting runs only for these.
     async fn watched(&self) -> Result<Vec<(String, String, Option<String>)>>;

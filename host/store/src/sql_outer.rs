@@ -55,6 +55,34 @@ impl OuterStore for SqlStore {
             .collect()
     }
 
+    async fn edges_from(&self, tenant: &str, workflows: &[String]) -> Result<Vec<EdgeRow>> {
+        let mut out = Vec::new();
+        for chunk in workflows.chunks(500) {
+            let marks: Vec<String> = (0..chunk.len()).map(|i| format!("${}", i + 2)).collect();
+            let sql = format!(
+                "SELECT e.tenant, e.workflow, e.upstream, e.task, e.past, e.kind FROM workflow_edges e \
+                 JOIN workflows w ON w.tenant = e.tenant AND w.name = e.workflow AND w.deleted = 0 \
+                 WHERE e.tenant = $1 AND e.workflow IN ({})",
+                marks.join(", ")
+            );
+            let mut query = sqlx::query(&sql).bind(tenant);
+            for w in chunk {
+                query = query.bind(w);
+            }
+            for r in query.fetch_all(&self.read).await? {
+                out.push(EdgeRow {
+                    tenant: r.try_get("tenant")?,
+                    workflow: r.try_get("workflow")?,
+                    upstream: r.try_get("upstream")?,
+                    task: r.try_get("task")?,
+                    past: r.try_get::<i64, _>("past")? != 0,
+                    kind: r.try_get("kind")?,
+                });
+            }
+        }
+        Ok(out)
+    }
+
     async fn watched(&self) -> Result<Vec<(String, String, Option<String>)>> {
         let rows = sqlx::query(
             "SELECT DISTINCT e.tenant, e.upstream, e.task FROM workflow_edges e \

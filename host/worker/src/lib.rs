@@ -285,6 +285,7 @@ impl Worker {
                 attempt: spec.key.number,
                 logical_time: spec.logical_time.clone(),
                 idempotency_key: spec.idempotency_key.clone(),
+                grade: spec.grade,
             },
             params: spec.params.clone(),
             inputs: spec.inputs.clone(),

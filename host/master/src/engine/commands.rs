@@ -140,6 +140,7 @@ impl EngineState {
             Command::Resume => RunInput::Resume,
             Command::MarkFailed => RunInput::MarkFailed,
             Command::RerunFailed => RunInput::RerunFailed,
+            Command::Reflush => RunInput::Reflush,
             Command::RerunTask { task, downstream } => match task_named(task) {
                 Ok(task) => RunInput::RerunTask { task, downstream: *downstream },
                 Err(outcome) => return outcome,
@@ -154,6 +155,10 @@ impl EngineState {
             Ok(actions) => {
                 tracing::info!(run = %id, command = command.kind(), "command applied");
                 self.absorb(effects, &id, actions, now);
+                // Re-flushed: it waits for its upstream instances again.
+                if self.runs.get(&id).is_some_and(|r| r.machine.state() == dagr_core::RunState::Waiting) {
+                    self.evaluate_waits(effects, &id, now);
+                }
                 CommandOutcome { ok: true, message: format!("{} done", command.kind()) }
             }
             Err(Rejected::NotAllowed(message) | Rejected::Stale(message)) => fail(message),

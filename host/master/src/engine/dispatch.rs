@@ -35,7 +35,7 @@ impl EngineState {
         let mut set_aside: Vec<ReadyTask> = Vec::new();
         let mut full_groups: HashSet<Option<String>> = HashSet::new();
         while self.in_flight.len() < self.settings.max_in_flight && !self.owned.is_empty() {
-            let Some(item) = self.ready.pop() else { break };
+            let Some(item) = self.ready.pop(now) else { break };
             let Some(run) = self.runs.get(&item.run) else {
                 continue;
             };

@@ -136,12 +136,17 @@ pub enum Need {
     Schedule { tenant: String, name: String },
     /// Which workflows (and tasks) any workflow waits for.
     Watched,
+    /// What one workflow waits for (it was applied).
+    WatchedBy { tenant: String, workflow: String },
     /// The latest versions of these workflows (for their schedules, or to
     /// run them as children).
     Workflows { tenant: String, names: Vec<String> },
     /// The runs of an upstream workflow in a range of cycles.
     UpstreamRuns(UpstreamQuery),
 }
+
+/// A workflow's latest version: its number, validated.
+pub type Versioned = (i64, Arc<Workflow>);
 
 /// The runs of `workflow` with logical times in [from, to] (ms), with the
 /// state of `task` in each if given.
@@ -182,9 +187,11 @@ pub struct Data {
     pub tenant_limits: Option<Arc<HashMap<String, TenantLimits>>>,
     /// (tenant, workflow, task) that workflows wait for.
     pub watched: Option<Vec<(String, String, Option<String>)>>,
+    /// More of them (a workflow was applied).
+    pub watched_add: Vec<(String, String, Option<String>)>,
     /// Latest versions of workflows: (tenant, name, version and workflow;
     /// `None`: no such live workflow).
-    pub workflows: Vec<(String, String, Option<(i64, Arc<Workflow>)>)>,
+    pub workflows: Vec<(String, String, Option<Versioned>)>,
     /// Upstream runs found.
     pub upstream_runs: Vec<(UpstreamQuery, Vec<dagr_store::CycleRun>)>,
 }
@@ -202,6 +209,7 @@ impl Data {
             && self.schedules.is_empty()
             && self.tenant_limits.is_none()
             && self.watched.is_none()
+            && self.watched_add.is_empty()
             && self.workflows.is_empty()
             && self.upstream_runs.is_empty()
     }

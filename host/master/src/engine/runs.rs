@@ -509,8 +509,9 @@ impl EngineState {
                     }
                 }
                 Action::Dispatch { task } => {
-                    let priority = run.machine.workflow().tasks[task].priority;
-                    self.ready.push(run.tenant.clone(), run_id.clone(), task, priority);
+                    let (priority, grade) =
+                        (run.machine.workflow().tasks[task].priority, run.machine.workflow().spec.grade);
+                    self.ready.push(run.tenant.clone(), run_id.clone(), task, priority, grade, now);
                 }
                 Action::Cancel { task, attempt } => {
                     let key = AttemptKey { run_id: run.row.id.clone(), task: task as u32, number: attempt };

@@ -349,6 +349,12 @@ impl Engine {
                     Ok(source) => data.schedules.push(source),
                     Err(e) => tracing::warn!(workflow = %name, error = %e, "cannot reload the schedule"),
                 },
+                Need::WatchedBy { tenant, workflow } => match self.store.edges_from(&tenant, &[workflow]).await {
+                    Ok(edges) => data.watched_add.extend(
+                        edges.into_iter().filter(|e| e.kind == "upstream").map(|e| (e.tenant, e.upstream, e.task)),
+                    ),
+                    Err(e) => tracing::warn!(error = %e, "cannot read what a workflow waits for"),
+                },
                 Need::Watched => match self.store.watched().await {
                     Ok(watched) => data.watched = Some(watched),
                     Err(e) => tracing::warn!(error = %e, "cannot read which workflows are waited for"),

@@ -76,6 +76,7 @@ pub(crate) fn build_spec(
         logical_time: logical_time.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         idempotency_key: format!("{}/{}", run.row.id, t.name),
         priority: t.priority,
+        grade: workflow.spec.grade,
         deadline_ms,
         memory_bytes,
         max_output_bytes: settings.max_output_bytes,

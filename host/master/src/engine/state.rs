@@ -134,7 +134,7 @@ pub struct EngineState {
     pub(crate) watched: Option<Watched>,
     /// Latest versions of workflows other runs need (upstream schedules,
     /// children to run); `None`: no such live workflow.
-    pub(crate) definitions: HashMap<(String, String), Option<(i64, Arc<dagr_core::Workflow>)>>,
+    pub(crate) definitions: HashMap<(String, String), Option<crate::engine::effects::Versioned>>,
     /// Upstream runs read in this step.
     pub(crate) upstream_runs: HashMap<UpstreamQuery, Vec<dagr_store::CycleRun>>,
     /// Evaluations of waits that wait for data in this step.
@@ -249,6 +249,14 @@ impl EngineState {
             }
             self.watched = Some(w);
         }
+        if let Some(w) = self.watched.as_mut() {
+            for (tenant, workflow, task) in data.watched_add {
+                match task {
+                    Some(task) => w.tasks.insert((tenant, workflow, task)),
+                    None => w.runs.insert((tenant, workflow)),
+                };
+            }
+        }
         for (tenant, name, workflow) in data.workflows {
             self.definitions.insert((tenant, name), workflow);
         }
@@ -319,10 +327,11 @@ impl EngineState {
             Input::Dispatched { worker, sent, answer } => self.dispatched(effects, &worker, sent, answer, now),
             Input::Probed { key, worker, epoch, adoption } => self.probed(effects, key, &worker, epoch, adoption, now),
             Input::WorkflowChanged { tenant, name } => {
-                // Its definition and what waits for what may have changed.
+                // Its definition and what it waits for may have changed
+                // (what it no longer waits for stays watched: a wake-up
+                // that finds nobody waiting costs one index lookup).
                 self.definitions.remove(&(tenant.clone(), name.clone()));
-                self.watched = None;
-                effects.need(Need::Watched);
+                effects.need(Need::WatchedBy { tenant: tenant.clone(), workflow: name.clone() });
                 self.workflow_changed(effects, tenant, name)
             }
         }

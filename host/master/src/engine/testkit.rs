@@ -73,6 +73,9 @@ impl PluginDirectory for FakePlugins {
     }
 }
 
+/// A live workflow in the fake store: version, definition, schedule cursor.
+pub type StoredWorkflow = (i64, Arc<Workflow>, Option<i64>);
+
 /// What the fake store keeps.
 #[derive(Debug, Default)]
 pub struct FakeStore {
@@ -84,7 +87,7 @@ pub struct FakeStore {
     pub done: HashMap<i64, String>,
     pub events: Vec<dagr_store::NewEvent>,
     /// Live workflows: (tenant, name) → (version, workflow, cursor).
-    pub workflows: BTreeMap<(String, String), (i64, Arc<Workflow>, Option<i64>)>,
+    pub workflows: BTreeMap<(String, String), StoredWorkflow>,
     /// Runs whose loading fails (for the failure paths).
     pub unloadable: HashMap<String, LoadError>,
     /// Schedules taken offline: (tenant, workflow).
@@ -426,6 +429,13 @@ impl TestEnv {
                         }
                     }
                     data.watched = Some(watched);
+                }
+                Need::WatchedBy { tenant, workflow } => {
+                    if let Some((_, wf, _)) = self.store.workflows.get(&(tenant.clone(), workflow)) {
+                        for u in wf.upstream.iter().chain(wf.tasks.iter().flat_map(|t| &t.upstream)) {
+                            data.watched_add.push((tenant.clone(), u.workflow.clone(), u.task.clone()));
+                        }
+                    }
                 }
                 Need::Workflows { tenant, names } => {
                     for name in names {

@@ -29,7 +29,7 @@ impl Task for Probe {
         let mut out = json!({"context": {
             "tenant": ctx.tenant, "workflow": ctx.workflow, "run_id": ctx.run_id, "task": ctx.task,
             "attempt": ctx.attempt, "logical_time": ctx.logical_time, "idempotency_key": ctx.idempotency_key,
-        }, "inputs": inputs.as_map()});
+        }, "grade": dagr_sdk::grade(), "inputs": inputs.as_map()});
         if let Some(name) = params["secret"].as_str() {
             let value = dagr_sdk::secret(name);
             info!("the secret {name} is {value:?}");
