@@ -19,6 +19,7 @@
 //!   milliseconds since the Unix epoch.
 
 pub mod conformance;
+mod logs;
 mod registry;
 mod sql;
 mod sql_registry;
@@ -30,6 +31,7 @@ use std::fmt;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+pub use crate::logs::NUL_STORED_AS;
 pub use crate::registry::{PluginInsert, PluginRow, RegistryStore};
 pub use crate::sql::{SqlStore, Synchronous, now_ms};
 pub use crate::tenancy::TenancyStore;

@@ -1205,7 +1205,7 @@ impl Store for SqlStore {
                     Arg::I64(l.at),
                     Arg::Text(l.source),
                     Arg::Text(l.level),
-                    Arg::Text(l.message),
+                    Arg::Text(crate::logs::storable(l.message)),
                 ]
             })
             .collect();

@@ -10,9 +10,12 @@
 //!   all (a worker that lost its lease must not keep running work).
 //! - [`LogWriter`] batches log lines of all attempts into the store while
 //!   they run, so that people can follow them; an attempt's lines are all
-//!   written before its result is reported.
+//!   written before its result is reported. A batch the database refuses
+//!   is split until the line it refuses is found, so one bad line never
+//!   holds up the others (`logs`).
 
 mod builtins;
+mod logs;
 mod registry;
 pub mod service;
 
@@ -434,12 +437,11 @@ impl LogWriter {
                 }
                 if flush_now || closed || buffer.len() >= 1000 {
                     let lines = std::mem::take(&mut buffer);
-                    let mut delay = Duration::from_millis(50);
-                    while let Err(e) = store.append_logs(lines.clone()).await {
-                        tracing::warn!(error = %e, "cannot write logs; retrying");
-                        tokio::time::sleep(delay).await;
-                        delay = (delay * 2).min(Duration::from_secs(5));
-                    }
+                    let append = |lines: Vec<LogRow>| {
+                        let store = store.clone();
+                        async move { store.append_logs(lines).await }
+                    };
+                    logs::write_all(lines, append, dagr_store::Error::is_refused_data).await;
                     for done in waiters.drain(..) {
                         let _ = done.send(());
                     }
