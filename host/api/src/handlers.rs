@@ -9,7 +9,8 @@ use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, NaiveDate, NaiveDateTime, TimeZone, Utc};
-use dagr_core::definition::{Format, HumanDuration};
+use dagr_core::definition::{DefinitionError, Format, HumanDuration};
+use dagr_core::document::DocumentError;
 use dagr_core::schedule::backfill_times;
 use dagr_core::{Workflow, WorkflowSpec};
 use dagr_protocol::api::*;
@@ -17,10 +18,11 @@ use dagr_protocol::plugins::{TenantCatalog, TrustedCatalog};
 use dagr_store::{BackfillRow, Created, NewCommand, NewRun, RunFilter, RunKind, RunRow, now_ms};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
+use sha2::Digest as _;
 
 use crate::auth::{Caller, audit};
 use crate::error::{ApiResult, AppError};
-use crate::extract::{Json, Query, body_bytes};
+use crate::extract::{Json, OptionalJson, Query, body_bytes, document_error, off_runtime};
 use crate::views::{attempt_view, run_summary, task_view, time};
 use crate::{ApiState, Tenant};
 
@@ -44,20 +46,57 @@ pub async fn healthz() -> axum::Json<Health> {
 
 // Workflows ---------------------------------------------------------------------
 
-/// Parses and validates a definition (YAML or JSON) against a tenant's plugins.
-pub fn validate_definition(
+/// A tenant's definition, parsed, validated and in its stored form.
+pub struct Validated {
+    pub workflow: Workflow,
+    /// The canonical JSON (what is stored) and its sha256.
+    pub canonical: String,
+    pub hash: String,
+}
+
+/// Parses and validates a tenant's definition (YAML or JSON) against its
+/// plugins, within the API's document limits (checked before parsing: the
+/// nesting depth, and the size of the document with its aliases expanded,
+/// which is also the size of what is stored). A large definition is
+/// handled on a blocking thread.
+pub async fn validate_definition(
     state: &ApiState,
     tenant: &str,
-    text: &str,
+    bytes: bytes::Bytes,
     format: Option<Format>,
-) -> Result<Workflow, AppError> {
-    let spec = match format {
-        Some(f) => WorkflowSpec::parse(text, f),
-        None => WorkflowSpec::parse_any(text),
-    }
-    .map_err(|e| AppError::invalid("invalid_definition", &e))?;
-    let catalog = TenantCatalog { directory: state.plugins.as_ref(), tenant };
-    Workflow::validate(spec, &catalog).map_err(|e| AppError::invalid("invalid_definition", &e))
+    code: &'static str,
+) -> ApiResult<Validated> {
+    let limits = state.config.document_limits();
+    let plugins = state.plugins.clone();
+    let tenant = tenant.to_owned();
+    off_runtime(bytes.len(), move || {
+        let text = std::str::from_utf8(&bytes).map_err(|_| AppError::bad("bad_body", "the definition is not UTF-8"))?;
+        let spec = WorkflowSpec::parse_limited(text, format, &limits).map_err(|e| match e {
+            DefinitionError::Limit(DocumentError::Syntax { location, message }) => {
+                if location.is_empty() {
+                    AppError::bad(code, message)
+                } else {
+                    AppError::bad_at(code, location, message)
+                }
+            }
+            DefinitionError::Limit(limit) => document_error(limit),
+            DefinitionError::Invalid(invalid) => AppError::invalid(code, &invalid),
+        })?;
+        let catalog = TenantCatalog { directory: plugins.as_ref(), tenant: &tenant };
+        let workflow = Workflow::validate(spec, &catalog).map_err(|e| AppError::invalid(code, &e))?;
+        let canonical = workflow.spec.canonical_json();
+        if canonical.len() > limits.max_bytes {
+            return Err(AppError::TooLarge(format!(
+                "the definition is {} bytes as stored (canonical JSON), which exceeds the size limit of {} bytes ({})",
+                canonical.len(),
+                limits.max_bytes,
+                limits.bytes_key
+            )));
+        }
+        let hash = hex::encode(sha2::Sha256::digest(canonical.as_bytes()));
+        Ok(Validated { workflow, canonical, hash })
+    })
+    .await
 }
 
 /// Applies a workflow definition. Identical to the latest version: nothing
@@ -79,19 +118,19 @@ pub async fn apply_workflow(
     request: Request,
 ) -> Answer<Applied> {
     let bytes = body_bytes(request, &()).await?;
-    let text = std::str::from_utf8(&bytes).map_err(|_| AppError::bad("bad_body", "the definition is not UTF-8"))?;
+    if bytes.is_empty() {
+        return Err(AppError::bad("bad_body", "the body must be the definition (YAML or JSON)"));
+    }
     let format = match headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) {
         Some(t) if t.contains("json") => Some(Format::Json),
         Some(t) if t.contains("yaml") => Some(Format::Yaml),
         _ => None,
     };
-    let workflow = validate_definition(&state, &tenant.0, text, format)?;
+    let Validated { workflow, canonical, hash } =
+        validate_definition(&state, &tenant.0, bytes, format, "invalid_definition").await?;
     crate::admin::check_within_limits(&state, &tenant.0, &workflow, "invalid_definition").await?;
     let now = now_ms();
-    let applied = state
-        .store
-        .apply_workflow(&tenant.0, workflow.name(), &workflow.spec.content_hash(), &workflow.spec.canonical_json(), now)
-        .await?;
+    let applied = state.store.apply_workflow(&tenant.0, workflow.name(), &hash, &canonical, now).await?;
     state.control.workflow_changed(&tenant.0, workflow.name());
     let detail = json!({"version": applied.version, "created": applied.created});
     audit(&state, &caller, &tenant.0, "workflow.apply", workflow.name(), detail).await;
@@ -304,7 +343,7 @@ pub async fn trigger_run(
     tenant: Tenant,
     caller: Caller,
     Path(name): Path<String>,
-    Json(req): Json<TriggerRequest>,
+    OptionalJson(req): OptionalJson<TriggerRequest>,
 ) -> Answer<RunSummary> {
     let (version, workflow) = latest_workflow(&state, &tenant.0, &name).await?;
     let params = workflow.resolve_params(&req.params).map_err(|e| AppError::invalid("invalid_params", &e))?;
@@ -630,7 +669,7 @@ pub async fn rerun_task(
     tenant: Tenant,
     caller: Caller,
     Path((id, task)): Path<(String, String)>,
-    Json(req): Json<RerunTaskRequest>,
+    OptionalJson(req): OptionalJson<RerunTaskRequest>,
 ) -> Answer<ActionResult> {
     find_task(&state, &tenant.0, &id, &task).await?;
     act(&state, &caller, &tenant.0, &id, "rerun_task", json!({"task": task, "downstream": req.downstream})).await
@@ -970,13 +1009,9 @@ pub async fn create_job(
             }
         }
     }
-    let spec_value = json!({"name": name, "tasks": tasks});
-    let spec: WorkflowSpec = {
-        let text = spec_value.to_string();
-        WorkflowSpec::parse(&text, Format::Json).map_err(|e| AppError::invalid("invalid_job", &e))?
-    };
-    let catalog = TenantCatalog { directory: state.plugins.as_ref(), tenant: &tenant.0 };
-    let workflow = Workflow::validate(spec, &catalog).map_err(|e| AppError::invalid("invalid_job", &e))?;
+    let spec = bytes::Bytes::from(json!({"name": name, "tasks": tasks}).to_string());
+    let Validated { workflow, .. } =
+        validate_definition(&state, &tenant.0, spec, Some(Format::Json), "invalid_job").await?;
     crate::admin::check_within_limits(&state, &tenant.0, &workflow, "invalid_job").await?;
     crate::admin::check_run_rate(&state, &tenant.0).await?;
     let run =

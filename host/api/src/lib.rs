@@ -73,8 +73,11 @@ pub const DEFAULT_TENANT: &str = "default";
 /// Limits the API enforces.
 #[derive(Debug, Clone)]
 pub struct ApiConfig {
-    /// Largest request body.
+    /// Largest request body; also the most a YAML definition may expand to
+    /// with its aliases (`[api] max_body`).
     pub max_body_bytes: usize,
+    /// Deepest nesting of a request body or definition (`[api] max_depth`).
+    pub max_depth: usize,
     /// How long an action waits for the engine before answering 202.
     pub action_wait: Duration,
     /// Longest a `wait=true` job request may wait.
@@ -93,6 +96,7 @@ impl Default for ApiConfig {
     fn default() -> Self {
         ApiConfig {
             max_body_bytes: 4 << 20,
+            max_depth: dagr_core::document::DEFAULT_MAX_DEPTH,
             action_wait: Duration::from_secs(10),
             max_job_wait: Duration::from_secs(600),
             max_backfill_runs: 10_000,
@@ -101,6 +105,18 @@ impl Default for ApiConfig {
             // A key that lives as long as the process: only for an API whose
             // secrets nobody will read after it (tests); nodes configure one.
             secrets: dagr_protocol::sealed::SecretKey::generate(),
+        }
+    }
+}
+
+impl ApiConfig {
+    /// The limits of tenants' documents: bodies, definitions, params.
+    pub fn document_limits(&self) -> dagr_core::document::DocumentLimits {
+        dagr_core::document::DocumentLimits {
+            max_depth: self.max_depth,
+            depth_key: "[api] max_depth",
+            max_bytes: self.max_body_bytes,
+            bytes_key: "[api] max_body",
         }
     }
 }

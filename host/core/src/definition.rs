@@ -13,6 +13,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use crate::document::{self, DocumentError, DocumentLimits};
 use crate::schedule::Schedule;
 use crate::template::{Template, TemplateScope};
 use crate::units;
@@ -333,6 +334,22 @@ pub enum Format {
     Json,
 }
 
+impl Format {
+    /// JSON if the text starts like a JSON object, else YAML.
+    pub fn guess(text: &str) -> Format {
+        if text.trim_start().starts_with('{') { Format::Json } else { Format::Yaml }
+    }
+}
+
+/// Why a tenant's definition was refused: over a limit, or invalid.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DefinitionError {
+    #[error(transparent)]
+    Limit(#[from] DocumentError),
+    #[error(transparent)]
+    Invalid(#[from] Invalid),
+}
+
 impl WorkflowSpec {
     /// Parses a YAML or JSON document. Unknown fields and wrong types are
     /// reported with their path (and, for YAML, line and column).
@@ -351,11 +368,24 @@ impl WorkflowSpec {
 
     /// Parses YAML (a superset of JSON, so JSON documents parse too).
     pub fn parse_any(text: &str) -> Result<WorkflowSpec, Invalid> {
-        if text.trim_start().starts_with('{') {
-            Self::parse(text, Format::Json)
-        } else {
-            Self::parse(text, Format::Yaml)
+        Self::parse(text, Format::guess(text))
+    }
+
+    /// Parses a tenant's document (`format: None`: JSON if it looks like
+    /// it, else YAML), checking it against `limits` first: a document that
+    /// nests too deeply, or whose aliases expand past the size limit, is
+    /// refused before a parser recurses into it or expands it.
+    pub fn parse_limited(
+        text: &str,
+        format: Option<Format>,
+        limits: &DocumentLimits,
+    ) -> Result<WorkflowSpec, DefinitionError> {
+        let format = format.unwrap_or_else(|| Format::guess(text));
+        match format {
+            Format::Json => document::check_json(text.as_bytes(), limits)?,
+            Format::Yaml => document::check_yaml(text, limits)?,
         }
+        Ok(Self::parse(text, format)?)
     }
 
     /// The canonical JSON of this spec (sorted keys, defaults omitted):

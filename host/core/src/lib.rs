@@ -6,6 +6,8 @@
 //! - [`definition`]: the workflow schema people write ([`WorkflowSpec`],
 //!   YAML or JSON) and its validation into a [`Workflow`], reporting every
 //!   problem with its location.
+//! - [`document`]: limits on tenants' documents (nesting depth, the size
+//!   of YAML once its aliases are expanded), checked before parsing.
 //! - [`template`]: `{{ … }}` templates in task params, checked at apply time,
 //!   rendered at dispatch time.
 //! - [`schedule`]: cron schedules, catch-up and backfill times.
@@ -14,6 +16,7 @@
 //! - [`units`]: durations and sizes as people write them.
 
 pub mod definition;
+pub mod document;
 pub mod run;
 pub mod schedule;
 pub mod template;
