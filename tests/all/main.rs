@@ -8,6 +8,8 @@
 //! - `cli`: the `dagr` binary.
 //! - `tenancy`: tokens, the isolation matrix over every route, secrets,
 //!   runs per minute and the tenancy CLI verbs, against a real `dagr serve`.
+//! - `hostile_api`: hostile documents (alias bombs, deep nesting) and log
+//!   lines PostgreSQL cannot hold, against a real `dagr serve`.
 //! - `registry`: tenants' plugins (upload, versions, deletion, the limits
 //!   of the compiling child) against a real `dagr serve`.
 
@@ -20,6 +22,7 @@ mod cli;
 mod cli_client;
 mod cluster;
 mod e2e;
+mod hostile_api;
 mod plugins;
 mod registry;
 mod runtime;

@@ -23,12 +23,13 @@ use sha2::Digest as _;
 use crate::auth::{Caller, audit};
 use crate::error::{ApiResult, AppError};
 use crate::extract::{Json, OptionalJson, Query, body_bytes, document_error, off_runtime};
-use crate::views::{attempt_view, run_summary, task_view, time};
+use crate::tasks::find_task;
+use crate::views::{run_summary, time};
 use crate::{ApiState, Tenant};
 
-type Answer<T> = ApiResult<(StatusCode, axum::Json<T>)>;
+pub(crate) type Answer<T> = ApiResult<(StatusCode, axum::Json<T>)>;
 
-fn ok<T>(value: T) -> Answer<T> {
+pub(crate) fn ok<T>(value: T) -> Answer<T> {
     Ok((StatusCode::OK, axum::Json(value)))
 }
 
@@ -446,7 +447,7 @@ pub async fn list_workflow_runs(
     runs_page(&state, &tenant.0, q).await
 }
 
-async fn find_run(state: &ApiState, tenant: &str, id: &str) -> ApiResult<RunRow> {
+pub(crate) async fn find_run(state: &ApiState, tenant: &str, id: &str) -> ApiResult<RunRow> {
     state
         .store
         .get_run(id)
@@ -455,33 +456,6 @@ async fn find_run(state: &ApiState, tenant: &str, id: &str) -> ApiResult<RunRow>
         .ok_or_else(|| AppError::NotFound(format!("there is no run `{id}`")))
 }
 
-async fn run_workflow(state: &ApiState, run: &RunRow) -> Option<Workflow> {
-    let text = match (&run.spec, run.version) {
-        (Some(spec), _) => spec.clone(),
-        (None, Some(v)) => state.store.get_version(&run.tenant, &run.workflow, v).await.ok()??.spec,
-        _ => return None,
-    };
-    let spec = WorkflowSpec::parse(&text, Format::Json).ok()?;
-    Workflow::validate(spec, &TrustedCatalog).ok()
-}
-
-/// A run with the state of each task.
-#[utoipa::path(
-    get, path = "/v1/runs/{id}", tag = "runs", params(("id" = String, Path)),
-    responses((status = 200, body = RunDetail), (status = 404, body = ApiError))
-)]
-pub async fn get_run(State(state): State<ApiState>, tenant: Tenant, Path(id): Path<String>) -> Answer<RunDetail> {
-    let run = find_run(&state, &tenant.0, &id).await?;
-    let workflow = run_workflow(&state, &run).await;
-    let tasks = state.store.run_tasks(&id).await?;
-    ok(RunDetail {
-        run: run_summary(&run),
-        params: serde_json::from_str(&run.params).unwrap_or(Value::Null),
-        tasks: tasks.iter().map(|t| task_view(t, workflow.as_ref())).collect(),
-    })
-}
-
-/// Writes a command for the engine and waits (briefly) for its outcome.
 /// The audit action of a run or task command.
 fn action_name(kind: &str) -> String {
     match kind {
@@ -614,50 +588,6 @@ pub async fn run_events(
         .collect())
 }
 
-async fn find_task(
-    state: &ApiState,
-    tenant: &str,
-    run_id: &str,
-    task: &str,
-) -> ApiResult<(RunRow, dagr_store::TaskRow)> {
-    let run = find_run(state, tenant, run_id).await?;
-    let row = state
-        .store
-        .run_tasks(run_id)
-        .await?
-        .into_iter()
-        .find(|t| t.name == task)
-        .ok_or_else(|| AppError::NotFound(format!("run `{run_id}` has no task `{task}`")))?;
-    Ok((run, row))
-}
-
-/// One task of a run: state, output and attempts.
-#[utoipa::path(
-    get, path = "/v1/runs/{id}/tasks/{task}", tag = "runs", params(("id" = String, Path), ("task" = String, Path)),
-    responses((status = 200, body = TaskDetail), (status = 404, body = ApiError))
-)]
-pub async fn get_task(
-    State(state): State<ApiState>,
-    tenant: Tenant,
-    Path((id, task)): Path<(String, String)>,
-) -> Answer<TaskDetail> {
-    let (run, row) = find_task(&state, &tenant.0, &id, &task).await?;
-    let workflow = run_workflow(&state, &run).await;
-    let output = state
-        .store
-        .outputs(&id, &[row.idx])
-        .await?
-        .into_iter()
-        .next()
-        .map(|(_, o)| serde_json::from_str(&o).unwrap_or(Value::String(o)));
-    let attempts = state.store.attempts(&id, Some(row.idx)).await?;
-    ok(TaskDetail {
-        task: task_view(&row, workflow.as_ref()),
-        output,
-        attempts_detail: attempts.iter().map(attempt_view).collect(),
-    })
-}
-
 /// Reruns one task of a finished run, optionally with everything downstream.
 #[utoipa::path(
     post, path = "/v1/runs/{id}/tasks/{task}/rerun", tag = "runs",
@@ -741,6 +671,7 @@ pub async fn task_logs(
     let stream = futures::stream::unfold((after, false), move |(after, done)| {
         let store = store.clone();
         let id = id.clone();
+        let task = task.clone();
         async move {
             if done {
                 return None;
@@ -766,9 +697,9 @@ pub async fn task_logs(
                     Ok(attempts) => attempts.iter().find(|a| a.number == attempt).is_some_and(|a| a.state != "running"),
                     Err(_) => true,
                 };
-                let task_waiting = match store.run_tasks(&id).await {
-                    Ok(tasks) => tasks.iter().any(|t| t.idx == idx && t.attempts < attempt && !is_final(&t.state)),
-                    Err(_) => false,
+                let task_waiting = match store.run_task(&id, &task).await {
+                    Ok(Some(t)) => t.attempts < attempt && !is_final(&t.state),
+                    _ => false,
                 };
                 if finished && !task_waiting {
                     // One last read: lines written just before the end.
@@ -785,7 +716,7 @@ pub async fn task_logs(
     Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(stream)).into_response())
 }
 
-fn is_final(state: &str) -> bool {
+pub(crate) fn is_final(state: &str) -> bool {
     matches!(state, "succeeded" | "failed" | "upstream_failed" | "skipped" | "killed")
 }
 

@@ -28,6 +28,7 @@ pub mod extract;
 mod handlers;
 pub mod inspect;
 mod plugins;
+mod tasks;
 mod unread;
 pub mod versions;
 mod views;
@@ -161,14 +162,15 @@ fn api_router() -> OpenApiRouter<ApiState> {
         .routes(routes!(list_versions))
         .routes(routes!(trigger_run, list_workflow_runs))
         .routes(routes!(list_runs))
-        .routes(routes!(get_run))
+        .routes(routes!(tasks::get_run))
+        .routes(routes!(tasks::list_run_tasks))
         .routes(routes!(kill_run))
         .routes(routes!(pause_run))
         .routes(routes!(resume_run))
         .routes(routes!(rerun_run))
         .routes(routes!(mark_run_failed))
         .routes(routes!(run_events))
-        .routes(routes!(get_task))
+        .routes(routes!(tasks::get_task))
         .routes(routes!(rerun_task))
         .routes(routes!(force_success))
         .routes(routes!(task_logs))

@@ -138,13 +138,32 @@ pub struct TaskView {
     pub error: Option<String>,
 }
 
+/// A run: its params, how many tasks are in each state, and the first
+/// page of its tasks (the rest from `GET /v1/runs/{id}/tasks`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct RunDetail {
     #[serde(flatten)]
     pub run: RunSummary,
     #[schema(value_type = Object)]
     pub params: Value,
+    /// The number of the run's tasks in each state.
+    #[serde(default)]
+    pub task_counts: std::collections::BTreeMap<String, i64>,
+    /// The first tasks, in definition order (at most 100).
     pub tasks: Vec<TaskView>,
+    /// When the run has more tasks: pass as `after` to
+    /// `GET /v1/runs/{id}/tasks` for the next page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tasks_next: Option<i64>,
+}
+
+/// A page of a run's tasks, in definition order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct TaskList {
+    pub tasks: Vec<TaskView>,
+    /// Pass as `after` for the next page; absent on the last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]

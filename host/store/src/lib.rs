@@ -15,13 +15,17 @@
 //!   apply only while the run's ownership epoch is the one the writer holds.
 //! - [`TenancyStore`], a supertrait of [`Store`]: tenants and their limits,
 //!   API tokens (only hashes), secrets and the audit log.
+//! - [`ReadStore`], another: the API's paged and keyed reads of a run's
+//!   tasks.
 //! - Rows are plain structs ([`RunRow`], [`TaskRow`], …); times are
 //!   milliseconds since the Unix epoch.
 
 pub mod conformance;
 mod logs;
+mod reads;
 mod registry;
 mod sql;
+mod sql_api;
 mod sql_registry;
 mod sql_tenancy;
 pub mod tenancy;
@@ -32,6 +36,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 pub use crate::logs::NUL_STORED_AS;
+pub use crate::reads::ReadStore;
 pub use crate::registry::{PluginInsert, PluginRow, RegistryStore};
 pub use crate::sql::{SqlStore, Synchronous, now_ms};
 pub use crate::tenancy::TenancyStore;
@@ -365,7 +370,7 @@ pub struct Committed {
 
 /// dagr's storage. Implemented by [`SqlStore`] on SQLite and PostgreSQL.
 #[async_trait]
-pub trait Store: TenancyStore + RegistryStore + Send + Sync + 'static {
+pub trait Store: TenancyStore + RegistryStore + ReadStore + Send + Sync + 'static {
     // Workflows ----------------------------------------------------------
 
     /// Stores a definition as the next version, unless it is identical to

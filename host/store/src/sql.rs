@@ -405,7 +405,7 @@ fn run_args(r: &RunRow) -> Vec<Arg> {
     ]
 }
 
-fn task_from(row: &AnyRow) -> Result<TaskRow> {
+pub(crate) fn task_from(row: &AnyRow) -> Result<TaskRow> {
     Ok(TaskRow {
         run_id: row.try_get("run_id")?,
         idx: row.try_get("idx")?,
