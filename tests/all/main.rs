@@ -8,6 +8,8 @@
 //! - `cli`: the `dagr` binary.
 //! - `tenancy`: tokens, the isolation matrix over every route, secrets,
 //!   runs per minute and the tenancy CLI verbs, against a real `dagr serve`.
+//! - `contract`: Schemathesis against `/openapi.json` of a real `dagr
+//!   serve`, with a tenant's token, the admin token and none.
 //! - `hostile_api`: hostile documents (alias bombs, deep nesting) and log
 //!   lines PostgreSQL cannot hold, against a real `dagr serve`.
 //! - `registry`: tenants' plugins (upload, versions, deletion, the limits
@@ -21,6 +23,7 @@ mod support;
 mod cli;
 mod cli_client;
 mod cluster;
+mod contract;
 mod e2e;
 mod hostile_api;
 mod plugins;

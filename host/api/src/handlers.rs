@@ -365,20 +365,71 @@ pub async fn trigger_run(
     created(summary)
 }
 
+/// A run's state, as a filter.
+#[derive(Debug, Clone, Copy, utoipa::ToSchema)]
+#[schema(rename_all = "snake_case")]
+#[allow(dead_code, reason = "only describes the parameter's values in the OpenAPI document")]
+pub enum RunStateName {
+    Queued,
+    Running,
+    Paused,
+    Succeeded,
+    Failed,
+    Killed,
+}
+
+/// How a run came to be, as a filter.
+#[derive(Debug, Clone, Copy, utoipa::ToSchema)]
+#[schema(rename_all = "snake_case")]
+#[allow(dead_code, reason = "only describes the parameter's values in the OpenAPI document")]
+pub enum RunKindName {
+    Manual,
+    Schedule,
+    Backfill,
+    Job,
+}
+
+/// The cursor of a page of runs: `<created_at ms>_<run id>`.
+const RUN_CURSOR: &str = "^-?[0-9]+_.+$";
+
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
 pub struct RunsQuery {
     /// Only runs of this workflow.
     pub workflow: Option<String>,
-    /// queued, running, paused, succeeded, failed or killed.
+    /// Only runs in this state.
+    #[param(inline, value_type = Option<RunStateName>)]
     pub state: Option<String>,
-    /// manual, schedule, backfill or job.
+    /// Only runs of this kind.
+    #[param(inline, value_type = Option<RunKindName>)]
     pub kind: Option<String>,
     /// Only runs of this backfill.
     pub backfill: Option<String>,
     /// Page size, 1–1000 (default 50).
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<i64>,
     /// The `next` cursor of the previous page.
+    #[param(pattern = "^-?[0-9]+_.+$")]
+    pub before: Option<String>,
+}
+
+/// [`RunsQuery`] of one workflow's runs (the path names the workflow).
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct WorkflowRunsQuery {
+    /// Only runs in this state.
+    #[param(inline, value_type = Option<RunStateName>)]
+    pub state: Option<String>,
+    /// Only runs of this kind.
+    #[param(inline, value_type = Option<RunKindName>)]
+    pub kind: Option<String>,
+    /// Only runs of this backfill.
+    pub backfill: Option<String>,
+    /// Page size, 1–1000 (default 50).
+    #[param(minimum = 1, maximum = 1000)]
+    pub limit: Option<i64>,
+    /// The `next` cursor of the previous page.
+    #[param(pattern = "^-?[0-9]+_.+$")]
     pub before: Option<String>,
 }
 
@@ -396,8 +447,10 @@ async fn runs_page(state: &ApiState, tenant: &str, q: RunsQuery) -> Answer<RunLi
     };
     let before = match &q.before {
         Some(cursor) => {
+            debug_assert!(RUN_CURSOR.starts_with('^'));
             let (at, id) = cursor
                 .split_once('_')
+                .filter(|(_, id)| !id.is_empty())
                 .and_then(|(at, id)| at.parse::<i64>().ok().map(|at| (at, id.to_owned())))
                 .ok_or_else(|| AppError::bad_at("bad_query", "?before", "not a cursor from a previous page"))?;
             Some((at, id))
@@ -431,19 +484,26 @@ pub async fn list_runs(State(state): State<ApiState>, tenant: Tenant, Query(q): 
 
 /// Lists a workflow's runs, newest first.
 #[utoipa::path(
-    get, path = "/v1/workflows/{name}/runs", tag = "runs", params(("name" = String, Path), RunsQuery),
+    get, path = "/v1/workflows/{name}/runs", tag = "runs", params(("name" = String, Path), WorkflowRunsQuery),
     responses((status = 200, body = RunList), (status = 404, body = ApiError))
 )]
 pub async fn list_workflow_runs(
     State(state): State<ApiState>,
     tenant: Tenant,
     Path(name): Path<String>,
-    Query(mut q): Query<RunsQuery>,
+    Query(q): Query<WorkflowRunsQuery>,
 ) -> Answer<RunList> {
     if state.store.get_workflow(&tenant.0, &name).await?.is_none() {
         return Err(AppError::NotFound(format!("there is no workflow `{name}`")));
     }
-    q.workflow = Some(name);
+    let q = RunsQuery {
+        workflow: Some(name),
+        state: q.state,
+        kind: q.kind,
+        backfill: q.backfill,
+        limit: q.limit,
+        before: q.before,
+    };
     runs_page(&state, &tenant.0, q).await
 }
 
@@ -555,7 +615,10 @@ run_action!(
 #[serde(deny_unknown_fields)]
 pub struct EventsQuery {
     /// Events after this sequence number.
+    #[param(minimum = 0)]
     pub after: Option<i64>,
+    /// Most events, 1–10000 (default 1000).
+    #[param(minimum = 1, maximum = 10000)]
     pub limit: Option<i64>,
 }
 
@@ -570,11 +633,16 @@ pub async fn run_events(
     Path(id): Path<String>,
     Query(q): Query<EventsQuery>,
 ) -> Answer<Vec<EventView>> {
+    let limit = q.limit.unwrap_or(1000);
+    if !(1..=10_000).contains(&limit) {
+        return Err(AppError::bad_at("bad_query", "?limit", "must be between 1 and 10000"));
+    }
+    let after = q.after.unwrap_or(0);
+    if after < 0 {
+        return Err(AppError::bad_at("bad_query", "?after", "must be 0 or more"));
+    }
     find_run(&state, &tenant.0, &id).await?;
-    let events = state
-        .store
-        .events(&tenant.0, Some(&id), q.after.unwrap_or(0), q.limit.unwrap_or(1000).clamp(1, 10_000))
-        .await?;
+    let events = state.store.events(&tenant.0, Some(&id), after, limit).await?;
     ok(events
         .into_iter()
         .map(|e| EventView {
@@ -625,8 +693,10 @@ pub async fn force_success(
 #[serde(deny_unknown_fields)]
 pub struct LogsQuery {
     /// Which attempt; default the latest.
+    #[param(minimum = 1)]
     pub attempt: Option<i64>,
     /// Lines after this sequence number.
+    #[param(minimum = 0)]
     pub after: Option<i64>,
     /// Keep the response open and stream new lines (NDJSON) until the attempt ends.
     pub follow: Option<bool>,
@@ -638,7 +708,10 @@ pub struct LogsQuery {
     get, path = "/v1/runs/{id}/tasks/{task}/logs", tag = "runs",
     params(("id" = String, Path), ("task" = String, Path), LogsQuery),
     responses(
-        (status = 200, body = Vec<LogLineView>, description = "JSON array, or NDJSON with follow=true"),
+        (status = 200, description = "A JSON array of lines; with follow=true an NDJSON stream (`application/x-ndjson`): \
+            one LogLineView per line, ending when the attempt ends",
+            content((Vec<LogLineView> = "application/json"), (LogLineView = "application/x-ndjson"))),
+        (status = 400, body = ApiError, description = "`attempt` names no attempt of the task"),
         (status = 404, body = ApiError)
     )
 )]
@@ -654,6 +727,9 @@ pub async fn task_logs(
         return Err(AppError::bad_at("bad_query", "?attempt", format!("task `{task}` has {} attempts", row.attempts)));
     }
     let after = q.after.unwrap_or(0);
+    if after < 0 {
+        return Err(AppError::bad_at("bad_query", "?after", "must be 0 or more"));
+    }
     let view = move |l: dagr_store::LogRow| LogLineView {
         seq: l.seq,
         attempt: l.attempt,
@@ -875,7 +951,8 @@ pub async fn get_backfill(
 pub struct JobQuery {
     /// Wait for the job to finish and return its outputs.
     pub wait: Option<bool>,
-    /// How long to wait, e.g. `30s` (default 60s).
+    /// How long to wait with `wait=true`, e.g. `30s` (default 60s, at most
+    /// the server's limit); refused without `wait=true`.
     pub wait_timeout: Option<String>,
 }
 
@@ -896,6 +973,9 @@ pub async fn create_job(
     Query(q): Query<JobQuery>,
     Json(req): Json<JobRequest>,
 ) -> Answer<JobResult> {
+    if q.wait_timeout.is_some() && !q.wait.unwrap_or(false) {
+        return Err(AppError::bad_at("bad_query", "?wait_timeout", "only means something with wait=true"));
+    }
     let name = req.name.clone().unwrap_or_else(|| "job".into());
     let timeout = match &req.timeout {
         Some(t) => Some(HumanDuration(

@@ -23,6 +23,7 @@
 
 mod admin;
 pub mod auth;
+mod contract;
 pub mod error;
 pub mod extract;
 mod handlers;
@@ -191,9 +192,18 @@ fn api_router() -> OpenApiRouter<ApiState> {
         .routes(routes!(plugins::delete_plugin))
 }
 
-/// The OpenAPI document.
+/// The OpenAPI document as the routes declare themselves.
 pub fn openapi() -> utoipa::openapi::OpenApi {
     api_router().split_for_parts().1
+}
+
+/// The OpenAPI document served at `/openapi.json`: the routes' own
+/// declarations completed with what holds for many of them (security,
+/// the answers of authentication, limits and rates; see `contract`).
+pub fn openapi_document() -> serde_json::Value {
+    let mut doc = serde_json::to_value(openapi()).unwrap_or_default();
+    contract::complete(&mut doc);
+    doc
 }
 
 /// Every route as (method, path template), from the OpenAPI document.
@@ -221,20 +231,19 @@ pub fn routes() -> Vec<(String, String)> {
 /// The HTTP API.
 pub fn router(state: ApiState) -> axum::Router {
     let max_body = state.config.max_body_bytes;
-    let (router, doc) = api_router().split_for_parts();
-    let doc = Arc::new(doc);
+    let (router, _) = api_router().split_for_parts();
+    let doc = Arc::new(openapi_document());
     router
         .route(
-            "/openapi.json",
+            auth::OPENAPI_ROUTE,
             axum::routing::get(move || {
                 let doc = doc.clone();
                 async move { axum::Json(doc.as_ref().clone()) }
             }),
         )
         .fallback(|| async { AppError::NotFound("no such endpoint; see /openapi.json".into()) })
-        .method_not_allowed_fallback(|| async {
-            AppError::bad("method_not_allowed", "this endpoint does not support that method; see /openapi.json")
-        })
+        // axum adds the `Allow` header to this answer.
+        .method_not_allowed_fallback(|| async { AppError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(max_body))
         .layer(axum::middleware::from_fn_with_state(state.clone(), auth::authenticate))
         .layer(axum::middleware::from_fn(unread::close_if_unread))

@@ -84,8 +84,10 @@ pub struct TriggerRequest {
     #[serde(default)]
     #[schema(value_type = Object)]
     pub params: Map<String, Value>,
-    /// The run's logical time (RFC 3339); default now.
+    /// The run's logical time: RFC 3339, `YYYY-MM-DDTHH:MM:SS` (UTC) or a
+    /// date (midnight UTC); default now.
     #[serde(default)]
+    #[schema(format = DateTime)]
     pub logical_time: Option<String>,
 }
 
@@ -216,12 +218,15 @@ pub struct ActionResult {
 #[serde(deny_unknown_fields)]
 pub struct BackfillRequest {
     pub workflow: String,
-    /// First logical time, inclusive (RFC 3339 or YYYY-MM-DD).
+    /// First logical time, inclusive (RFC 3339, or a date: YYYY-MM-DD).
+    #[schema(format = DateTime)]
     pub from: String,
-    /// Last logical time, inclusive (RFC 3339 or YYYY-MM-DD).
+    /// Last logical time, inclusive (RFC 3339, or a date: YYYY-MM-DD).
+    #[schema(format = DateTime)]
     pub to: String,
     /// Runs at once; 1 (the default) runs them one after another, in order.
     #[serde(default = "one")]
+    #[schema(minimum = 1)]
     pub parallel: u32,
     #[serde(default)]
     #[schema(value_type = Object)]
@@ -249,7 +254,8 @@ pub struct BackfillView {
     pub skipped: Vec<String>,
 }
 
-/// An ad-hoc job: one plugin, or a small inline DAG.
+/// An ad-hoc job: one plugin (`plugin`, with `params`), or a small inline
+/// DAG (`tasks`); exactly one of the two.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JobRequest {
