@@ -20,6 +20,9 @@ use crate::auth::{self, Needs, OPENAPI_ROUTE};
 
 const ERROR: &str = "#/components/schemas/ApiError";
 
+/// Workflow and task names (`dagr_core::definition::valid_name`).
+const NAME_PATTERN: &str = "^[A-Za-z0-9_.-]*[A-Za-z0-9_-][A-Za-z0-9_.-]*$";
+
 /// Routes that create runs by hand, and so answer 429 past the tenant's
 /// `runs_per_minute`.
 const RATE_LIMITED: [(&str, &str); 2] = [("post", "/v1/workflows/{name}/runs"), ("post", "/v1/jobs")];
@@ -121,11 +124,20 @@ fn complete_operation(path: &str, method: &str, http_method: &Method, op: &mut V
             "application/json": {"schema": {"type": "object", "description": "The definition as JSON; see docs/workflow.schema.json"}}
         });
     }
-    if (method, path) == ("put", "/v1/secrets/{name}") || (method, path) == ("delete", "/v1/secrets/{name}") {
-        if let Some(parameters) = op["parameters"].as_array_mut() {
-            for p in parameters.iter_mut().filter(|p| p["in"] == "path" && p["name"] == "name") {
-                p["schema"] = json!({"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,128}$"});
-                p["description"] = json!("Letters, digits, `_`, `-` and `.`, at most 128");
+    if path == "/v1/secrets/{name}"
+        && let Some(parameters) = op["parameters"].as_array_mut()
+    {
+        for p in parameters.iter_mut().filter(|p| p["in"] == "path" && p["name"] == "name") {
+            p["schema"] = json!({"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,128}$"});
+            p["description"] = json!("Letters, digits, `_`, `-` and `.`, at most 128");
+        }
+    }
+    // Workflow and task names follow the definitions' name rule.
+    if let Some(parameters) = op["parameters"].as_array_mut() {
+        for p in parameters.iter_mut().filter(|p| p["in"] == "path") {
+            let named = (path.starts_with("/v1/workflows/{name}") && p["name"] == "name") || p["name"] == "task";
+            if named {
+                p["schema"] = json!({"type": "string", "pattern": NAME_PATTERN, "minLength": 1, "maxLength": 128});
             }
         }
     }

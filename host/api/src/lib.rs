@@ -23,16 +23,19 @@
 
 mod admin;
 pub mod auth;
+mod backfills;
 mod contract;
 pub mod error;
 pub mod extract;
 mod handlers;
 pub mod inspect;
+mod jobs;
 mod plugins;
 mod tasks;
 mod unread;
 pub mod versions;
 mod views;
+mod workflows;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -155,7 +158,10 @@ struct ApiDoc;
 
 /// The routes with their OpenAPI description.
 fn api_router() -> OpenApiRouter<ApiState> {
+    use backfills::*;
     use handlers::*;
+    use jobs::*;
+    use workflows::*;
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(healthz))
         .routes(routes!(apply_workflow, list_workflows))

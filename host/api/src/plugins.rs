@@ -106,6 +106,13 @@ pub async fn upload_plugin(
         Err(InspectError::Failed(message)) => return Err(AppError::internal(format!("plugin inspection: {message}"))),
     };
     let (name, version, description, params_schema) = info;
+    // PostgreSQL's text cannot hold NUL; a description is for people.
+    if description.contains('\0') {
+        return Err(AppError::bad(
+            "invalid_plugin",
+            "the plugin's description (from describe()) contains a NUL character",
+        ));
+    }
     if state.plugins.list(&tenant.0).iter().any(|d| d.builtin && d.name == name) {
         return Err(AppError::bad(
             "builtin_name",

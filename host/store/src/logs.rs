@@ -33,7 +33,8 @@ impl Error {
         if code.len() == 5 {
             return code.starts_with("22") || code.starts_with("23");
         }
-        matches!(code.parse::<i64>().map(|c| c & 0xff), Ok(18 | 19 | 20))
+        // 18 TOOBIG, 19 CONSTRAINT, 20 MISMATCH.
+        matches!(code.parse::<i64>().map(|c| c & 0xff), Ok(18..=20))
     }
 }
 
