@@ -197,6 +197,14 @@ async fn a_nul_in_a_log_line_does_not_stop_logging_on_postgres() {
     assert_eq!(first["state"], "succeeded", "{first}");
     let second: Value = job(r#"info("a later attempt"); 2"#).await.unwrap().json().await.unwrap();
     assert_eq!(second["state"], "succeeded", "{second}");
+    // A task's error text is the plugin's too, and goes to the engine's
+    // own writes: the run fails with it, and a later job still runs.
+    let failed: Value = job(r#"fail("bad\x00end")"#).await.unwrap().json().await.unwrap();
+    assert_eq!(failed["state"], "failed", "{failed}");
+    let error = failed["errors"]["script"]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("bad\u{2400}end"), "{failed}");
+    let third: Value = job(r#"info("after the failure"); 3"#).await.unwrap().json().await.unwrap();
+    assert_eq!(third["state"], "succeeded", "{third}");
 
     let first_log = logs_of(&client, &server, first["run_id"].as_str().unwrap()).await;
     assert!(first_log.contains(&"a\u{2400}b".to_owned()), "{first_log:?}");

@@ -247,7 +247,7 @@ impl Worker {
             worker: self.inner.id.clone(),
             started_at,
             finished_at: now_ms(),
-            outcome,
+            outcome: storable_outcome(outcome),
         };
         let plugin = match self.plugin(&spec.plugin.sha256).await {
             Ok(plugin) => plugin,
@@ -304,6 +304,18 @@ impl Worker {
             }
             Err(failure) => Outcome::Failed { kind: map_kind(failure.kind), message: failure.message },
         })
+    }
+}
+
+/// An outcome whose failure message the store can hold: a task's error
+/// text is the plugin's, and PostgreSQL's text cannot hold NUL (stored as
+/// ␀, as in logs). An output is JSON, whose strings cannot hold a raw NUL.
+fn storable_outcome(outcome: Outcome) -> Outcome {
+    match outcome {
+        Outcome::Failed { kind, message } if message.contains('\0') => {
+            Outcome::Failed { kind, message: message.replace('\0', &dagr_store::NUL_STORED_AS.to_string()) }
+        }
+        other => other,
     }
 }
 
