@@ -93,6 +93,12 @@ async fn the_contract_s_own_promises() {
     assert!(doc["paths"]["/v1/runs/{id}/tasks"]["get"].is_object());
     let logs = &doc["paths"]["/v1/runs/{id}/tasks/{task}/logs"]["get"]["responses"]["200"]["content"];
     assert!(logs["application/x-ndjson"].is_object(), "{logs}");
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            let parameters = op.get("parameters");
+            assert!(parameters.is_none_or(Value::is_array), "{method} {path}: parameters {parameters:?}");
+        }
+    }
     let jobs = &doc["paths"]["/v1/jobs"]["post"]["responses"];
     for code in ["400", "401", "403", "413", "429"] {
         assert!(jobs[code].is_object(), "POST /v1/jobs documents no {code}: {jobs}");

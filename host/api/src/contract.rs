@@ -108,7 +108,7 @@ fn complete_operation(path: &str, method: &str, http_method: &Method, op: &mut V
                             its own tenant, if given.",
             "schema": {"type": "string"}
         });
-        match op["parameters"].as_array_mut() {
+        match op.get_mut("parameters").and_then(Value::as_array_mut) {
             Some(parameters) => parameters.push(header),
             None => op["parameters"] = json!([header]),
         }
@@ -125,7 +125,7 @@ fn complete_operation(path: &str, method: &str, http_method: &Method, op: &mut V
         });
     }
     if path == "/v1/secrets/{name}"
-        && let Some(parameters) = op["parameters"].as_array_mut()
+        && let Some(parameters) = op.get_mut("parameters").and_then(Value::as_array_mut)
     {
         for p in parameters.iter_mut().filter(|p| p["in"] == "path" && p["name"] == "name") {
             p["schema"] = json!({"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,128}$"});
@@ -133,7 +133,7 @@ fn complete_operation(path: &str, method: &str, http_method: &Method, op: &mut V
         }
     }
     // Workflow and task names follow the definitions' name rule.
-    if let Some(parameters) = op["parameters"].as_array_mut() {
+    if let Some(parameters) = op.get_mut("parameters").and_then(Value::as_array_mut) {
         for p in parameters.iter_mut().filter(|p| p["in"] == "path") {
             let named = (path.starts_with("/v1/workflows/{name}") && p["name"] == "name") || p["name"] == "task";
             if named {
