@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs dagr's whole test suite on this machine, setting up what it needs:
-# the wasm32-wasip2 target, a throw-away PostgreSQL and a throw-away etcd on
-# free loopback ports. Everything it starts is stopped when it exits.
+# the wasm32-wasip2 target, Schemathesis (pinned, in a venv under the target
+# directory), a throw-away PostgreSQL and a throw-away etcd on free loopback
+# ports. Everything it starts is stopped when it exits.
 #
 #   scripts/test.sh                 # the whole suite
 #   scripts/test.sh -p dagr-core    # extra arguments go to `cargo test`
@@ -32,6 +33,19 @@ if [ -z "$PGBIN" ]; then
   need_root_install postgresql
   PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
 fi
+
+# Schemathesis, pinned, for the API contract test (tests/all/contract.rs):
+# in a virtualenv under the target directory, kept between runs.
+ST_VERSION=4.32.5
+ST_VENV="${CARGO_TARGET_DIR:-target}/schemathesis"
+if [ "$(cat "$ST_VENV/.version" 2>/dev/null)" != "$ST_VERSION" ]; then
+  log "installing Schemathesis $ST_VERSION into $ST_VENV"
+  rm -rf "$ST_VENV"
+  python3 -m venv "$ST_VENV" 2>/dev/null || { need_root_install python3-venv; python3 -m venv "$ST_VENV"; }
+  "$ST_VENV/bin/pip" install -q --disable-pip-version-check "schemathesis==$ST_VERSION"
+  echo "$ST_VERSION" > "$ST_VENV/.version"
+fi
+export DAGR_SCHEMATHESIS="$(cd "$ST_VENV" && pwd)/bin/st"
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 

@@ -18,6 +18,10 @@
 //!   soak.
 //! - `tenancy`: tokens, the isolation matrix over every route, secrets,
 //!   runs per minute and the tenancy CLI verbs, against a real `dagr serve`.
+//! - `contract`: Schemathesis against `/openapi.json` of a real `dagr
+//!   serve`, with a tenant's token, the admin token and none.
+//! - `hostile_api`: hostile documents (alias bombs, deep nesting) and log
+//!   lines PostgreSQL cannot hold, against a real `dagr serve`.
 //! - `registry`: tenants' plugins (upload, versions, deletion, the limits
 //!   of the compiling child) against a real `dagr serve`.
 
@@ -29,7 +33,9 @@ mod support;
 mod cli;
 mod cli_client;
 mod cluster;
+mod contract;
 mod e2e;
+mod hostile_api;
 mod outer;
 mod plugins;
 mod registry;

@@ -335,7 +335,7 @@ async fn a_version_in_use_cannot_be_deleted_until_no_workflow_uses_it() {
     assert_eq!(status, StatusCode::NOT_FOUND);
 
     let (status, body) = api.delete("/v1/plugins/echo/0.1.0").await;
-    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
     assert!(body["message"].as_str().unwrap().contains("built-in plugins cannot be deleted"), "{body}");
 
     // A deleted version may be published again (and then used).

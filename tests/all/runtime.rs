@@ -359,6 +359,25 @@ async fn gigantic_output_is_refused() {
 }
 
 #[tokio::test]
+async fn an_output_nested_past_the_limit_is_refused() {
+    let runtime = runtime_with(|c| c.max_output_depth = 64);
+    let plugin = load(&runtime, builtins::BIGOUTPUT_PATH);
+    // 100,000 nested arrays: 200 KB, under the size limit, valid JSON.
+    let report = runtime.execute(&plugin, execution(json!({"nested": 100_000}))).await;
+    let failure = failure(&report);
+    assert_eq!(failure.kind, FailureKind::OutputTooLarge, "{failure}");
+    assert!(
+        failure.message.ends_with("exceeds the nesting limit of 64 ([worker] max_output_depth)"),
+        "{}",
+        failure.message
+    );
+    // At the limit it is an output like any other.
+    let report = runtime.execute(&plugin, execution(json!({"nested": 64}))).await;
+    assert_eq!(output_json(&report).to_string(), format!("{}{}", "[".repeat(64), "]".repeat(64)));
+    assert_echo_works(&runtime).await;
+}
+
+#[tokio::test]
 async fn gigantic_log_is_truncated_and_the_attempt_succeeds() {
     let runtime = runtime();
     let plugin = load(&runtime, builtins::BIGLOG_PATH);

@@ -26,8 +26,8 @@ use crate::{ApiState, Tenant};
 
 type Answer<T> = ApiResult<(StatusCode, axum::Json<T>)>;
 
-/// Largest secret value.
-const MAX_SECRET_BYTES: usize = 64 << 10;
+/// Longest secret value, in characters (the schema's `maxLength`).
+const MAX_SECRET_CHARS: usize = 64 << 10;
 
 // Limits and names -------------------------------------------------------------------
 
@@ -107,14 +107,20 @@ fn validate_limits(limits: &TenantLimits) -> ApiResult<()> {
             return Err(AppError::bad_at("invalid_limits", format!("limits.allow_hosts[{i}]"), problem));
         }
     }
+    // The largest value of each, as the OpenAPI document says (int64 and
+    // int32).
+    let (big, small) = (i64::MAX as u64, i32::MAX as u64);
     let numbers = [
-        ("max_memory", limits.max_memory),
-        ("max_duration_ms", limits.max_duration_ms),
-        ("max_concurrent", limits.max_concurrent.map(u64::from)),
-        ("runs_per_minute", limits.runs_per_minute.map(u64::from)),
-        ("scratch_bytes", limits.scratch_bytes),
+        ("max_memory", limits.max_memory, big),
+        ("max_duration_ms", limits.max_duration_ms, big),
+        ("max_concurrent", limits.max_concurrent.map(u64::from), small),
+        ("runs_per_minute", limits.runs_per_minute.map(u64::from), small),
+        ("scratch_bytes", limits.scratch_bytes, big),
     ];
-    for (field, value) in numbers {
+    for (field, value, max) in numbers {
+        if value.is_some_and(|v| v > max) {
+            return Err(AppError::bad_at("invalid_limits", format!("limits.{field}"), format!("at most {max}")));
+        }
         if value == Some(0) {
             return Err(AppError::bad_at(
                 "invalid_limits",
@@ -306,8 +312,8 @@ async fn make_token(state: &ApiState, caller: &Caller, tenant: &str, req: Create
     if req.scopes.is_empty() {
         return Err(AppError::bad_at("invalid_token", "scopes", "give at least one scope: read, write or admin"));
     }
-    if req.label.len() > 200 {
-        return Err(AppError::bad_at("invalid_token", "label", "at most 200 bytes"));
+    if req.label.chars().count() > 200 {
+        return Err(AppError::bad_at("invalid_token", "label", "at most 200 characters"));
     }
     let token = generate_token();
     let row = TokenRow {
@@ -444,8 +450,8 @@ pub async fn put_secret(
     if req.value.is_empty() {
         return Err(AppError::bad_at("invalid_secret", "value", "a secret cannot be empty"));
     }
-    if req.value.len() > MAX_SECRET_BYTES {
-        return Err(AppError::bad_at("invalid_secret", "value", format!("at most {MAX_SECRET_BYTES} bytes")));
+    if req.value.chars().count() > MAX_SECRET_CHARS {
+        return Err(AppError::bad_at("invalid_secret", "value", format!("at most {MAX_SECRET_CHARS} characters")));
     }
     let now = now_ms();
     let sealed = state.config.secrets.seal(&tenant.0, &name, &req.value);
@@ -486,8 +492,10 @@ pub async fn delete_secret(
 #[serde(deny_unknown_fields)]
 pub struct AuditQuery {
     /// Records after this sequence number (the `next` of the previous page).
+    #[param(minimum = 0)]
     pub after: Option<i64>,
     /// Page size, 1–1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<i64>,
 }
 
@@ -505,7 +513,11 @@ pub async fn list_audit(
     if !(1..=1000).contains(&limit) {
         return Err(AppError::bad_at("bad_query", "?limit", "must be between 1 and 1000"));
     }
-    let rows = state.store.list_audit(&tenant.0, q.after.unwrap_or(0), limit).await?;
+    let after = q.after.unwrap_or(0);
+    if after < 0 {
+        return Err(AppError::bad_at("bad_query", "?after", "must be 0 or more"));
+    }
+    let rows = state.store.list_audit(&tenant.0, after, limit).await?;
     let next = (rows.len() as i64 == limit).then(|| rows.last().map(|r| r.seq)).flatten();
     let records = rows
         .into_iter()

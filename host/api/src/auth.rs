@@ -145,16 +145,24 @@ fn forbidden(message: impl Into<String>) -> Response {
 }
 
 /// What a route needs.
-enum Needs {
+pub(crate) enum Needs {
     /// Tenant management: the admin token only.
     AdminToken,
     /// A tenant resource with at least this scope.
     Scope(Scope),
+    /// Any valid token, acting for no tenant (the OpenAPI document).
+    AnyToken,
 }
 
+/// The route of the OpenAPI document.
+pub const OPENAPI_ROUTE: &str = "/openapi.json";
+
 /// What the route of a request needs, from its route template.
-fn needs(method: &Method, route: Option<&str>) -> Needs {
+pub(crate) fn needs(method: &Method, route: Option<&str>) -> Needs {
     let route = route.unwrap_or("");
+    if route == OPENAPI_ROUTE {
+        return Needs::AnyToken;
+    }
     if route == "/v1/tenants" || route.starts_with("/v1/tenants/") {
         return Needs::AdminToken;
     }
@@ -164,11 +172,26 @@ fn needs(method: &Method, route: Option<&str>) -> Needs {
     if method == Method::GET || method == Method::HEAD { Needs::Scope(Scope::Read) } else { Needs::Scope(Scope::Write) }
 }
 
+/// Whether the API declares `method` on `route` (HEAD with GET).
+fn declared(method: &Method, route: &str) -> bool {
+    static ROUTES: std::sync::OnceLock<std::collections::HashSet<(String, String)>> = std::sync::OnceLock::new();
+    let routes = ROUTES.get_or_init(|| crate::routes().into_iter().collect());
+    let method = if method == Method::HEAD { "GET" } else { method.as_str() };
+    route == OPENAPI_ROUTE && method == "GET" || routes.contains(&(method.to_owned(), route.to_owned()))
+}
+
 /// Checks the bearer token of every request but `/healthz`; sets the
 /// [`Tenant`] and the [`Caller`].
 pub async fn authenticate(State(state): State<ApiState>, mut request: Request, next: Next) -> Response {
     let route = request.extensions().get::<MatchedPath>().map(|p| p.as_str().to_owned());
     if route.as_deref() == Some("/healthz") {
+        return next.run(request).await;
+    }
+    // A method the route does not take: the router answers 405 with
+    // `Allow`, whoever asks (the routes are no secret: see /openapi.json).
+    if let Some(route) = route.as_deref()
+        && !declared(request.method(), route)
+    {
         return next.run(request).await;
     }
     let Some(value) = request.headers().get(header::AUTHORIZATION) else {
@@ -196,6 +219,7 @@ pub async fn authenticate(State(state): State<ApiState>, mut request: Request, n
     let caller = Caller { token_id: token.id.clone(), tenant: token.tenant.clone(), scope };
     let asked = request.headers().get(TENANT_HEADER).map(|v| v.to_str().unwrap_or("").trim().to_owned());
     let tenant = match needs(request.method(), route.as_deref()) {
+        Needs::AnyToken => caller.tenant.clone(),
         Needs::AdminToken => {
             if !caller.is_admin_token() {
                 return forbidden("managing tenants needs the admin token");

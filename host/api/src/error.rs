@@ -18,6 +18,8 @@ pub enum AppError {
     NotFound(String),
     /// The request is fine but conflicts with the current state (409).
     Conflict(String),
+    /// The route exists, but not with this method (405; axum adds `Allow`).
+    MethodNotAllowed,
     /// The body is larger than allowed (413).
     TooLarge(String),
     /// A tenant's quota is used up for now (429); `retry_after` is in seconds.
@@ -82,6 +84,13 @@ impl IntoResponse for AppError {
             AppError::NotFound(message) => (StatusCode::NOT_FOUND, error("not_found", message)),
             AppError::Conflict(message) => (StatusCode::CONFLICT, error("conflict", message)),
             AppError::TooLarge(message) => (StatusCode::PAYLOAD_TOO_LARGE, error("too_large", message)),
+            AppError::MethodNotAllowed => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                error(
+                    "method_not_allowed",
+                    "this endpoint does not take that method; the Allow header lists those it takes".into(),
+                ),
+            ),
             AppError::Internal(message) => {
                 let request = uuid::Uuid::new_v4();
                 tracing::error!(%request, %message, "internal error");

@@ -1,32 +1,34 @@
-//! The handlers. Each one is declared for OpenAPI next to its code.
+//! The handlers shared by the API's modules, the system's and the runs':
+//! triggering, listing, actions (commands for the engine), events and logs.
+//! Each one is declared for OpenAPI next to its code. Workflows, backfills
+//! and jobs have their own modules (`workflows`, `backfills`, `jobs`); a
+//! run's tasks are in `tasks`.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{Path, Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, NaiveDate, NaiveDateTime, TimeZone, Utc};
-use dagr_core::definition::{Format, HumanDuration};
-use dagr_core::schedule::{backfill_times, range_bound};
+use dagr_core::definition::Format;
 use dagr_core::{Workflow, WorkflowSpec};
 use dagr_protocol::api::*;
 use dagr_protocol::commands::Command;
 use dagr_protocol::now_ms;
-use dagr_protocol::plugins::{TenantCatalog, TrustedCatalog};
-use dagr_store::{
-    BackfillRow, Created, EncodedCommand, NewCommand, NewRun, RunFilter, RunKind, RunOrigin, RunRow, TaskState,
-};
+use dagr_protocol::plugins::TrustedCatalog;
+use dagr_store::{EncodedCommand, NewCommand, NewRun, RunFilter, RunKind, RunOrigin, RunRow};
 use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use crate::auth::Caller;
 pub(crate) use crate::auth::audit;
 use crate::error::{ApiResult, AppError};
-use crate::extract::{Json, Query, body_bytes};
-use crate::views::{attempt_view, run_summary, task_view, time};
+use crate::extract::{OptionalJson, Query};
+use crate::tasks::find_task;
+use crate::views::{run_summary, time};
+use crate::workflows::{live_workflow, stored_version};
 use crate::{ApiState, Tenant};
 
 pub(crate) type Answer<T> = ApiResult<(StatusCode, axum::Json<T>)>;
@@ -35,7 +37,7 @@ pub(crate) fn ok<T>(value: T) -> Answer<T> {
     Ok((StatusCode::OK, axum::Json(value)))
 }
 
-fn created<T>(value: T) -> Answer<T> {
+pub(crate) fn created<T>(value: T) -> Answer<T> {
     Ok((StatusCode::CREATED, axum::Json(value)))
 }
 
@@ -45,187 +47,6 @@ fn created<T>(value: T) -> Answer<T> {
 #[utoipa::path(get, path = "/healthz", tag = "system", responses((status = 200, body = Health)))]
 pub async fn healthz() -> axum::Json<Health> {
     axum::Json(Health { status: "ok".into(), version: env!("CARGO_PKG_VERSION").into() })
-}
-
-// Workflows ---------------------------------------------------------------------
-
-/// Parses and validates a definition (YAML or JSON) against a tenant's plugins.
-pub fn validate_definition(
-    state: &ApiState,
-    tenant: &str,
-    text: &str,
-    format: Option<Format>,
-) -> Result<Workflow, AppError> {
-    let spec = match format {
-        Some(f) => WorkflowSpec::parse(text, f),
-        None => WorkflowSpec::parse_any(text),
-    }
-    .map_err(|e| AppError::invalid("invalid_definition", &e))?;
-    let catalog = TenantCatalog { directory: state.plugins.as_ref(), tenant };
-    Workflow::validate(spec, &catalog).map_err(|e| AppError::invalid("invalid_definition", &e))
-}
-
-/// Applies a workflow definition. Identical to the latest version: nothing
-/// changes (200); otherwise a new version is created (201).
-#[utoipa::path(
-    post, path = "/v1/workflows", tag = "workflows",
-    request_body(content = String, description = "The definition, YAML or JSON", content_type = "application/yaml"),
-    responses(
-        (status = 201, body = Applied, description = "A new version"),
-        (status = 200, body = Applied, description = "Unchanged"),
-        (status = 400, body = ApiError, description = "The definition is invalid; `location` says where"),
-    )
-)]
-pub async fn apply_workflow(
-    State(state): State<ApiState>,
-    tenant: Tenant,
-    caller: Caller,
-    headers: HeaderMap,
-    request: Request,
-) -> Answer<Applied> {
-    let bytes = body_bytes(request, &()).await?;
-    let text = std::str::from_utf8(&bytes).map_err(|_| AppError::bad("bad_body", "the definition is not UTF-8"))?;
-    let format = match headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) {
-        Some(t) if t.contains("json") => Some(Format::Json),
-        Some(t) if t.contains("yaml") => Some(Format::Yaml),
-        _ => None,
-    };
-    let workflow = validate_definition(&state, &tenant.0, text, format)?;
-    crate::admin::check_within_limits(&state, &tenant.0, &workflow, "invalid_definition").await?;
-    let edges = crate::outer::check_graph(&state, &tenant.0, &workflow).await?;
-    let now = now_ms();
-    let applied = state
-        .store
-        .apply_workflow(&tenant.0, workflow.name(), &workflow.spec.content_hash(), &workflow.spec.canonical_json(), now)
-        .await?;
-    state.store.set_workflow_edges(&tenant.0, workflow.name(), &edges).await?;
-    state.control.workflow_changed(&tenant.0, workflow.name());
-    let detail = json!({"version": applied.version, "created": applied.created});
-    audit(&state, &caller, &tenant.0, "workflow.apply", workflow.name(), detail).await;
-    let next_run = workflow
-        .schedule
-        .as_ref()
-        .and_then(|s| s.next_after(Utc::now()))
-        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
-    let body = Applied { name: workflow.name().into(), version: applied.version, created: applied.created, next_run };
-    if applied.created { created(body) } else { ok(body) }
-}
-
-/// Lists the tenant's workflows.
-#[utoipa::path(get, path = "/v1/workflows", tag = "workflows", responses((status = 200, body = Vec<WorkflowSummary>)))]
-pub async fn list_workflows(State(state): State<ApiState>, tenant: Tenant) -> Answer<Vec<WorkflowSummary>> {
-    let mut out = Vec::new();
-    for row in state.store.list_workflows(&tenant.0).await? {
-        let Some(version) = state.store.get_version(&tenant.0, &row.name, row.latest_version).await? else {
-            continue;
-        };
-        let spec: Value = serde_json::from_str(&version.spec).unwrap_or(Value::Null);
-        out.push(WorkflowSummary {
-            name: row.name.clone(),
-            description: spec["description"].as_str().unwrap_or_default().into(),
-            latest_version: row.latest_version,
-            tasks: spec["tasks"].as_array().map(|t| t.len()).unwrap_or(0),
-            schedule: spec["schedule"]["cron"].as_str().map(String::from),
-            created_at: time(row.created_at),
-            updated_at: time(row.updated_at),
-        });
-    }
-    ok(out)
-}
-
-#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
-#[serde(deny_unknown_fields)]
-pub struct VersionQuery {
-    /// A version number; default the latest.
-    pub version: Option<i64>,
-}
-
-async fn workflow_version(
-    state: &ApiState,
-    tenant: &str,
-    name: &str,
-    version: Option<i64>,
-) -> ApiResult<(dagr_store::WorkflowRow, dagr_store::VersionRow)> {
-    let row = live_workflow(state, tenant, name).await?;
-    let version = stored_version(state, tenant, name, version.unwrap_or(row.latest_version)).await?;
-    Ok((row, version))
-}
-
-/// A workflow that exists and is not deleted.
-pub(crate) async fn live_workflow(state: &ApiState, tenant: &str, name: &str) -> ApiResult<dagr_store::WorkflowRow> {
-    state
-        .store
-        .get_workflow(tenant, name)
-        .await?
-        .filter(|w| !w.deleted)
-        .ok_or_else(|| AppError::NotFound(format!("there is no workflow `{name}`")))
-}
-
-async fn stored_version(state: &ApiState, tenant: &str, name: &str, v: i64) -> ApiResult<dagr_store::VersionRow> {
-    state
-        .store
-        .get_version(tenant, name, v)
-        .await?
-        .ok_or_else(|| AppError::NotFound(format!("workflow `{name}` has no version {v}")))
-}
-
-/// A workflow's definition (the latest version, or `?version=N`).
-#[utoipa::path(
-    get, path = "/v1/workflows/{name}", tag = "workflows", params(("name" = String, Path), VersionQuery),
-    responses((status = 200, body = WorkflowDetail), (status = 404, body = ApiError))
-)]
-pub async fn get_workflow(
-    State(state): State<ApiState>,
-    tenant: Tenant,
-    Path(name): Path<String>,
-    Query(q): Query<VersionQuery>,
-) -> Answer<WorkflowDetail> {
-    let (row, version) = workflow_version(&state, &tenant.0, &name, q.version).await?;
-    ok(WorkflowDetail {
-        name: row.name,
-        version: version.version,
-        latest_version: row.latest_version,
-        hash: version.hash,
-        definition: serde_json::from_str(&version.spec).map_err(AppError::internal)?,
-        created_at: time(version.created_at),
-    })
-}
-
-/// Deletes a workflow: no new runs; its runs and versions are kept.
-#[utoipa::path(
-    delete, path = "/v1/workflows/{name}", tag = "workflows", params(("name" = String, Path)),
-    responses((status = 204), (status = 404, body = ApiError))
-)]
-pub async fn delete_workflow(
-    State(state): State<ApiState>,
-    tenant: Tenant,
-    caller: Caller,
-    Path(name): Path<String>,
-) -> ApiResult<StatusCode> {
-    if !state.store.delete_workflow(&tenant.0, &name, now_ms()).await? {
-        return Err(AppError::NotFound(format!("there is no workflow `{name}`")));
-    }
-    state.control.workflow_changed(&tenant.0, &name);
-    audit(&state, &caller, &tenant.0, "workflow.delete", &name, json!({})).await;
-    Ok(StatusCode::NO_CONTENT)
-}
-
-/// A workflow's versions, oldest first.
-#[utoipa::path(
-    get, path = "/v1/workflows/{name}/versions", tag = "workflows", params(("name" = String, Path)),
-    responses((status = 200, body = Vec<VersionSummary>), (status = 404, body = ApiError))
-)]
-pub async fn list_versions(
-    State(state): State<ApiState>,
-    tenant: Tenant,
-    Path(name): Path<String>,
-) -> Answer<Vec<VersionSummary>> {
-    workflow_version(&state, &tenant.0, &name, None).await?;
-    let versions = state.store.list_versions(&tenant.0, &name).await?;
-    ok(versions
-        .into_iter()
-        .map(|v| VersionSummary { version: v.version, hash: v.hash, created_at: time(v.created_at) })
-        .collect())
 }
 
 // Runs --------------------------------------------------------------------------
@@ -246,17 +67,17 @@ pub fn parse_time(text: &str) -> Result<DateTime<Utc>, String> {
     Err(format!("`{text}` is not a time: use RFC 3339 (2026-01-31T00:00:00Z) or a date (2026-01-31)"))
 }
 
-/// A new run of `workflow` for `tenant`, created now.
-fn new_run(workflow: &Workflow, origin: RunOrigin) -> NewRun {
+/// A new run of `workflow`, created now.
+pub(crate) fn new_run(workflow: &Workflow, origin: RunOrigin) -> NewRun {
     NewRun::new(workflow, origin, now_ms())
 }
 
 /// The command that admits a new run.
-fn admit() -> Option<EncodedCommand> {
+pub(crate) fn admit() -> Option<EncodedCommand> {
     Some(encoded(&Command::Admit))
 }
 
-fn encoded(command: &Command) -> EncodedCommand {
+pub(crate) fn encoded(command: &Command) -> EncodedCommand {
     EncodedCommand::new(command.kind(), command.payload())
 }
 
@@ -288,7 +109,7 @@ pub async fn trigger_run(
     tenant: Tenant,
     caller: Caller,
     Path(name): Path<String>,
-    Json(req): Json<TriggerRequest>,
+    OptionalJson(req): OptionalJson<TriggerRequest>,
 ) -> Answer<RunSummary> {
     let (version, workflow) = latest_workflow(&state, &tenant.0, &name).await?;
     let params = workflow.resolve_params(&req.params).map_err(|e| AppError::invalid("invalid_params", &e))?;
@@ -321,20 +142,71 @@ pub async fn trigger_run(
     created(summary)
 }
 
+/// A run's state, as a filter.
+#[derive(Debug, Clone, Copy, utoipa::ToSchema)]
+#[schema(rename_all = "snake_case")]
+#[allow(dead_code, reason = "only describes the parameter's values in the OpenAPI document")]
+pub enum RunStateName {
+    Queued,
+    Running,
+    Paused,
+    Succeeded,
+    Failed,
+    Killed,
+}
+
+/// How a run came to be, as a filter.
+#[derive(Debug, Clone, Copy, utoipa::ToSchema)]
+#[schema(rename_all = "snake_case")]
+#[allow(dead_code, reason = "only describes the parameter's values in the OpenAPI document")]
+pub enum RunKindName {
+    Manual,
+    Schedule,
+    Backfill,
+    Job,
+}
+
+/// The cursor of a page of runs: `<created_at ms>_<run id>`.
+const RUN_CURSOR: &str = "^-?[0-9]+_.+$";
+
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
 pub struct RunsQuery {
     /// Only runs of this workflow.
     pub workflow: Option<String>,
-    /// queued, running, paused, succeeded, failed or killed.
+    /// Only runs in this state.
+    #[param(inline, value_type = Option<RunStateName>)]
     pub state: Option<String>,
-    /// manual, schedule, backfill or job.
+    /// Only runs of this kind.
+    #[param(inline, value_type = Option<RunKindName>)]
     pub kind: Option<String>,
     /// Only runs of this backfill.
     pub backfill: Option<String>,
     /// Page size, 1–1000 (default 50).
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<i64>,
     /// The `next` cursor of the previous page.
+    #[param(pattern = "^-?[0-9]+_.+$")]
+    pub before: Option<String>,
+}
+
+/// [`RunsQuery`] of one workflow's runs (the path names the workflow).
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct WorkflowRunsQuery {
+    /// Only runs in this state.
+    #[param(inline, value_type = Option<RunStateName>)]
+    pub state: Option<String>,
+    /// Only runs of this kind.
+    #[param(inline, value_type = Option<RunKindName>)]
+    pub kind: Option<String>,
+    /// Only runs of this backfill.
+    pub backfill: Option<String>,
+    /// Page size, 1–1000 (default 50).
+    #[param(minimum = 1, maximum = 1000)]
+    pub limit: Option<i64>,
+    /// The `next` cursor of the previous page.
+    #[param(pattern = "^-?[0-9]+_.+$")]
     pub before: Option<String>,
 }
 
@@ -352,8 +224,10 @@ async fn runs_page(state: &ApiState, tenant: &str, q: RunsQuery) -> Answer<RunLi
     };
     let before = match &q.before {
         Some(cursor) => {
+            debug_assert!(RUN_CURSOR.starts_with('^'));
             let (at, id) = cursor
                 .split_once('_')
+                .filter(|(_, id)| !id.is_empty())
                 .and_then(|(at, id)| at.parse::<i64>().ok().map(|at| (at, id.to_owned())))
                 .ok_or_else(|| AppError::bad_at("bad_query", "?before", "not a cursor from a previous page"))?;
             Some((at, id))
@@ -387,19 +261,26 @@ pub async fn list_runs(State(state): State<ApiState>, tenant: Tenant, Query(q): 
 
 /// Lists a workflow's runs, newest first.
 #[utoipa::path(
-    get, path = "/v1/workflows/{name}/runs", tag = "runs", params(("name" = String, Path), RunsQuery),
+    get, path = "/v1/workflows/{name}/runs", tag = "runs", params(("name" = String, Path), WorkflowRunsQuery),
     responses((status = 200, body = RunList), (status = 404, body = ApiError))
 )]
 pub async fn list_workflow_runs(
     State(state): State<ApiState>,
     tenant: Tenant,
     Path(name): Path<String>,
-    Query(mut q): Query<RunsQuery>,
+    Query(q): Query<WorkflowRunsQuery>,
 ) -> Answer<RunList> {
     if state.store.get_workflow(&tenant.0, &name).await?.is_none() {
         return Err(AppError::NotFound(format!("there is no workflow `{name}`")));
     }
-    q.workflow = Some(name);
+    let q = RunsQuery {
+        workflow: Some(name),
+        state: q.state,
+        kind: q.kind,
+        backfill: q.backfill,
+        limit: q.limit,
+        before: q.before,
+    };
     runs_page(&state, &tenant.0, q).await
 }
 
@@ -410,32 +291,6 @@ pub(crate) async fn find_run(state: &ApiState, tenant: &str, id: &str) -> ApiRes
         .await?
         .filter(|r| r.tenant == tenant)
         .ok_or_else(|| AppError::NotFound(format!("there is no run `{id}`")))
-}
-
-pub(crate) async fn run_workflow(state: &ApiState, run: &RunRow) -> Option<Workflow> {
-    let text = match (&run.spec, run.version) {
-        (Some(spec), _) => spec.clone(),
-        (None, Some(v)) => state.store.get_version(&run.tenant, &run.workflow, v).await.ok()??.spec,
-        _ => return None,
-    };
-    let spec = WorkflowSpec::parse(&text, Format::Json).ok()?;
-    Workflow::validate(spec, &TrustedCatalog).ok()
-}
-
-/// A run with the state of each task.
-#[utoipa::path(
-    get, path = "/v1/runs/{id}", tag = "runs", params(("id" = String, Path)),
-    responses((status = 200, body = RunDetail), (status = 404, body = ApiError))
-)]
-pub async fn get_run(State(state): State<ApiState>, tenant: Tenant, Path(id): Path<String>) -> Answer<RunDetail> {
-    let run = find_run(&state, &tenant.0, &id).await?;
-    let workflow = run_workflow(&state, &run).await;
-    let tasks = state.store.run_tasks(&id).await?;
-    ok(RunDetail {
-        run: run_summary(&run),
-        params: serde_json::from_str(&run.params).unwrap_or(Value::Null),
-        tasks: tasks.iter().map(|t| task_view(t, workflow.as_ref())).collect(),
-    })
 }
 
 /// Writes a command for the engine and waits (briefly) for its outcome.
@@ -574,7 +429,10 @@ run_action!(
 #[serde(deny_unknown_fields)]
 pub struct EventsQuery {
     /// Events after this sequence number.
+    #[param(minimum = 0)]
     pub after: Option<i64>,
+    /// Most events, 1–10000 (default 1000).
+    #[param(minimum = 1, maximum = 10000)]
     pub limit: Option<i64>,
 }
 
@@ -589,11 +447,16 @@ pub async fn run_events(
     Path(id): Path<String>,
     Query(q): Query<EventsQuery>,
 ) -> Answer<Vec<EventView>> {
+    let limit = q.limit.unwrap_or(1000);
+    if !(1..=10_000).contains(&limit) {
+        return Err(AppError::bad_at("bad_query", "?limit", "must be between 1 and 10000"));
+    }
+    let after = q.after.unwrap_or(0);
+    if after < 0 {
+        return Err(AppError::bad_at("bad_query", "?after", "must be 0 or more"));
+    }
     find_run(&state, &tenant.0, &id).await?;
-    let events = state
-        .store
-        .events(&tenant.0, Some(&id), q.after.unwrap_or(0), q.limit.unwrap_or(1000).clamp(1, 10_000))
-        .await?;
+    let events = state.store.events(&tenant.0, Some(&id), after, limit).await?;
     ok(events
         .into_iter()
         .map(|e| EventView {
@@ -607,50 +470,6 @@ pub async fn run_events(
         .collect())
 }
 
-async fn find_task(
-    state: &ApiState,
-    tenant: &str,
-    run_id: &str,
-    task: &str,
-) -> ApiResult<(RunRow, dagr_store::TaskRow)> {
-    let run = find_run(state, tenant, run_id).await?;
-    let row = state
-        .store
-        .run_tasks(run_id)
-        .await?
-        .into_iter()
-        .find(|t| t.name == task)
-        .ok_or_else(|| AppError::NotFound(format!("run `{run_id}` has no task `{task}`")))?;
-    Ok((run, row))
-}
-
-/// One task of a run: state, output and attempts.
-#[utoipa::path(
-    get, path = "/v1/runs/{id}/tasks/{task}", tag = "runs", params(("id" = String, Path), ("task" = String, Path)),
-    responses((status = 200, body = TaskDetail), (status = 404, body = ApiError))
-)]
-pub async fn get_task(
-    State(state): State<ApiState>,
-    tenant: Tenant,
-    Path((id, task)): Path<(String, String)>,
-) -> Answer<TaskDetail> {
-    let (run, row) = find_task(&state, &tenant.0, &id, &task).await?;
-    let workflow = run_workflow(&state, &run).await;
-    let output = state
-        .store
-        .outputs(&id, &[row.idx])
-        .await?
-        .into_iter()
-        .next()
-        .map(|(_, o)| serde_json::from_str(&o).unwrap_or(Value::String(o)));
-    let attempts = state.store.attempts(&id, Some(row.idx)).await?;
-    ok(TaskDetail {
-        task: task_view(&row, workflow.as_ref()),
-        output,
-        attempts_detail: attempts.iter().map(attempt_view).collect(),
-    })
-}
-
 /// Reruns one task of a finished run, optionally with everything downstream.
 #[utoipa::path(
     post, path = "/v1/runs/{id}/tasks/{task}/rerun", tag = "runs",
@@ -662,7 +481,7 @@ pub async fn rerun_task(
     tenant: Tenant,
     caller: Caller,
     Path((id, task)): Path<(String, String)>,
-    Json(req): Json<RerunTaskRequest>,
+    OptionalJson(req): OptionalJson<RerunTaskRequest>,
 ) -> Answer<ActionResult> {
     find_task(&state, &tenant.0, &id, &task).await?;
     act(&state, &caller, &tenant.0, &id, Command::RerunTask { task, downstream: req.downstream }).await
@@ -688,8 +507,10 @@ pub async fn force_success(
 #[serde(deny_unknown_fields)]
 pub struct LogsQuery {
     /// Which attempt; default the latest.
+    #[param(minimum = 1)]
     pub attempt: Option<i64>,
     /// Lines after this sequence number.
+    #[param(minimum = 0)]
     pub after: Option<i64>,
     /// Keep the response open and stream new lines (NDJSON) until the attempt ends.
     pub follow: Option<bool>,
@@ -701,7 +522,10 @@ pub struct LogsQuery {
     get, path = "/v1/runs/{id}/tasks/{task}/logs", tag = "runs",
     params(("id" = String, Path), ("task" = String, Path), LogsQuery),
     responses(
-        (status = 200, body = Vec<LogLineView>, description = "JSON array, or NDJSON with follow=true"),
+        (status = 200, description = "A JSON array of lines; with follow=true an NDJSON stream (`application/x-ndjson`): \
+            one LogLineView per line, ending when the attempt ends",
+            content((Vec<LogLineView> = "application/json"), (LogLineView = "application/x-ndjson"))),
+        (status = 400, body = ApiError, description = "`attempt` names no attempt of the task"),
         (status = 404, body = ApiError)
     )
 )]
@@ -717,6 +541,9 @@ pub async fn task_logs(
         return Err(AppError::bad_at("bad_query", "?attempt", format!("task `{task}` has {} attempts", row.attempts)));
     }
     let after = q.after.unwrap_or(0);
+    if after < 0 {
+        return Err(AppError::bad_at("bad_query", "?after", "must be 0 or more"));
+    }
     let view = move |l: dagr_store::LogRow| LogLineView {
         seq: l.seq,
         attempt: l.attempt,
@@ -734,6 +561,7 @@ pub async fn task_logs(
     let stream = futures::stream::unfold((after, false), move |(after, done)| {
         let store = store.clone();
         let id = id.clone();
+        let task = task.clone();
         async move {
             if done {
                 return None;
@@ -759,9 +587,9 @@ pub async fn task_logs(
                     Ok(attempts) => attempts.iter().find(|a| a.number == attempt).is_some_and(|a| a.state != "running"),
                     Err(_) => true,
                 };
-                let task_waiting = match store.run_tasks(&id).await {
-                    Ok(tasks) => tasks.iter().any(|t| t.idx == idx && t.attempts < attempt && !t.state.is_terminal()),
-                    Err(_) => false,
+                let task_waiting = match store.run_task(&id, &task).await {
+                    Ok(Some(t)) => t.attempts < attempt && !t.state.is_terminal(),
+                    _ => false,
                 };
                 if finished && !task_waiting {
                     // One last read: lines written just before the end.
@@ -776,391 +604,4 @@ pub async fn task_logs(
         }
     });
     Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(stream)).into_response())
-}
-
-// Backfills ----------------------------------------------------------------------
-
-/// A backfill's re-flush of the workflows downstream of `workflow`
-/// (transitively): every cycle of theirs in `[from, to]` gets a run of the
-/// backfill, and cycles that already have one are re-flushed. Dependency
-/// order needs nothing more: each downstream run waits for its upstream
-/// instances. Returns the runs made and the cycles re-flushed.
-async fn backfill_downstream(
-    state: &ApiState,
-    tenant: &str,
-    workflow: &str,
-    from: chrono::DateTime<Utc>,
-    to: chrono::DateTime<Utc>,
-    backfill: &str,
-    limit: usize,
-) -> ApiResult<(Vec<RunRow>, Vec<String>)> {
-    let edges = state.store.workflow_edges(tenant).await?;
-    let mut seen: std::collections::BTreeSet<String> = std::collections::BTreeSet::from([workflow.to_owned()]);
-    let mut queue: std::collections::VecDeque<String> = std::collections::VecDeque::from([workflow.to_owned()]);
-    let mut order = Vec::new();
-    while let Some(at) = queue.pop_front() {
-        for e in edges.iter().filter(|e| e.upstream == at && e.kind == "upstream") {
-            if seen.insert(e.workflow.clone()) {
-                order.push(e.workflow.clone());
-                queue.push_back(e.workflow.clone());
-            }
-        }
-    }
-    let (mut made, mut reflushed, mut total) = (Vec::new(), Vec::new(), 0usize);
-    for name in order {
-        let (version, wf) = latest_workflow(state, tenant, &name).await?;
-        let times = backfill_times(wf.schedule.as_ref(), from, to, limit)
-            .map_err(|m| AppError::bad_at("invalid_backfill", "to", format!("downstream workflow `{name}`: {m}")))?;
-        total += times.len();
-        if total > limit {
-            return Err(AppError::bad_at(
-                "invalid_backfill",
-                "include_downstream",
-                format!("with its downstream workflows the backfill covers more than {limit} runs; split it"),
-            ));
-        }
-        let params = serde_json::to_string(&wf.spec.params).map_err(AppError::internal)?;
-        let runs: Vec<NewRun> = times
-            .iter()
-            .map(|t| {
-                new_run(
-                    &wf,
-                    RunOrigin {
-                        tenant: tenant.into(),
-                        version: Some(version),
-                        kind: RunKind::Backfill,
-                        logical_time: t.timestamp_millis(),
-                        params: params.clone(),
-                        spec: None,
-                        backfill_id: Some(backfill.into()),
-                        parent: None,
-                    },
-                )
-            })
-            .collect();
-        let rows: Vec<RunRow> = runs.iter().map(|r| r.run.clone()).collect();
-        for (i, outcome) in state.store.create_runs(runs, admit()).await?.into_iter().enumerate() {
-            match outcome {
-                Created::Created { .. } => made.push(rows[i].clone()),
-                Created::Exists { id } => {
-                    let slot = dagr_protocol::slot_of(&id) as i64;
-                    let command = encoded(&Command::Reflush);
-                    state
-                        .store
-                        .insert_command(NewCommand {
-                            tenant: tenant.into(),
-                            run_id: id,
-                            slot,
-                            command,
-                            created_at: now_ms(),
-                        })
-                        .await?;
-                    reflushed.push(format!(
-                        "{name}@{} (re-flushed)",
-                        times[i].to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-                    ));
-                }
-            }
-        }
-    }
-    Ok((made, reflushed))
-}
-
-/// Creates one run per logical time in `[from, to]` (the schedule's fire
-/// times, or one per day without a schedule), run `parallel` at a time.
-#[utoipa::path(
-    post, path = "/v1/backfills", tag = "backfills", request_body = BackfillRequest,
-    responses((status = 201, body = BackfillView), (status = 400, body = ApiError), (status = 404, body = ApiError))
-)]
-pub async fn create_backfill(
-    State(state): State<ApiState>,
-    tenant: Tenant,
-    caller: Caller,
-    Json(req): Json<BackfillRequest>,
-) -> Answer<BackfillView> {
-    if req.parallel == 0 {
-        return Err(AppError::bad_at("invalid_backfill", "parallel", "must be at least 1"));
-    }
-    let (version, workflow) = latest_workflow(&state, &tenant.0, &req.workflow).await?;
-    // Bare dates and local times are the workflow's time zone's; a bare
-    // `to` date includes its whole day.
-    let timezone = workflow.schedule.as_ref().map_or(chrono_tz::UTC, |s| s.timezone);
-    let from = range_bound(&req.from, timezone, false).map_err(|m| AppError::bad_at("invalid_backfill", "from", m))?;
-    let to = range_bound(&req.to, timezone, true).map_err(|m| AppError::bad_at("invalid_backfill", "to", m))?;
-    let params = workflow.resolve_params(&req.params).map_err(|e| AppError::invalid("invalid_params", &e))?;
-    let params = serde_json::to_string(&params).map_err(AppError::internal)?;
-    let times = backfill_times(workflow.schedule.as_ref(), from, to, state.config.max_backfill_runs)
-        .map_err(|m| AppError::bad_at("invalid_backfill", "to", m))?;
-    if times.is_empty() {
-        return Err(AppError::bad_at(
-            "invalid_backfill",
-            "from",
-            "the range contains no logical time of the workflow's schedule",
-        ));
-    }
-    let id = uuid::Uuid::now_v7().to_string();
-    let now = now_ms();
-    let backfill = BackfillRow {
-        id: id.clone(),
-        tenant: tenant.0.clone(),
-        workflow: req.workflow.clone(),
-        from_time: from.timestamp_millis(),
-        to_time: to.timestamp_millis(),
-        parallel: req.parallel as i64,
-        total: times.len() as i64,
-        created_at: now,
-    };
-    state.store.insert_backfill(backfill.clone()).await?;
-    let runs: Vec<NewRun> = times
-        .iter()
-        .map(|t| {
-            new_run(
-                &workflow,
-                RunOrigin {
-                    tenant: tenant.0.clone(),
-                    version: Some(version),
-                    kind: RunKind::Backfill,
-                    logical_time: t.timestamp_millis(),
-                    params: params.clone(),
-                    spec: None,
-                    backfill_id: Some(id.clone()),
-                    parent: None,
-                },
-            )
-        })
-        .collect();
-    let by_id: HashMap<String, RunRow> = runs.iter().map(|r| (r.run.id.clone(), r.run.clone())).collect();
-    let outcome = state.store.create_runs(runs, admit()).await?;
-    let mut created_runs = Vec::new();
-    let mut skipped = Vec::new();
-    for (i, o) in outcome.into_iter().enumerate() {
-        match o {
-            Created::Created { id, .. } => {
-                if let Some(row) = by_id.get(&id) {
-                    created_runs.push(run_summary(row));
-                }
-            }
-            Created::Exists { .. } => skipped.push(times[i].to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
-        }
-    }
-    if req.include_downstream {
-        let (more, reflushed) =
-            backfill_downstream(&state, &tenant.0, &req.workflow, from, to, &id, state.config.max_backfill_runs)
-                .await?;
-        created_runs.extend(more.iter().map(run_summary));
-        skipped.extend(reflushed);
-    }
-    state.control.wake();
-    let detail = json!({"workflow": backfill.workflow, "runs": created_runs.len(), "skipped": skipped.len()});
-    audit(&state, &caller, &tenant.0, "backfill.create", &id, detail).await;
-    created(BackfillView {
-        id,
-        workflow: backfill.workflow,
-        from: time(backfill.from_time),
-        to: time(backfill.to_time),
-        parallel: backfill.parallel,
-        total: backfill.total,
-        created_at: time(now),
-        runs: created_runs,
-        skipped,
-    })
-}
-
-/// The tenant's backfills, newest first (without their runs).
-#[utoipa::path(get, path = "/v1/backfills", tag = "backfills", responses((status = 200, body = Vec<BackfillView>)))]
-pub async fn list_backfills(State(state): State<ApiState>, tenant: Tenant) -> Answer<Vec<BackfillView>> {
-    let rows = state.store.list_backfills(&tenant.0).await?;
-    ok(rows
-        .into_iter()
-        .map(|b| BackfillView {
-            id: b.id,
-            workflow: b.workflow,
-            from: time(b.from_time),
-            to: time(b.to_time),
-            parallel: b.parallel,
-            total: b.total,
-            created_at: time(b.created_at),
-            runs: Vec::new(),
-            skipped: Vec::new(),
-        })
-        .collect())
-}
-
-/// A backfill with its runs.
-#[utoipa::path(
-    get, path = "/v1/backfills/{id}", tag = "backfills", params(("id" = String, Path)),
-    responses((status = 200, body = BackfillView), (status = 404, body = ApiError))
-)]
-pub async fn get_backfill(
-    State(state): State<ApiState>,
-    tenant: Tenant,
-    Path(id): Path<String>,
-) -> Answer<BackfillView> {
-    let b = state
-        .store
-        .get_backfill(&id)
-        .await?
-        .filter(|b| b.tenant == tenant.0)
-        .ok_or_else(|| AppError::NotFound(format!("there is no backfill `{id}`")))?;
-    let mut runs = state
-        .store
-        .list_runs(&RunFilter {
-            tenant: tenant.0.clone(),
-            backfill_id: Some(id.clone()),
-            limit: 1000,
-            ..Default::default()
-        })
-        .await?;
-    runs.sort_by_key(|r| r.logical_time);
-    ok(BackfillView {
-        id: b.id,
-        workflow: b.workflow,
-        from: time(b.from_time),
-        to: time(b.to_time),
-        parallel: b.parallel,
-        total: b.total,
-        created_at: time(b.created_at),
-        runs: runs.iter().map(run_summary).collect(),
-        skipped: Vec::new(),
-    })
-}
-
-// Jobs --------------------------------------------------------------------------
-
-#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
-#[serde(deny_unknown_fields)]
-pub struct JobQuery {
-    /// Wait for the job to finish and return its outputs.
-    pub wait: Option<bool>,
-    /// How long to wait, e.g. `30s` (default 60s).
-    pub wait_timeout: Option<String>,
-}
-
-/// Runs an ad-hoc job: one plugin with params, or a small inline DAG.
-#[utoipa::path(
-    post, path = "/v1/jobs", tag = "jobs", params(JobQuery), request_body = JobRequest,
-    responses(
-        (status = 201, body = JobResult, description = "Created (without wait)"),
-        (status = 200, body = JobResult, description = "Finished (with wait)"),
-        (status = 202, body = JobResult, description = "Still running when the wait ended"),
-        (status = 400, body = ApiError)
-    )
-)]
-pub async fn create_job(
-    State(state): State<ApiState>,
-    tenant: Tenant,
-    caller: Caller,
-    Query(q): Query<JobQuery>,
-    Json(req): Json<JobRequest>,
-) -> Answer<JobResult> {
-    let name = req.name.clone().unwrap_or_else(|| "job".into());
-    let timeout = match &req.timeout {
-        Some(t) => Some(HumanDuration(
-            dagr_core::units::parse_duration(t).map_err(|m| AppError::bad_at("invalid_job", "timeout", m))?,
-        )),
-        None => None,
-    };
-    let single = req.plugin.is_some();
-    let mut tasks: Vec<Value> = match (&req.plugin, &req.tasks) {
-        (Some(plugin), None) => {
-            let short = plugin.split('@').next().unwrap_or("task").to_owned();
-            vec![json!({"name": short, "plugin": plugin, "params": req.params.clone().unwrap_or(json!({}))})]
-        }
-        (None, Some(tasks)) => {
-            if req.params.is_some() {
-                return Err(AppError::bad_at(
-                    "invalid_job",
-                    "params",
-                    "`params` belongs to a one-plugin job; give each task its own",
-                ));
-            }
-            tasks.clone()
-        }
-        (Some(_), Some(_)) => {
-            return Err(AppError::bad("invalid_job", "give either `plugin` (one task) or `tasks` (a DAG), not both"));
-        }
-        (None, None) => {
-            return Err(AppError::bad("invalid_job", "give `plugin` (one task) or `tasks` (a DAG)"));
-        }
-    };
-    if tasks.len() > state.config.max_job_tasks {
-        return Err(AppError::bad_at(
-            "invalid_job",
-            "tasks",
-            format!("a job may have at most {} tasks", state.config.max_job_tasks),
-        ));
-    }
-    if let Some(t) = timeout {
-        for task in &mut tasks {
-            if let Value::Object(map) = task {
-                map.entry("timeout").or_insert_with(|| serde_json::to_value(t).unwrap_or(Value::Null));
-            }
-        }
-    }
-    let spec_value = json!({"name": name, "tasks": tasks});
-    let spec: WorkflowSpec = {
-        let text = spec_value.to_string();
-        WorkflowSpec::parse(&text, Format::Json).map_err(|e| AppError::invalid("invalid_job", &e))?
-    };
-    let catalog = TenantCatalog { directory: state.plugins.as_ref(), tenant: &tenant.0 };
-    let workflow = Workflow::validate(spec, &catalog).map_err(|e| AppError::invalid("invalid_job", &e))?;
-    crate::admin::check_within_limits(&state, &tenant.0, &workflow, "invalid_job").await?;
-    crate::admin::check_run_rate(&state, &tenant.0).await?;
-    let run = new_run(
-        &workflow,
-        RunOrigin {
-            tenant: tenant.0.clone(),
-            version: None,
-            kind: RunKind::Job,
-            logical_time: now_ms(),
-            params: "{}".into(),
-            spec: Some(workflow.spec.canonical_json()),
-            backfill_id: None,
-            parent: None,
-        },
-    );
-    let run_id = run.run.id.clone();
-    state.store.create_runs(vec![run], admit()).await?;
-    state.control.wake();
-    audit(&state, &caller, &tenant.0, "job.create", &run_id, json!({"name": name})).await;
-    if !q.wait.unwrap_or(false) {
-        return created(JobResult {
-            run_id,
-            state: "queued".into(),
-            outputs: Map::new(),
-            output: None,
-            errors: Map::new(),
-        });
-    }
-    let wait = match &q.wait_timeout {
-        Some(t) => {
-            dagr_core::units::parse_duration(t).map_err(|m| AppError::bad_at("bad_query", "?wait_timeout", m))?
-        }
-        None => Duration::from_secs(60),
-    }
-    .min(state.config.max_job_wait);
-    let finished = state.control.wait_run(&run_id, wait).await;
-    let run = find_run(&state, &tenant.0, &run_id).await?;
-    let tasks = state.store.run_tasks(&run_id).await?;
-    let idxs: Vec<i64> = tasks.iter().map(|t| t.idx).collect();
-    let outputs: HashMap<i64, String> = state.store.outputs(&run_id, &idxs).await?.into_iter().collect();
-    let mut out = Map::new();
-    let mut errors = Map::new();
-    for t in &tasks {
-        if let Some(o) = outputs.get(&t.idx) {
-            out.insert(t.name.clone(), serde_json::from_str(o).unwrap_or(Value::String(o.clone())));
-        }
-        if t.state != TaskState::Succeeded && t.state.is_terminal() {
-            errors.insert(t.name.clone(), json!({"state": t.state.as_str(), "error": t.error}));
-        }
-    }
-    let output = if single { out.values().next().cloned() } else { None };
-    let body = JobResult {
-        run_id,
-        state: run.state.as_str().into(),
-        outputs: if single { Map::new() } else { out },
-        output,
-        errors,
-    };
-    if finished.is_some() { ok(body) } else { Ok((StatusCode::ACCEPTED, axum::Json(body))) }
 }

@@ -23,15 +23,20 @@
 
 mod admin;
 pub mod auth;
+mod backfills;
+mod contract;
 pub mod error;
 pub mod extract;
 mod handlers;
 pub mod inspect;
+mod jobs;
 mod outer;
 mod plugins;
+mod tasks;
 mod unread;
 pub mod versions;
 mod views;
+mod workflows;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -74,8 +79,11 @@ pub const DEFAULT_TENANT: &str = "default";
 /// Limits the API enforces.
 #[derive(Debug, Clone)]
 pub struct ApiConfig {
-    /// Largest request body.
+    /// Largest request body; also the most a YAML definition may expand to
+    /// with its aliases (`[api] max_body`).
     pub max_body_bytes: usize,
+    /// Deepest nesting of a request body or definition (`[api] max_depth`).
+    pub max_depth: usize,
     /// How long an action waits for the engine before answering 202.
     pub action_wait: Duration,
     /// Longest a `wait=true` job request may wait.
@@ -94,6 +102,7 @@ impl Default for ApiConfig {
     fn default() -> Self {
         ApiConfig {
             max_body_bytes: 4 << 20,
+            max_depth: dagr_core::document::DEFAULT_MAX_DEPTH,
             action_wait: Duration::from_secs(10),
             max_job_wait: Duration::from_secs(600),
             max_backfill_runs: 10_000,
@@ -102,6 +111,18 @@ impl Default for ApiConfig {
             // A key that lives as long as the process: only for an API whose
             // secrets nobody will read after it (tests); nodes configure one.
             secrets: dagr_protocol::sealed::SecretKey::generate(),
+        }
+    }
+}
+
+impl ApiConfig {
+    /// The limits of tenants' documents: bodies, definitions, params.
+    pub fn document_limits(&self) -> dagr_core::document::DocumentLimits {
+        dagr_core::document::DocumentLimits {
+            max_depth: self.max_depth,
+            depth_key: "[api] max_depth",
+            max_bytes: self.max_body_bytes,
+            bytes_key: "[api] max_body",
         }
     }
 }
@@ -138,7 +159,10 @@ struct ApiDoc;
 
 /// The routes with their OpenAPI description.
 fn api_router() -> OpenApiRouter<ApiState> {
+    use backfills::*;
     use handlers::*;
+    use jobs::*;
+    use workflows::*;
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(healthz))
         .routes(routes!(apply_workflow, list_workflows))
@@ -146,14 +170,15 @@ fn api_router() -> OpenApiRouter<ApiState> {
         .routes(routes!(list_versions))
         .routes(routes!(trigger_run, list_workflow_runs))
         .routes(routes!(list_runs))
-        .routes(routes!(get_run))
+        .routes(routes!(tasks::get_run))
+        .routes(routes!(tasks::list_run_tasks))
         .routes(routes!(kill_run))
         .routes(routes!(pause_run))
         .routes(routes!(resume_run))
         .routes(routes!(rerun_run))
         .routes(routes!(mark_run_failed))
         .routes(routes!(run_events))
-        .routes(routes!(get_task))
+        .routes(routes!(tasks::get_task))
         .routes(routes!(rerun_task))
         .routes(routes!(force_success))
         .routes(routes!(task_logs))
@@ -178,9 +203,18 @@ fn api_router() -> OpenApiRouter<ApiState> {
         .routes(routes!(outer::resume_schedule))
 }
 
-/// The OpenAPI document.
+/// The OpenAPI document as the routes declare themselves.
 pub fn openapi() -> utoipa::openapi::OpenApi {
     api_router().split_for_parts().1
+}
+
+/// The OpenAPI document served at `/openapi.json`: the routes' own
+/// declarations completed with what holds for many of them (security,
+/// the answers of authentication, limits and rates; see `contract`).
+pub fn openapi_document() -> serde_json::Value {
+    let mut doc = serde_json::to_value(openapi()).unwrap_or_default();
+    contract::complete(&mut doc);
+    doc
 }
 
 /// Every route as (method, path template), from the OpenAPI document.
@@ -208,20 +242,19 @@ pub fn routes() -> Vec<(String, String)> {
 /// The HTTP API.
 pub fn router(state: ApiState) -> axum::Router {
     let max_body = state.config.max_body_bytes;
-    let (router, doc) = api_router().split_for_parts();
-    let doc = Arc::new(doc);
+    let (router, _) = api_router().split_for_parts();
+    let doc = Arc::new(openapi_document());
     router
         .route(
-            "/openapi.json",
+            auth::OPENAPI_ROUTE,
             axum::routing::get(move || {
                 let doc = doc.clone();
                 async move { axum::Json(doc.as_ref().clone()) }
             }),
         )
         .fallback(|| async { AppError::NotFound("no such endpoint; see /openapi.json".into()) })
-        .method_not_allowed_fallback(|| async {
-            AppError::bad("method_not_allowed", "this endpoint does not support that method; see /openapi.json")
-        })
+        // axum adds the `Allow` header to this answer.
+        .method_not_allowed_fallback(|| async { AppError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(max_body))
         .layer(axum::middleware::from_fn_with_state(state.clone(), auth::authenticate))
         .layer(axum::middleware::from_fn(unread::close_if_unread))

@@ -19,7 +19,9 @@ use serde_json::json;
 use crate::auth::Caller;
 use crate::error::{ApiResult, AppError};
 use crate::extract::Query;
-use crate::handlers::{Answer, audit, find_run, latest_workflow, live_workflow, ok, run_workflow};
+use crate::handlers::{Answer, audit, find_run, latest_workflow, ok};
+use crate::tasks::run_workflow;
+use crate::workflows::live_workflow;
 use crate::{ApiState, Tenant};
 
 /// Cycles one dependency may name at most.

@@ -107,6 +107,13 @@ pub async fn upload_plugin(
         Err(InspectError::Failed(message)) => return Err(AppError::internal(format!("plugin inspection: {message}"))),
     };
     let (name, version, description, params_schema) = info;
+    // PostgreSQL's text cannot hold NUL; a description is for people.
+    if description.contains('\0') {
+        return Err(AppError::bad(
+            "invalid_plugin",
+            "the plugin's description (from describe()) contains a NUL character",
+        ));
+    }
     if state.plugins.list(&tenant.0).iter().any(|d| d.builtin && d.name == name) {
         return Err(AppError::bad(
             "builtin_name",
@@ -211,9 +218,8 @@ async fn read_limited(request: Request, max: usize) -> ApiResult<bytes::Bytes> {
     params(("name" = String, Path), ("version" = String, Path)),
     responses(
         (status = 200, body = PluginDescriptor, description = "The deleted version"),
-        (status = 400, body = ApiError, description = "A built-in plugin"),
         (status = 404, body = ApiError),
-        (status = 409, body = ApiError, description = "Workflows use it; the message names them"),
+        (status = 409, body = ApiError, description = "A built-in plugin, or workflows use it; the message says which"),
     )
 )]
 pub async fn delete_plugin(
@@ -228,10 +234,9 @@ pub async fn delete_plugin(
         return Err(AppError::NotFound(format!("there is no plugin {name}@{version}")));
     };
     if found.builtin {
-        return Err(AppError::bad(
-            "builtin_plugin",
-            format!("{name}@{version} is built into dagr; built-in plugins cannot be deleted"),
-        ));
+        return Err(AppError::Conflict(format!(
+            "{name}@{version} is built into dagr; built-in plugins cannot be deleted"
+        )));
     }
     let is_latest = state.plugins.resolve(&tenant.0, &name, None).is_ok_and(|latest| latest.version == version);
     let users = workflows_using(&state, &tenant.0, &name, &version, is_latest).await?;

@@ -754,7 +754,8 @@ fn live_frame(detail: &RunDetail) -> Vec<String> {
         r.state,
         span(r.started_at.as_deref(), r.finished_at.as_deref())
     )];
-    if detail.tasks.len() <= TASK_LINES {
+    let total: i64 = detail.task_counts.values().sum();
+    if detail.tasks.len() <= TASK_LINES && detail.tasks_next.is_none() {
         let rows = detail
             .tasks
             .iter()
@@ -766,12 +767,13 @@ fn live_frame(detail: &RunDetail) -> Vec<String> {
     }
     const ORDER: [&str; 9] =
         ["pending", "queued", "running", "retry_wait", "succeeded", "failed", "upstream_failed", "skipped", "killed"];
-    let mut counts: HashMap<&str, usize> = HashMap::new();
-    for t in &detail.tasks {
-        *counts.entry(t.state.as_str()).or_default() += 1;
+    let counted: Vec<String> =
+        ORDER.iter().filter_map(|s| detail.task_counts.get(*s).map(|n| format!("{s} {n}"))).collect();
+    lines.push(format!("{total} tasks: {}", counted.join(", ")));
+    if detail.tasks_next.is_some() {
+        // Only the first page is here; the counts cover every task.
+        return lines;
     }
-    let counted: Vec<String> = ORDER.iter().filter_map(|s| counts.get(s).map(|n| format!("{s} {n}"))).collect();
-    lines.push(format!("{} tasks: {}", detail.tasks.len(), counted.join(", ")));
     for state in ["running", "failed"] {
         let names: Vec<&str> = detail.tasks.iter().filter(|t| t.state == state).map(|t| t.name.as_str()).collect();
         if names.is_empty() {

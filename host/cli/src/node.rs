@@ -226,6 +226,7 @@ pub fn make_runtime(settings: &Settings, slots: u32, runs_attempts: bool) -> any
         extra_ca_file: settings.extra_ca_file.clone(),
         scratch_max_entries: settings.scratch_max_entries,
         scratch_max_depth: settings.scratch_max_depth,
+        max_output_depth: settings.max_output_depth,
         scratch_exclusive: runs_attempts,
         ..RuntimeConfig::default()
     })?)
@@ -261,6 +262,7 @@ pub fn api_config(settings: &Settings, secrets: SecretKey) -> anyhow::Result<dag
     let inspector = dagr_api::Inspector::new(program, vec!["plugin".into(), "inspect".into()], limits);
     Ok(dagr_api::ApiConfig {
         max_body_bytes: settings.max_body as usize,
+        max_depth: settings.max_depth,
         uploads: dagr_api::UploadConfig { max_bytes: settings.max_upload as usize, inspector: Some(inspector) },
         secrets,
         ..Default::default()

@@ -21,7 +21,12 @@
 //! slots = 256
 //! scratch_max_entries = 10000  # files and directories in one attempt's scratch
 //! scratch_max_depth = 64       # directory nesting in one attempt's scratch
+//! max_output_depth = 64        # nesting of a task's output (JSON), at most 120
 //! # extra_ca_file = "/etc/dagr/internal-ca.pem"  # plugins' HTTPS also trusts these CAs
+//!
+//! [api]
+//! max_body = "4MiB"          # a request body, and a YAML definition with its aliases expanded
+//! max_depth = 64             # nesting of a body or definition, at most 120
 //!
 //! [limits]
 //! default_timeout = "1h"
@@ -256,6 +261,9 @@ pub struct WorkerConfig {
     pub scratch_max_entries: u64,
     /// How deep one attempt may nest directories in its scratch directory.
     pub scratch_max_depth: u64,
+    /// How deeply a task's output (JSON) may nest arrays and objects; a
+    /// deeper one fails the attempt. At most 120.
+    pub max_output_depth: usize,
 }
 
 impl Default for WorkerConfig {
@@ -269,6 +277,7 @@ impl Default for WorkerConfig {
             extra_ca_file: String::new(),
             scratch_max_entries: 10_000,
             scratch_max_depth: 64,
+            max_output_depth: dagr_core::document::DEFAULT_MAX_DEPTH,
         }
     }
 }
@@ -303,13 +312,17 @@ impl Default for LimitsConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ApiConfig {
-    /// The largest request body.
+    /// The largest request body; also the most a YAML definition may stand
+    /// for once its aliases are expanded.
     pub max_body: String,
+    /// How deeply a request body or definition may nest arrays and objects
+    /// (sequences and mappings). At most 120.
+    pub max_depth: usize,
 }
 
 impl Default for ApiConfig {
     fn default() -> Self {
-        ApiConfig { max_body: "4MiB".into() }
+        ApiConfig { max_body: "4MiB".into(), max_depth: dagr_core::document::DEFAULT_MAX_DEPTH }
     }
 }
 
@@ -336,6 +349,7 @@ pub struct Settings {
     pub extra_ca_file: Option<PathBuf>,
     pub scratch_max_entries: u64,
     pub scratch_max_depth: u64,
+    pub max_output_depth: usize,
     pub max_lost_attempts: u32,
     pub max_catch_up: u32,
     pub default_timeout: Duration,
@@ -344,6 +358,7 @@ pub struct Settings {
     pub max_output: u64,
     pub max_log: u64,
     pub max_body: u64,
+    pub max_depth: usize,
     pub etcd: Vec<String>,
     pub cluster_prefix: String,
     pub ttl: Duration,
@@ -421,6 +436,17 @@ impl Config {
         if self.worker.scratch_max_entries == 0 {
             return Err(err("worker.scratch_max_entries", "must be at least 1".into()));
         }
+        let cap = dagr_core::document::MAX_DEPTH_CAP;
+        for (field, depth) in
+            [("api.max_depth", self.api.max_depth), ("worker.max_output_depth", self.worker.max_output_depth)]
+        {
+            if !(1..=cap).contains(&depth) {
+                return Err(err(
+                    field,
+                    format!("{depth} must be between 1 and {cap} (the JSON parser's own bound, less room for inputs)"),
+                ));
+            }
+        }
         if self.master.max_lost_attempts == 0 {
             return Err(err("master.max_lost_attempts", "must be at least 1".into()));
         }
@@ -440,6 +466,7 @@ impl Config {
             extra_ca_file: (!self.worker.extra_ca_file.is_empty()).then(|| PathBuf::from(&self.worker.extra_ca_file)),
             scratch_max_entries: self.worker.scratch_max_entries,
             scratch_max_depth: self.worker.scratch_max_depth,
+            max_output_depth: self.worker.max_output_depth,
             max_lost_attempts: self.master.max_lost_attempts,
             max_catch_up: self.master.max_catch_up,
             default_timeout: duration("limits.default_timeout", &self.limits.default_timeout)?,
@@ -448,6 +475,7 @@ impl Config {
             max_output: bytes("limits.max_output", &self.limits.max_output)?,
             max_log: bytes("limits.max_log", &self.limits.max_log)?,
             max_body: bytes("api.max_body", &self.api.max_body)?,
+            max_depth: self.api.max_depth,
             etcd: self.cluster.etcd.clone(),
             cluster_prefix: self.cluster.prefix.clone(),
             ttl: duration("cluster.ttl", &self.cluster.ttl)?,

@@ -16,6 +16,7 @@ use sha2::{Digest, Sha256};
 use crate::control::{
     FailureStrategy, Sensor, SensorSpec, Switch, SwitchSpec, TaskKind, UpstreamFailure, validate_switch,
 };
+use crate::document::{self, DocumentError, DocumentLimits};
 use crate::outer::{Edge, Upstream, UpstreamSpec};
 use crate::schedule::Schedule;
 use crate::template::{Template, TemplateScope};
@@ -25,7 +26,9 @@ use crate::units;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WorkflowSpec {
-    /// Unique within a tenant: lowercase letters, digits, `-` and `_`.
+    /// Unique within a tenant: 1 to 128 letters, digits, `-`, `_` and `.`,
+    /// not only dots.
+    #[schemars(regex(pattern = r"^[A-Za-z0-9_.-]*[A-Za-z0-9_-][A-Za-z0-9_.-]*$"), length(min = 1, max = 128))]
     pub name: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub description: String,
@@ -73,6 +76,8 @@ pub struct WorkflowSpec {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TaskSpec {
+    /// Unique within the workflow; the same rule as the workflow's name.
+    #[schemars(regex(pattern = r"^[A-Za-z0-9_.-]*[A-Za-z0-9_-][A-Za-z0-9_.-]*$"), length(min = 1, max = 128))]
     pub name: String,
     /// `name@version`, or `name` for the latest version. A task has exactly
     /// one of `plugin`, `workflow` and `switch`.
@@ -399,6 +404,22 @@ pub enum Format {
     Json,
 }
 
+impl Format {
+    /// JSON if the text starts like a JSON object, else YAML.
+    pub fn guess(text: &str) -> Format {
+        if text.trim_start().starts_with('{') { Format::Json } else { Format::Yaml }
+    }
+}
+
+/// Why a tenant's definition was refused: over a limit, or invalid.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DefinitionError {
+    #[error(transparent)]
+    Limit(#[from] DocumentError),
+    #[error(transparent)]
+    Invalid(#[from] Invalid),
+}
+
 impl WorkflowSpec {
     /// Parses a YAML or JSON document. Unknown fields and wrong types are
     /// reported with their path (and, for YAML, line and column).
@@ -417,11 +438,24 @@ impl WorkflowSpec {
 
     /// Parses YAML (a superset of JSON, so JSON documents parse too).
     pub fn parse_any(text: &str) -> Result<WorkflowSpec, Invalid> {
-        if text.trim_start().starts_with('{') {
-            Self::parse(text, Format::Json)
-        } else {
-            Self::parse(text, Format::Yaml)
+        Self::parse(text, Format::guess(text))
+    }
+
+    /// Parses a tenant's document (`format: None`: JSON if it looks like
+    /// it, else YAML), checking it against `limits` first: a document that
+    /// nests too deeply, or whose aliases expand past the size limit, is
+    /// refused before a parser recurses into it or expands it.
+    pub fn parse_limited(
+        text: &str,
+        format: Option<Format>,
+        limits: &DocumentLimits,
+    ) -> Result<WorkflowSpec, DefinitionError> {
+        let format = format.unwrap_or_else(|| Format::guess(text));
+        match format {
+            Format::Json => document::check_json(text.as_bytes(), limits)?,
+            Format::Yaml => document::check_yaml(text, limits)?,
         }
+        Ok(Self::parse(text, format)?)
     }
 
     /// The canonical JSON of this spec (sorted keys, defaults omitted):
@@ -519,7 +553,11 @@ fn valid_plugin_name(name: &str) -> bool {
         && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
 }
 
-/// A valid name for workflows and tasks.
+/// What [`valid_name`] allows, as its errors say it.
+pub const NAME_RULE: &str = "use 1 to 128 letters, digits, `-`, `_` or `.` (not only dots)";
+
+/// A valid name for workflows, tasks, params and worker groups (the rule
+/// the schema's `pattern` and [`NAME_RULE`] state).
 pub fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 128
@@ -641,7 +679,7 @@ impl Workflow {
         let mut push = |location: String, message: String| issues.push(Issue { location, message });
 
         if !valid_name(&spec.name) {
-            push("name".into(), format!("`{}` is not a valid name: use letters, digits, `-`, `_` or `.`", spec.name));
+            push("name".into(), format!("`{}` is not a valid name: {NAME_RULE}", spec.name));
         }
         if spec.tasks.is_empty() {
             push("tasks".into(), "a workflow needs at least one task".into());
@@ -654,14 +692,14 @@ impl Workflow {
         }
         for name in spec.params.keys() {
             if !valid_name(name) {
-                push(format!("params.{name}"), "a param name may use letters, digits, `-`, `_` and `.`".into());
+                push(format!("params.{name}"), format!("`{name}` is not a valid param name: {NAME_RULE}"));
             }
         }
 
         let mut index = HashMap::new();
         for (i, task) in spec.tasks.iter().enumerate() {
             if !valid_name(&task.name) {
-                push(format!("tasks[{i}].name"), format!("`{}` is not a valid task name", task.name));
+                push(format!("tasks[{i}].name"), format!("`{}` is not a valid task name: {NAME_RULE}", task.name));
             }
             if let Some(first) = index.insert(task.name.clone(), i) {
                 push(
@@ -751,7 +789,7 @@ impl Workflow {
                 push(at("timeout"), "must be longer than zero".into());
             }
             if t.worker_group.as_deref().is_some_and(|g| !valid_name(g)) {
-                push(at("worker_group"), "a worker group is letters, digits, `-`, `_` or `.`".into());
+                push(at("worker_group"), format!("not a valid worker group: {NAME_RULE}"));
             }
             if t.memory.is_some_and(|m| m.0 < (1 << 20)) {
                 push(at("memory"), "must be at least 1MiB".into());
@@ -1211,6 +1249,37 @@ mod tests {
         assert_eq!(b.delay_for(1), Duration::from_secs(2));
         assert_eq!(b.delay_for(2), Duration::from_secs(4));
         assert_eq!(b.delay_for(5), Duration::from_secs(10));
+    }
+
+    #[test]
+    fn the_name_rule_is_the_schema_s_pattern() {
+        let schema = json_schema();
+        let pattern = schema["properties"]["name"]["pattern"].as_str().unwrap();
+        let pattern =
+            jsonschema::validator_for(&serde_json::json!({"type": "string", "pattern": pattern, "maxLength": 128}))
+                .unwrap();
+        let long = "a".repeat(129);
+        for name in [
+            "daily-sales",
+            "Hello",
+            "a.b",
+            "-x",
+            "_",
+            "v1.2",
+            "..a",
+            "ok",
+            long.as_str(),
+            "",
+            ".",
+            "..",
+            "a b",
+            "é",
+            "a/b",
+        ] {
+            let value = serde_json::Value::String(name.into());
+            assert_eq!(valid_name(name), pattern.is_valid(&value), "`{name}`");
+        }
+        assert!(first("name: '..'\ntasks:\n- {name: a, plugin: echo}\n").ends_with(NAME_RULE));
     }
 
     #[test]

@@ -10,6 +10,8 @@
 //!   sensors) and failure policies.
 //! - [`outer`]: the outer DAG — workflows that depend on workflows across
 //!   cycles (offsets, periods), evaluated against the store's runs.
+//! - [`document`]: limits on tenants' documents (nesting depth, the size
+//!   of YAML once its aliases are expanded), checked before parsing.
 //! - [`template`]: `{{ … }}` templates in task params, checked at apply time,
 //!   rendered at dispatch time.
 //! - [`schedule`]: cron schedules, catch-up and backfill times.
@@ -21,6 +23,7 @@
 pub mod control;
 mod dates;
 pub mod definition;
+pub mod document;
 pub mod outer;
 pub mod run;
 pub mod schedule;

@@ -84,8 +84,10 @@ pub struct TriggerRequest {
     #[serde(default)]
     #[schema(value_type = Object)]
     pub params: Map<String, Value>,
-    /// The run's logical time (RFC 3339); default now.
+    /// The run's logical time: RFC 3339, `YYYY-MM-DDTHH:MM:SS` (UTC) or a
+    /// date (midnight UTC); default now.
     #[serde(default)]
+    #[schema(format = DateTime)]
     pub logical_time: Option<String>,
 }
 
@@ -138,13 +140,32 @@ pub struct TaskView {
     pub error: Option<String>,
 }
 
+/// A run: its params, how many tasks are in each state, and the first
+/// page of its tasks (the rest from `GET /v1/runs/{id}/tasks`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct RunDetail {
     #[serde(flatten)]
     pub run: RunSummary,
     #[schema(value_type = Object)]
     pub params: Value,
+    /// The number of the run's tasks in each state.
+    #[serde(default)]
+    pub task_counts: std::collections::BTreeMap<String, i64>,
+    /// The first tasks, in definition order (at most 100).
     pub tasks: Vec<TaskView>,
+    /// When the run has more tasks: pass as `after` to
+    /// `GET /v1/runs/{id}/tasks` for the next page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tasks_next: Option<i64>,
+}
+
+/// A page of a run's tasks, in definition order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct TaskList {
+    pub tasks: Vec<TaskView>,
+    /// Pass as `after` for the next page; absent on the last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -206,6 +227,7 @@ pub struct BackfillRequest {
     pub to: String,
     /// Runs at once; 1 (the default) runs them one after another, in order.
     #[serde(default = "one")]
+    #[schema(minimum = 1)]
     pub parallel: u32,
     /// Also run every cycle in the range of the workflows downstream of
     /// this one (transitively), re-flushing cycles that already have runs;
@@ -239,7 +261,8 @@ pub struct BackfillView {
     pub skipped: Vec<String>,
 }
 
-/// An ad-hoc job: one plugin, or a small inline DAG.
+/// An ad-hoc job: one plugin (`plugin`, with `params`), or a small inline
+/// DAG (`tasks`); exactly one of the two.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JobRequest {

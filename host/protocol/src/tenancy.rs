@@ -23,19 +23,24 @@ pub struct TenantLimits {
     pub allow_hosts: Vec<String>,
     /// Most linear memory of one attempt, bytes.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 9223372036854775807_i64)]
     pub max_memory: Option<u64>,
     /// Longest attempt, milliseconds.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 9223372036854775807_i64)]
     pub max_duration_ms: Option<u64>,
     /// Attempts of the tenant running at once; more wait, queued.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 2147483647)]
     pub max_concurrent: Option<u32>,
     /// Runs the tenant may trigger (manual runs and jobs) per minute; past
     /// it the API answers 429 with `Retry-After`.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 2147483647)]
     pub runs_per_minute: Option<u32>,
     /// Most bytes one attempt may keep in its scratch directory.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 9223372036854775807_i64)]
     pub scratch_bytes: Option<u64>,
 }
 
@@ -69,7 +74,9 @@ pub const TENANT_HEADER: &str = "x-dagr-tenant";
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateTenant {
-    /// Lowercase letters, digits, `-` and `_`; starts with a letter or digit.
+    /// Lowercase letters, digits, `-` and `_`, at most 63; starts with a
+    /// letter or digit.
+    #[schema(pattern = "^[a-z0-9][a-z0-9_-]{0,62}$")]
     pub name: String,
     #[serde(default)]
     pub limits: TenantLimits,
@@ -100,9 +107,11 @@ pub struct TenantView {
 pub struct CreateToken {
     /// Default: read and write.
     #[serde(default = "default_scopes")]
+    #[schema(min_items = 1)]
     pub scopes: Vec<Scope>,
-    /// What the token is for, for people.
+    /// What the token is for, for people (at most 200 bytes).
     #[serde(default)]
+    #[schema(max_length = 200)]
     pub label: String,
 }
 
@@ -145,6 +154,8 @@ pub struct CreatedToken {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PutSecret {
+    /// 1 byte to 64 KiB.
+    #[schema(min_length = 1, max_length = 65536)]
     pub value: String,
 }
 

@@ -138,6 +138,10 @@ pub struct RuntimeConfig {
     pub scratch_max_entries: u64,
     /// How deep an attempt may nest directories in its scratch directory.
     pub scratch_max_depth: u64,
+    /// How deeply a task's output may nest JSON arrays and objects (a
+    /// deeper output fails the attempt: dependents and the API could not
+    /// parse it).
+    pub max_output_depth: usize,
     /// The scratch root is this runtime's alone (a node's data directory):
     /// what an earlier process left there is removed at start.
     pub scratch_exclusive: bool,
@@ -158,6 +162,7 @@ impl Default for RuntimeConfig {
             extra_ca_file: None,
             scratch_max_entries: 10_000,
             scratch_max_depth: 64,
+            max_output_depth: dagr_core::document::DEFAULT_MAX_DEPTH,
             scratch_exclusive: false,
         }
     }
@@ -904,7 +909,7 @@ impl Runtime {
         // Whether the guest's `run` returned, rather than being stopped.
         let returned = outcome.is_ok();
         let mut result = match outcome {
-            Ok(Ok(output)) => check_output(&log, output, &limits),
+            Ok(Ok(output)) => check_output(&log, output, &limits, self.inner.config.max_output_depth),
             Ok(Err(bindings::TaskError::Retryable(m))) => {
                 Err(Failure::new(FailureKind::Retryable, log.redact_text(&m)))
             }
@@ -1007,12 +1012,25 @@ fn cancelled_failure(result: std::result::Result<String, Failure>) -> Failure {
     }
 }
 
-fn check_output(log: &AttemptLog, output: String, limits: &Limits) -> std::result::Result<String, Failure> {
+fn check_output(
+    log: &AttemptLog,
+    output: String,
+    limits: &Limits,
+    max_depth: usize,
+) -> std::result::Result<String, Failure> {
     if output.len() > limits.max_output_bytes {
         return Err(Failure::new(
             FailureKind::OutputTooLarge,
             format!("output of {} bytes exceeds the limit of {} bytes", output.len(), limits.max_output_bytes),
         ));
+    }
+    // Before anything parses it: serde_json's `IgnoredAny` below walks any
+    // depth, but dependents, templates and the API parse outputs into
+    // values, which nest only so deep.
+    let depth =
+        dagr_core::document::DocumentLimits { max_depth, depth_key: "[worker] max_output_depth", ..Default::default() };
+    if let Err(e) = dagr_core::document::check_json(output.as_bytes(), &depth) {
+        return Err(Failure::new(FailureKind::OutputTooLarge, format!("the task's output: {e}")));
     }
     let output = log.redact_text(&output);
     if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&output) {

@@ -43,6 +43,7 @@ pub async fn run_all(store: &dyn Store, prefix: &str) -> Result<()> {
     plugin_registry(store, prefix).await?;
     tenancy(store, prefix).await?;
     outer_dag(store, prefix).await?;
+    task_reads(store, prefix).await?;
     Ok(())
 }
 
@@ -181,6 +182,25 @@ async fn outer_dag(store: &dyn Store, p: &str) -> Result<()> {
     let w = store.get_workflow(&tenant, "daily").await?;
     check(w.is_some_and(|w| !w.schedule_paused && w.schedule_cursor == Some(77)), "resumed from now on")?;
     check(!store.set_schedule_paused(&tenant, "nothing", true, 0).await?, "no such workflow")?;
+    Ok(())
+}
+
+/// The API's paged and keyed reads of a run's tasks.
+async fn task_reads(store: &dyn Store, p: &str) -> Result<()> {
+    let id = format!("{p}paged");
+    let names: Vec<String> = (0..25).map(|i| format!("t{i}")).collect();
+    let new = NewRun { run: run(&id, &format!("{p}t"), "wf", RunKind::Manual, 5000), tasks: names.clone() };
+    store.create_runs(vec![new], None).await?;
+    let first = store.run_tasks_page(&id, -1, 10).await?;
+    check(first.len() == 10 && first[0].name == "t0" && first[9].idx == 9, "first page")?;
+    let last = store.run_tasks_page(&id, 19, 10).await?;
+    check(last.len() == 5 && last[0].name == "t20", "last page after index 19")?;
+    check(store.run_tasks_page(&id, 24, 10).await?.is_empty(), "nothing after the last")?;
+    check(store.run_task_counts(&id).await? == vec![("pending".to_owned(), 25)], "counts by state")?;
+    let found = store.run_task(&id, "t17").await?;
+    check(found.is_some_and(|t| t.idx == 17 && t.state == TaskState::Pending), "a task by name")?;
+    check(store.run_task(&id, "t99").await?.is_none(), "no such task")?;
+    check(store.run_task(&format!("{p}nope"), "t1").await?.is_none(), "no such run")?;
     Ok(())
 }
 

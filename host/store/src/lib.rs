@@ -15,15 +15,20 @@
 //!   apply only while the run's ownership epoch is the one the writer holds.
 //! - [`TenancyStore`], a supertrait of [`Store`]: tenants and their limits,
 //!   API tokens (only hashes), secrets and the audit log.
+//! - [`ReadStore`], another: the API's paged and keyed reads of a run's
+//!   tasks.
 //! - Rows are plain structs ([`RunRow`], [`TaskRow`], …); times are
 //!   milliseconds since the Unix epoch.
 
 pub mod conformance;
+mod logs;
 #[cfg(test)]
 mod migrations_agree;
 pub mod outer;
+mod reads;
 mod registry;
 mod sql;
+mod sql_api;
 mod sql_outer;
 mod sql_registry;
 mod sql_tenancy;
@@ -35,7 +40,9 @@ use async_trait::async_trait;
 pub use dagr_core::{RunState, TaskState};
 use serde::{Deserialize, Serialize};
 
+pub use crate::logs::NUL_STORED_AS;
 pub use crate::outer::{CycleRun, EdgeRow, OuterStore};
+pub use crate::reads::ReadStore;
 pub use crate::registry::{PluginInsert, PluginRow, RegistryStore};
 pub use crate::sql::{SqlStore, Synchronous};
 pub use crate::tenancy::TenancyStore;
@@ -478,7 +485,7 @@ pub struct Committed {
 
 /// dagr's storage. Implemented by [`SqlStore`] on SQLite and PostgreSQL.
 #[async_trait]
-pub trait Store: TenancyStore + RegistryStore + OuterStore + Send + Sync + 'static {
+pub trait Store: TenancyStore + RegistryStore + OuterStore + ReadStore + Send + Sync + 'static {
     // Workflows ----------------------------------------------------------
 
     /// Stores a definition as the next version, unless it is identical to

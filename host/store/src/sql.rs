@@ -413,7 +413,7 @@ fn run_args(r: &RunRow) -> Vec<Arg> {
     ]
 }
 
-fn task_from(row: &AnyRow) -> Result<TaskRow> {
+pub(crate) fn task_from(row: &AnyRow) -> Result<TaskRow> {
     Ok(TaskRow {
         run_id: row.try_get("run_id")?,
         idx: row.try_get("idx")?,
@@ -1285,7 +1285,7 @@ impl Store for SqlStore {
                     Arg::I64(l.at),
                     Arg::Text(l.source),
                     Arg::Text(l.level),
-                    Arg::Text(l.message),
+                    Arg::Text(crate::logs::storable(l.message)),
                 ]
             })
             .collect();

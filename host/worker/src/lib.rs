@@ -10,9 +10,12 @@
 //!   all (a worker that lost its lease must not keep running work).
 //! - [`LogWriter`] batches log lines of all attempts into the store while
 //!   they run, so that people can follow them; an attempt's lines are all
-//!   written before its result is reported.
+//!   written before its result is reported. A batch the database refuses
+//!   is split until the line it refuses is found, so one bad line never
+//!   holds up the others (`logs`).
 
 mod builtins;
+mod logs;
 mod registry;
 pub mod service;
 
@@ -257,7 +260,7 @@ impl Worker {
             worker: self.inner.id.clone(),
             started_at,
             finished_at: now_ms(),
-            outcome,
+            outcome: storable_outcome(outcome),
         };
         let plugin = match self.plugin(&spec.plugin.sha256).await {
             Ok(plugin) => plugin,
@@ -315,6 +318,18 @@ impl Worker {
             }
             Err(failure) => Outcome::Failed { kind: map_kind(failure.kind), message: failure.message },
         })
+    }
+}
+
+/// An outcome whose failure message the store can hold: a task's error
+/// text is the plugin's, and PostgreSQL's text cannot hold NUL (stored as
+/// ␀, as in logs). An output is JSON, whose strings cannot hold a raw NUL.
+fn storable_outcome(outcome: Outcome) -> Outcome {
+    match outcome {
+        Outcome::Failed { kind, message } if message.contains('\0') => {
+            Outcome::Failed { kind, message: message.replace('\0', &dagr_store::NUL_STORED_AS.to_string()) }
+        }
+        other => other,
     }
 }
 
@@ -465,12 +480,11 @@ impl LogWriter {
                 }
                 if flush_now || closed || buffer.len() >= 1000 {
                     let lines = std::mem::take(&mut buffer);
-                    let mut delay = Duration::from_millis(50);
-                    while let Err(e) = store.append_logs(lines.clone()).await {
-                        tracing::warn!(error = %e, "cannot write logs; retrying");
-                        tokio::time::sleep(delay).await;
-                        delay = (delay * 2).min(Duration::from_secs(5));
-                    }
+                    let append = |lines: Vec<LogRow>| {
+                        let store = store.clone();
+                        async move { store.append_logs(lines).await }
+                    };
+                    logs::write_all(lines, append, dagr_store::Error::is_refused_data).await;
                     for done in waiters.drain(..) {
                         let _ = done.send(());
                     }

@@ -1,0 +1,39 @@
+//! [`ReadStore`] on [`SqlStore`].
+
+use async_trait::async_trait;
+use sqlx::Row;
+
+use crate::reads::ReadStore;
+use crate::sql::task_from;
+use crate::{Result, SqlStore, TaskRow};
+
+#[async_trait]
+impl ReadStore for SqlStore {
+    async fn run_tasks_page(&self, run_id: &str, after: i64, limit: i64) -> Result<Vec<TaskRow>> {
+        let rows = sqlx::query("SELECT * FROM tasks WHERE run_id = $1 AND idx > $2 ORDER BY idx LIMIT $3")
+            .bind(run_id)
+            .bind(after)
+            .bind(limit)
+            .fetch_all(&self.read)
+            .await?;
+        rows.iter().map(task_from).collect()
+    }
+
+    async fn run_task_counts(&self, run_id: &str) -> Result<Vec<(String, i64)>> {
+        let rows =
+            sqlx::query("SELECT state, COUNT(*) AS n FROM tasks WHERE run_id = $1 GROUP BY state ORDER BY state")
+                .bind(run_id)
+                .fetch_all(&self.read)
+                .await?;
+        rows.iter().map(|r| Ok((r.try_get("state")?, r.try_get("n")?))).collect()
+    }
+
+    async fn run_task(&self, run_id: &str, name: &str) -> Result<Option<TaskRow>> {
+        let row = sqlx::query("SELECT * FROM tasks WHERE run_id = $1 AND name = $2")
+            .bind(run_id)
+            .bind(name)
+            .fetch_optional(&self.read)
+            .await?;
+        row.as_ref().map(task_from).transpose()
+    }
+}
