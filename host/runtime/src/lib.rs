@@ -37,6 +37,7 @@
 
 mod bindings;
 mod cache;
+mod guest;
 mod limits;
 mod log;
 mod network;
@@ -60,6 +61,7 @@ use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 use wasmtime_wasi_http::WasiHttpCtx;
 
 pub use crate::cache::{CodeSource, sha256_hex};
+pub use crate::guest::GuestLanguage;
 pub use crate::limits::Limits;
 pub use crate::log::{LogLevel, LogLine, LogSource};
 pub use crate::network::{HostPattern, NetworkPolicy, is_public};
@@ -389,6 +391,9 @@ struct PluginInner {
     /// directory: one that does not (most task types) gets no scratch
     /// directory, which spares each attempt two opens and two closes of it.
     files: bool,
+    /// What its toolchain says it was written in: traps are reported in
+    /// that language's words.
+    language: GuestLanguage,
 }
 
 impl Plugin {
@@ -403,6 +408,11 @@ impl Plugin {
 
     pub fn size(&self) -> usize {
         self.inner.size
+    }
+
+    /// The language the component's toolchain says it was written in.
+    pub fn language(&self) -> GuestLanguage {
+        self.inner.language
     }
 
     /// Whether loading compiled the component or found it in the cache.
@@ -642,7 +652,10 @@ impl Runtime {
         let pre = PluginPre::new(pre).map_err(|e| Error::WrongWorld(explain_export_error(&e)))?;
         let info = self.describe(&pre)?;
         let files = imports_preopens(&self.inner.engine, &component);
-        Ok(Plugin { inner: Arc::new(PluginInner { info, sha256, size: bytes.len(), code_source, pre, files }) })
+        let language = GuestLanguage::detect(bytes);
+        Ok(Plugin {
+            inner: Arc::new(PluginInner { info, sha256, size: bytes.len(), code_source, pre, files, language }),
+        })
     }
 
     /// Loads a plugin from a file.
@@ -903,7 +916,7 @@ impl Runtime {
                 Err(Failure::new(FailureKind::Retryable, log.redact_text(&m)))
             }
             Ok(Err(bindings::TaskError::Fatal(m))) => Err(Failure::new(FailureKind::Fatal, log.redact_text(&m))),
-            Err(e) => Err(classify_error(&e, &limits, &log)),
+            Err(e) => Err(classify_error(&e, &limits, &log, plugin.inner.language)),
         };
         if cancelled {
             result = Err(cancelled_failure(result));
@@ -1015,7 +1028,7 @@ fn check_output(log: &AttemptLog, output: String, limits: &Limits) -> std::resul
     Ok(output)
 }
 
-fn classify_error(error: &wasmtime::Error, limits: &Limits, log: &AttemptLog) -> Failure {
+fn classify_error(error: &wasmtime::Error, limits: &Limits, log: &AttemptLog, language: GuestLanguage) -> Failure {
     for cause in error.chain() {
         if let Some(interrupted) = cause.downcast_ref::<Interrupted>() {
             return match interrupted {
@@ -1039,10 +1052,9 @@ fn classify_error(error: &wasmtime::Error, limits: &Limits, log: &AttemptLog) ->
             return match trap {
                 Trap::StackOverflow => Failure::new(FailureKind::StackOverflow, "the guest's call stack overflowed"),
                 Trap::OutOfFuel => Failure::new(FailureKind::FuelExhausted, "the attempt ran out of fuel"),
-                Trap::UnreachableCodeReached => Failure::new(
-                    FailureKind::Trap,
-                    "the guest trapped: unreachable code reached (a Rust plugin panicked; see the log for its message)",
-                ),
+                Trap::UnreachableCodeReached => {
+                    Failure::new(FailureKind::Trap, language.unreachable_message(&log.snapshot()))
+                }
                 Trap::AllocationTooLarge => Failure::new(
                     FailureKind::MemoryLimit,
                     format!("memory limit of {} bytes exceeded", limits.memory_bytes),
