@@ -6,8 +6,11 @@ mod client;
 mod cluster;
 mod node;
 mod plugin;
+mod plugin_project;
+mod plugin_test;
 mod secrets;
 mod serve;
+mod templates;
 mod tenancy;
 
 use clap::{Parser, Subcommand};

@@ -2,8 +2,9 @@
 //! that language's words.
 //!
 //! Toolchains record themselves in the `producers` custom sections of the
-//! core modules inside a component (`processed-by: componentize-py`,
-//! `ComponentizeJS`, `language: Rust`). A trap is `unreachable` in every one
+//! core modules inside a component (`processed-by: ComponentizeJS`,
+//! `language: Rust`); componentize-py records nothing, but its modules are
+//! named `libpython3.x.so` and `componentize_py_runtime.wasm`. A trap is `unreachable` in every one
 //! of them: a Rust panic, an uncaught Python exception, an uncaught
 //! JavaScript exception. What the guest said before trapping is in its
 //! stderr lines, so the failure quotes that, and names the language.
@@ -26,9 +27,10 @@ impl GuestLanguage {
         let mut producers = Vec::new();
         walk(component, 0, &mut producers);
         let said = |name: &str| producers.iter().any(|p| p.eq_ignore_ascii_case(name));
-        if said("componentize-py") {
+        let python = |p: &String| p.starts_with("libpython") || p.starts_with("componentize_py_runtime");
+        if said("componentize-py") || producers.iter().any(python) {
             GuestLanguage::Python
-        } else if said("ComponentizeJS") || said("StarlingMonkey") || said("componentize-qjs") {
+        } else if said("JavaScript") || said("ComponentizeJS") || said("StarlingMonkey") {
             GuestLanguage::JavaScript
         } else if said("Rust") {
             GuestLanguage::Rust
@@ -136,10 +138,10 @@ fn walk(bytes: &[u8], depth: u32, producers: &mut Vec<String>) {
         at += size as usize;
         match id {
             0 => {
-                if let Some((name, rest)) = name(body)
-                    && name == "producers"
-                {
-                    read_producers(rest, producers);
+                match name(body) {
+                    Some(("producers", rest)) => read_producers(rest, producers),
+                    Some(("name", rest)) => producers.extend(module_name(rest).map(str::to_owned)),
+                    _ => {}
                 }
             }
             // A core module (1) or a nested component (4) inside a component.
@@ -165,6 +167,19 @@ fn read_producers(mut body: &[u8], producers: &mut Vec<String>) {
             body = rest;
         }
     }
+}
+
+/// The module's own name, from the `name` section's first subsection:
+/// componentize-py links `libpython3.x.so` and `componentize_py_runtime.wasm`
+/// but records no producers of its own.
+fn module_name(body: &[u8]) -> Option<&str> {
+    let (&id, rest) = body.split_first()?;
+    if id != 0 {
+        return None;
+    }
+    let (size, used) = leb_u32(rest)?;
+    let (module, _) = name(rest.get(used..used + size as usize)?)?;
+    Some(module)
 }
 
 fn name(bytes: &[u8]) -> Option<(&str, &[u8])> {
