@@ -60,7 +60,7 @@ export class Inputs {
   readonly size: number;
 }
 
-/** A task type. `run` is synchronous. */
+/** A task type. `run` may be async (return a Promise), e.g. to await `fetch`. */
 export interface TaskSpec<P = any, O = unknown> {
   /** Lowercase letters, digits and -, starting with a letter. */
   name: string;
@@ -69,7 +69,7 @@ export interface TaskSpec<P = any, O = unknown> {
   description?: string;
   /** Checked before `run` and returned by `describe`, so dagr checks workflows against it too. */
   paramsSchema?: JsonSchema;
-  run(ctx: Context, params: P, inputs: Inputs): O;
+  run(ctx: Context, params: P, inputs: Inputs): O | Promise<O>;
 }
 
 export function defineTask<P = any, O = unknown>(spec: TaskSpec<P, O>): Readonly<Required<Omit<TaskSpec<P, O>, 'paramsSchema'>>> & TaskSpec<P, O>;
@@ -101,14 +101,12 @@ export function progress(percent: number, message?: string): void;
 export function cancelled(): boolean;
 /** A secret of the run's tenant, or undefined; dagr redacts its value from the log. */
 export function secret(name: string): string | undefined;
-/** The attempt's scratch directory (`/scratch` in dagr). */
-export function scratchDir(): string;
 
 /** Where `value` first does not fit `schema`, or null. */
 export function check(schema: JsonSchema | boolean | undefined, value: unknown, path?: string): { path: string; message: string } | null;
 
 /** The JSON-in, JSON-out path shared by `exportTask` and the test harness. */
-export function runJson(spec: TaskSpec, ctx: Context, params: string, inputs: string): string;
+export function runJson(spec: TaskSpec, ctx: Context, params: string, inputs: string): string | Promise<string>;
 
 /** The WIT host imports (`import * as host from 'dagr:plugin/host@0.1.0'`). */
 export interface WitHost {
@@ -129,7 +127,7 @@ export interface PluginInfo {
 /** The component's `dagr:plugin/task` export: `export const task = exportTask(spec, host)`. */
 export function exportTask(spec: TaskSpec, host: WitHost): {
   describe(): PluginInfo;
-  run(ctx: Context, params: string, inputs: string): string;
+  run(ctx: Context, params: string, inputs: string): string | Promise<string>;
 };
 
 /** @internal */

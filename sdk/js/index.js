@@ -57,7 +57,6 @@ const consoleHost = {
   progress: () => {},
   cancelled: () => false,
   secret: () => undefined,
-  scratchDir: () => '.',
 };
 let host = consoleHost;
 
@@ -96,11 +95,6 @@ export function cancelled() {
 export function secret(name) {
   const value = host.secret(String(name));
   return value === null ? undefined : value;
-}
-
-/** The attempt's scratch directory: `/scratch` in dagr. */
-export function scratchDir() {
-  return host.scratchDir();
 }
 
 const NAME = /^[a-z][a-z0-9-]{0,63}$/;
@@ -174,16 +168,33 @@ export function runJson(spec, ctx, paramsText, inputsText) {
   }
   if (!upstream || typeof upstream !== 'object' || Array.isArray(upstream)) throw new Fatal('inputs are not a JSON object');
   const output = spec.run(Object.freeze({ ...ctx }), params, new Inputs(upstream));
-  if (output && typeof output.then === 'function') {
-    throw new Fatal('run returned a Promise: dagr tasks are synchronous (componentize-js has no event loop between calls)');
-  }
-  let text;
+  // An async `run` (say, one that awaits `fetch`): StarlingMonkey runs its
+  // event loop until the promise that the export returns settles.
+  if (output && typeof output.then === 'function') return output.then(serialise);
+  return serialise(output);
+}
+
+function serialise(output) {
   try {
-    text = JSON.stringify(output === undefined ? null : output);
+    return JSON.stringify(output === undefined ? null : output);
   } catch (e) {
     throw new Fatal(`cannot serialise the output: ${e.message}`);
   }
-  return text;
+}
+
+/**
+ * A thrown `Retryable` or `Fatal` as the WIT task-error; anything else is
+ * said in JavaScript's words on stderr and rethrown, which traps.
+ */
+function witError(e) {
+  if (e instanceof TaskError) {
+    throw { tag: e.retryable ? 'retryable' : 'fatal', val: e.message };
+  }
+  // SpiderMonkey's stack has no message line.
+  const what = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
+  const stack = e instanceof Error && e.stack ? `\n${e.stack.trimEnd().replace(/^/gm, '    at ')}` : '';
+  console.error(`Uncaught ${what}${stack}`);
+  throw e;
 }
 
 /**
@@ -199,7 +210,6 @@ export function exportTask(spec, witHost) {
     progress: (percent, message) => witHost.progress(percent, message),
     cancelled: () => witHost.cancelled(),
     secret: (name) => witHost.secret(name),
-    scratchDir: () => '/scratch',
   });
   return {
     describe() {
@@ -212,17 +222,10 @@ export function exportTask(spec, witHost) {
     },
     run(ctx, params, inputs) {
       try {
-        return runJson(task, ctx, params, inputs);
+        const output = runJson(task, ctx, params, inputs);
+        return output && typeof output.then === 'function' ? output.catch(witError) : output;
       } catch (e) {
-        if (e instanceof TaskError) {
-          throw { tag: e.retryable ? 'retryable' : 'fatal', val: e.message };
-        }
-        // Uncaught: say what JavaScript says (SpiderMonkey's stack has no
-        // message line), then trap.
-        const what = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
-        const stack = e instanceof Error && e.stack ? `\n${e.stack.trimEnd().replace(/^/gm, '    at ')}` : '';
-        console.error(`Uncaught ${what}${stack}`);
-        throw e;
+        return witError(e);
       }
     },
   };

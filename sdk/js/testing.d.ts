@@ -16,7 +16,7 @@ export class TestRun {
   secret(name: string, value: string): this;
   cancelled(): this;
   cancelAfterCalls(calls: number): this;
-  scratchDir(path: string): this;
-  run(task: TaskSpec, params?: Json): Outcome;
-  runRaw(task: TaskSpec, params: string): Outcome;
+  /** An Outcome, or for an async task a Promise of one. */
+  run(task: TaskSpec, params?: Json): Outcome | Promise<Outcome>;
+  runRaw(task: TaskSpec, params: string): Outcome | Promise<Outcome>;
 }

@@ -45,7 +45,6 @@ export class TestRun {
     this.inputs = {};
     this.secrets = {};
     this.cancelAfter = undefined;
-    this.scratch = undefined;
   }
   /** Changes fields of the context (tenant, workflow, runId, task, attempt, logicalTime, idempotencyKey). */
   context(fields) {
@@ -73,34 +72,44 @@ export class TestRun {
     this.cancelAfter = calls;
     return this;
   }
-  /** The directory `scratchDir()` returns. */
-  scratchDir(path) {
-    this.scratch = path;
-    return this;
-  }
   /** Runs the task with these params (any JSON value). */
   run(task, params = {}) {
     return this.runRaw(task, JSON.stringify(params));
   }
-  /** Runs the task with params given as JSON text, exactly as dagr passes them. */
+  /**
+   * Runs the task with params given as JSON text, exactly as dagr passes
+   * them. An async task gives a Promise of the Outcome: `await` it.
+   */
   runRaw(task, paramsText) {
     const outcome = new Outcome();
     let checks = 0;
-    const previous = setHost({
+    const host = {
       log: (level, message) => outcome.logs.push([level, message]),
       progress: (percent, message) => outcome.progress.push([percent, message]),
       cancelled: () => this.cancelAfter !== undefined && checks++ >= this.cancelAfter,
       secret: (name) => this.secrets[name],
-      scratchDir: () => this.scratch ?? '.',
-    });
-    try {
-      outcome.output = JSON.parse(runJson(task, this.ctx, paramsText, JSON.stringify(this.inputs)));
-    } catch (e) {
+    };
+    const settle = (text) => {
+      outcome.output = JSON.parse(text);
+      return outcome;
+    };
+    const fail = (e) => {
       if (!(e instanceof TaskError)) throw e;
       outcome.error = e;
-    } finally {
+      return outcome;
+    };
+    const previous = setHost(host);
+    try {
+      const text = runJson(task, this.ctx, paramsText, JSON.stringify(this.inputs));
+      if (text && typeof text.then === 'function') {
+        // The host stays in place until the task settles.
+        return text.then(settle, fail).finally(() => setHost(previous));
+      }
       setHost(previous);
+      return settle(text);
+    } catch (e) {
+      setHost(previous);
+      return fail(e);
     }
-    return outcome;
   }
 }

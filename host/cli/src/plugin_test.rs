@@ -190,7 +190,7 @@ pub fn check(case: &Case, report: &AttemptReport) -> Vec<String> {
         (Ok(output), None) => {
             if let Some(expected) = &case.output {
                 let got: Value = serde_json::from_str(output).unwrap_or(Value::String(output.clone()));
-                if &got != expected {
+                if !json_eq(expected, &got) {
                     problems.push(format!("output differs (- expected, + got):\n{}", json_diff(expected, &got)));
                 }
             }
@@ -232,6 +232,19 @@ fn format_log_line(line: &LogLine) -> String {
         dagr_runtime::LogSource::Dagr => "dagr",
     };
     format!("{:>5} {source:>6} │ {}", line.level.as_str(), line.message)
+}
+
+/// JSON equality where numbers are compared by value: `10`, `10.0` and
+/// `1e1` are the same number (languages print floats differently).
+pub fn json_eq(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x == y || x.as_f64() == y.as_f64(),
+        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(x, y)| json_eq(x, y)),
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| json_eq(v, w)))
+        }
+        _ => a == b,
+    }
 }
 
 /// A line diff of two JSON values, pretty-printed with sorted keys.
@@ -307,6 +320,13 @@ mod tests {
         assert!(check(&case, &report(fatal("name must not be empty"), &[])).is_empty());
         assert!(check(&case, &report(fatal("other"), &[]))[0].contains("expected a failure fatal: …empty…"));
         assert!(check(&case, &report(Ok("1"), &[]))[0].contains("but it succeeded with 1"));
+    }
+
+    #[test]
+    fn numbers_compare_by_value() {
+        assert!(json_eq(&json!({"a": [10, 2.5]}), &json!({"a": [10.0, 2.5]})));
+        assert!(!json_eq(&json!({"a": 1}), &json!({"a": 1, "b": 2})));
+        assert!(!json_eq(&json!([1]), &json!(["1"])));
     }
 
     #[test]

@@ -1,8 +1,6 @@
 // The JS SDK's contract, natively: the same behaviours the Rust SDK's tests check.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 
 import * as dagr from '../index.js';
 import { TestRun } from '../testing.js';
@@ -70,8 +68,7 @@ test('retryable and fatal errors', () => {
   assert.equal(empty.error.message, 'name must not be empty');
 });
 
-test('inputs, context, secrets, cancellation and scratch', () => {
-  const dir = mkdtempSync(`${tmpdir()}/dagr-sdk-`);
+test('inputs, context, secrets and cancellation', () => {
   const careful = dagr.defineTask({
     name: 'careful',
     version: '0.1.0',
@@ -85,7 +82,6 @@ test('inputs, context, secrets, cancellation and scratch', () => {
         token: dagr.secret('token'),
         missing: dagr.secret('nope') ?? null,
         checks,
-        scratch: dagr.scratchDir(),
       };
     },
   });
@@ -94,9 +90,8 @@ test('inputs, context, secrets, cancellation and scratch', () => {
     .input('up', { n: 1 })
     .secret('token', 's3cr3t')
     .cancelAfterCalls(3)
-    .scratchDir(dir)
     .run(careful);
-  assert.deepEqual(outcome.output, { key: 'r/t', up: { n: 1 }, n: 1, token: 's3cr3t', missing: null, checks: 3, scratch: dir });
+  assert.deepEqual(outcome.output, { key: 'r/t', up: { n: 1 }, n: 1, token: 's3cr3t', missing: null, checks: 3 });
 });
 
 test('inputs.parse names the task', () => {
@@ -112,14 +107,27 @@ test('definitions are checked', () => {
   assert.throws(() => dagr.log('loud', 'x'), /log level must be one of/);
 });
 
-test('a Promise output is refused, other exceptions propagate', () => {
-  const later = dagr.defineTask({ name: 'later', version: '0.1.0', run: async () => 1 });
-  assert.match(new TestRun().run(later).error.message, /returned a Promise/);
+test('an async task is awaited; other exceptions propagate', async () => {
+  const later = dagr.defineTask({
+    name: 'later',
+    version: '0.1.0',
+    async run(ctx, params) {
+      await new Promise((resolve) => setTimeout(resolve, 1));
+      dagr.info('awaited');
+      if (params.fail) throw new dagr.Retryable('try again');
+      return { n: 1 };
+    },
+  });
+  const ok = await new TestRun().run(later, {});
+  assert.deepEqual(ok.output, { n: 1 });
+  assert.ok(ok.logged('awaited'));
+  const failed = await new TestRun().run(later, { fail: true });
+  assert.ok(failed.error instanceof dagr.Retryable);
   const crash = dagr.defineTask({ name: 'crash', version: '0.1.0', run() { throw new RangeError('boom'); } });
   assert.throws(() => new TestRun().run(crash), RangeError);
 });
 
-test('exportTask speaks the WIT: describe and task-error variants', () => {
+test('exportTask speaks the WIT: describe and task-error variants', async () => {
   const calls = [];
   const host = { log: (l, m) => calls.push([l, m]), progress() {}, cancelled: () => false, secret: () => undefined };
   const exported = dagr.exportTask(greet, host);
@@ -132,5 +140,7 @@ test('exportTask speaks the WIT: describe and task-error variants', () => {
   assert.deepEqual(calls, [['info', 'greeting Ada (attempt 1)']]);
   assert.throws(() => exported.run(ctx, '{"name":"busy"}', '{}'), (e) => e.tag === 'retryable' && e.val === 'the service is busy');
   assert.throws(() => exported.run(ctx, '{}', '{}'), (e) => e.tag === 'fatal' && e.val.includes('missing field'));
+  const slow = dagr.exportTask(dagr.defineTask({ name: 'slow', version: '0.1.0', run: async () => { throw new dagr.Fatal('no'); } }), host);
+  await assert.rejects(slow.run(ctx, '{}', '{}'), (e) => e.tag === 'fatal' && e.val === 'no');
   dagr.setHost(undefined);
 });

@@ -1,0 +1,89 @@
+"""The hostile cases of plugins/testing, in Python: a task that misbehaves
+the way its `case` param says. The test suite (tests/all/polyglot.rs) checks
+that dagr contains each one exactly as it contains the Rust components."""
+
+import os
+
+import dagr_sdk as dagr
+
+
+def escape(params):
+    """Tries to read and list outside the scratch directory."""
+    read, refused = [], []
+    for path in ["/etc/passwd", "../../../../etc/passwd", "/proc/self/environ", params.get("host_file", "/etc/hostname")]:
+        try:
+            with open(path) as f:
+                f.read(16)
+            read.append(path)
+        except OSError as e:
+            refused.append(f"{path}: {type(e).__name__}")
+    try:
+        listed = os.listdir("/")
+    except OSError as e:
+        listed = f"{type(e).__name__}"
+    with open(os.path.join(dagr.scratch_dir(), "mine.txt"), "w") as f:
+        f.write("inside")
+    return {"read": read, "refused": refused, "root": listed, "env": dict(os.environ)}
+
+
+def network(params):
+    """Tries to reach a server with no allowlist: a socket, then DNS."""
+    import socket
+
+    outcome = {}
+    try:
+        socket.create_connection((params["host"], params["port"]), timeout=2).close()
+        outcome["connected"] = True
+    except Exception as e:  # noqa: BLE001 - any refusal will do, it is reported
+        outcome["connected"] = False
+        outcome["error"] = f"{type(e).__name__}: {e}"
+    try:
+        socket.getaddrinfo("example.org", 80)
+        outcome["resolved"] = True
+    except Exception as e:  # noqa: BLE001
+        outcome["resolved"] = False
+        outcome["dns_error"] = f"{type(e).__name__}"
+    return outcome
+
+
+def recurse(n):
+    return recurse(n + 1) + 1
+
+
+class Hostile(dagr.Task):
+    name = "hostile-py"
+    version = "0.1.0"
+    description = "Misbehaves on purpose (tests only)."
+
+    def run(self, ctx, params, inputs):
+        case = params["case"]
+        if case == "iloop":
+            while True:
+                pass
+        if case == "membomb":
+            hoard = []
+            while True:
+                hoard.append(bytearray(8 << 20))
+        if case == "escape":
+            return escape(params)
+        if case == "network":
+            return network(params)
+        if case == "bigoutput":
+            return {"data": "x" * (4 << 20)}
+        if case == "biglog":
+            for i in range(200_000):
+                dagr.info(f"log line {i} " + "y" * 64)
+                print(f"stdout line {i}")
+            return {"done": True}
+        if case == "raise":
+            raise ValueError("hostile on purpose")
+        if case == "recurse":
+            return recurse(0)
+        if case == "secret":
+            value = dagr.secret("token")
+            print(f"the token is {value}")
+            return {"token": value}
+        raise dagr.Fatal(f"unknown case {case!r}")
+
+
+Task = dagr.export(Hostile)
