@@ -178,7 +178,8 @@ async fn python_files_outside_the_scratch_directory_cannot_be_read() {
     assert_eq!(output["read"], json!([]), "{output}");
     assert_eq!(output["refused"].as_array().map(Vec::len), Some(4), "{output}");
     assert_eq!(output["env"], json!({}), "no environment variables: {output}");
-    let root: Vec<&str> = output["root"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    let root: Vec<&str> =
+        output["root"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
     assert!(!root.contains(&"etc"), "the guest can list the host's root directory: {root:?}");
     assert!(!output.to_string().contains("root:"), "something of /etc/passwd leaked: {output}");
     // Its own file landed in the scratch directory it was given.
@@ -250,7 +251,8 @@ async fn secrets_are_redacted_in_python_and_javascript_too() {
         let runtime = runtime();
         let plugin = hostile(&runtime, lang);
         let mut exec = execution(json!({"case": "secret"}));
-        let secrets: std::collections::HashMap<String, String> = [("token".to_owned(), "hunter2-s3cr3t".to_owned())].into();
+        let secrets: std::collections::HashMap<String, String> =
+            [("token".to_owned(), "hunter2-s3cr3t".to_owned())].into();
         exec.secrets = Some(std::sync::Arc::new(secrets));
         let report = runtime.execute(&plugin, exec).await;
         let output = output_json(&report);

@@ -212,9 +212,20 @@ tasks:
       filter: "{py: .inputs.py.sum, rs: .inputs.rs.sum, js: .inputs.js.sum, cities: .inputs.js.rows}"
 "#;
     let outputs = run_workflow(&server, "polyglot", definition);
-    assert!(same_json(&outputs["py"], &outputs["rs"]), "Python and Rust disagree:\n{:#}\n{:#}", outputs["py"], outputs["rs"]);
-    assert!(same_json(&outputs["py"]["groups"], &json!({"Berlin": {"count": 2, "sum": 12.5}, "Paris": {"count": 1, "sum": 5}})));
-    assert!(same_json(&outputs["compare"], &json!({"py": 17.5, "rs": 17.5, "js": 17.5, "cities": 2})), "{:#}", outputs["compare"]);
+    assert!(
+        same_json(&outputs["py"], &outputs["rs"]),
+        "Python and Rust disagree:\n{:#}\n{:#}",
+        outputs["py"],
+        outputs["rs"]
+    );
+    assert!(same_json(
+        &outputs["py"]["groups"],
+        &json!({"Berlin": {"count": 2, "sum": 12.5}, "Paris": {"count": 1, "sum": 5}})
+    ));
+    assert!(
+        same_json(&outputs["compare"], &json!({"py": 17.5, "rs": 17.5, "js": 17.5, "cities": 2})),
+        "{:#}",
+        outputs["compare"]
+    );
     assert_eq!(outputs["js"]["columns"], json!(["city", "sum"]));
-
 }

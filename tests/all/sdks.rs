@@ -52,7 +52,9 @@ fn shape(files: &[(String, String)], comment: (&str, &str)) -> String {
     for (name, text) in files {
         out.push_str(&format!("=== {name}\n"));
         let stripped = strip(text, comment);
-        for line in stripped.lines().map(str::trim_end).filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#')) {
+        for line in
+            stripped.lines().map(str::trim_end).filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+        {
             out.push_str(line);
             out.push('\n');
         }

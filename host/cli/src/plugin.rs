@@ -110,9 +110,7 @@ pub fn run(server: &str, cmd: PluginCommand) -> anyhow::Result<ExitCode> {
             let file = crate::plugin_project::component_for_push(&file)?;
             Ok(server_verb(server, PluginCommand::Push { file }))
         }
-        verb @ (PluginCommand::List { .. } | PluginCommand::Delete { .. }) => {
-            Ok(server_verb(server, verb))
-        }
+        verb @ (PluginCommand::List { .. } | PluginCommand::Delete { .. }) => Ok(server_verb(server, verb)),
     }
 }
 

@@ -234,10 +234,13 @@ pub fn build(project: &Project, always: bool) -> anyhow::Result<Built> {
 
 fn build_rust(project: &Project) -> anyhow::Result<PathBuf> {
     if which("cargo").is_none() {
-        bail!("cargo is not installed: install Rust with rustup (see https://rustup.rs), then `rustup target add wasm32-wasip2`");
+        bail!(
+            "cargo is not installed: install Rust with rustup (see https://rustup.rs), then `rustup target add wasm32-wasip2`"
+        );
     }
     if which("rustup").is_some() {
-        let installed = Command::new("rustup").args(["target", "list", "--installed"]).current_dir(&project.dir).output();
+        let installed =
+            Command::new("rustup").args(["target", "list", "--installed"]).current_dir(&project.dir).output();
         if let Ok(out) = installed
             && out.status.success()
             && !String::from_utf8_lossy(&out.stdout).lines().any(|l| l.trim() == "wasm32-wasip2")
@@ -271,7 +274,10 @@ fn build_rust(project: &Project) -> anyhow::Result<PathBuf> {
     let name = package["name"].as_str().context("the package has no name")?.replace('-', "_");
     let path = Path::new(target).join("wasm32-wasip2/release").join(format!("{name}.wasm"));
     if !path.is_file() {
-        bail!("cargo built, but {} is missing: is the crate a cdylib (`[lib] crate-type = [\"cdylib\"]`)?", path.display());
+        bail!(
+            "cargo built, but {} is missing: is the crate a cdylib (`[lib] crate-type = [\"cdylib\"]`)?",
+            path.display()
+        );
     }
     Ok(path)
 }
@@ -417,11 +423,7 @@ fn which(program: &str) -> Option<PathBuf> {
 }
 
 pub fn megabytes(bytes: u64) -> String {
-    if bytes >= 1_000_000 {
-        format!("{:.1} MB", bytes as f64 / 1e6)
-    } else {
-        format!("{:.0} KB", bytes as f64 / 1e3)
-    }
+    if bytes >= 1_000_000 { format!("{:.1} MB", bytes as f64 / 1e6) } else { format!("{:.0} KB", bytes as f64 / 1e3) }
 }
 
 #[cfg(test)]

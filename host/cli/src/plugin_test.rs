@@ -139,8 +139,9 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn read_cases(dir: &Path, only: &[String]) -> anyhow::Result<Vec<(String, Case)>> {
-    let entries = std::fs::read_dir(dir)
-        .with_context(|| format!("cannot read {} (a project keeps its test cases there as NAME.json)", dir.display()))?;
+    let entries = std::fs::read_dir(dir).with_context(|| {
+        format!("cannot read {} (a project keeps its test cases there as NAME.json)", dir.display())
+    })?;
     let mut cases = Vec::new();
     for entry in entries {
         let path = entry?.path();
@@ -152,7 +153,8 @@ fn read_cases(dir: &Path, only: &[String]) -> anyhow::Result<Vec<(String, Case)>
             continue;
         }
         let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
-        let case: Case = serde_json::from_str(&text).with_context(|| format!("{} is not a valid case", path.display()))?;
+        let case: Case =
+            serde_json::from_str(&text).with_context(|| format!("{} is not a valid case", path.display()))?;
         if case.output.is_some() && case.error.is_some() {
             bail!("{}: a case expects an `output` or an `error`, not both", path.display());
         }
@@ -196,7 +198,8 @@ pub fn check(case: &Case, report: &AttemptReport) -> Vec<String> {
             }
         }
         (Ok(output), Some(expected)) => {
-            problems.push(format!("expected it to fail ({}), but it succeeded with {output}", describe_error(expected)));
+            problems
+                .push(format!("expected it to fail ({}), but it succeeded with {output}", describe_error(expected)));
         }
         (Err(failure), None) => problems.push(format!("expected it to succeed, but it failed: {failure}")),
         (Err(failure), Some(expected)) => {

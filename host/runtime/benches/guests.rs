@@ -30,7 +30,9 @@ fn main() {
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let load = load.split_whitespace().take(3).collect::<Vec<_>>().join(" ");
     println!("guests: {calls} sequential calls each, load average at start {load}\n");
-    println!("| guest | size | compile (cold) | load from the code cache | instantiate + call p50 / p99 | memory per instance |");
+    println!(
+        "| guest | size | compile (cold) | load from the code cache | instantiate + call p50 / p99 | memory per instance |"
+    );
     println!("|---|---|---|---|---|---|");
     let host = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let mut p50s = Vec::new();
@@ -84,7 +86,8 @@ fn main() {
         let p50 = samples[samples.len() / 2];
         let p99 = samples[samples.len() * 99 / 100];
         p50s.push((label.to_owned(), p50));
-        let memory = growth.get(growth.len() / 2).map_or("–".into(), |b| format!("{:.1} MiB", *b as f64 / (1 << 20) as f64));
+        let memory =
+            growth.get(growth.len() / 2).map_or("–".into(), |b| format!("{:.1} MiB", *b as f64 / (1 << 20) as f64));
         println!(
             "| {label} | {:.1} MB | {:.1} s | {:.0} ms | {} / {} | {memory} |",
             bytes.len() as f64 / 1e6,
@@ -97,7 +100,8 @@ fn main() {
     println!();
     println!("| process start, same run | p50 | p99 |");
     println!("|---|---|---|");
-    for (label, program, args) in [("python3 -c pass", "python3", &["-c", "pass"][..]), ("node -e 0", "node", &["-e", "0"][..])]
+    for (label, program, args) in
+        [("python3 -c pass", "python3", &["-c", "pass"][..]), ("node -e 0", "node", &["-e", "0"][..])]
     {
         let mut samples: Vec<Duration> = (0..30)
             .filter_map(|_| {
@@ -120,7 +124,11 @@ fn main() {
 }
 
 fn fmt(d: Duration) -> String {
-    if d >= Duration::from_millis(1) { format!("{:.2} ms", d.as_secs_f64() * 1e3) } else { format!("{} µs", d.as_micros()) }
+    if d >= Duration::from_millis(1) {
+        format!("{:.2} ms", d.as_secs_f64() * 1e3)
+    } else {
+        format!("{} µs", d.as_micros())
+    }
 }
 
 /// The resident set size of this process, from /proc/self/statm.

@@ -137,13 +137,11 @@ fn walk(bytes: &[u8], depth: u32, producers: &mut Vec<String>) {
         let Some(body) = bytes.get(at..at + size as usize) else { return };
         at += size as usize;
         match id {
-            0 => {
-                match name(body) {
-                    Some(("producers", rest)) => read_producers(rest, producers),
-                    Some(("name", rest)) => producers.extend(module_name(rest).map(str::to_owned)),
-                    _ => {}
-                }
-            }
+            0 => match name(body) {
+                Some(("producers", rest)) => read_producers(rest, producers),
+                Some(("name", rest)) => producers.extend(module_name(rest).map(str::to_owned)),
+                _ => {}
+            },
             // A core module (1) or a nested component (4) inside a component.
             1 | 4 if component => walk(body, depth + 1, producers),
             _ => {}
