@@ -40,7 +40,7 @@ fn lifecycle(lang: &str, unit_test: &[&str]) {
     let (stdout, _) = text(&expect(build, 0, "dagr plugin build"));
     assert!(stdout.contains(&format!("{name} 0.1.0")), "{stdout}");
     assert!(stdout.contains(&format!("The {name} task type.")), "{stdout}");
-    assert!(stdout.contains("\"required\":[\"name\"]"), "the params schema is printed: {stdout}");
+    assert!(stdout.contains("params: {\"additionalProperties\":false"), "the params schema is printed: {stdout}");
 
     let test = |code| {
         let mut command = dagr_in(&project, &["plugin", "test"]);

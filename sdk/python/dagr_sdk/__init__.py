@@ -42,8 +42,8 @@ What a task can do, as in the Rust SDK:
 
 Outgoing HTTP is not offered to Python plugins by this SDK yet: dagr grants
 `wasi:http` per allowlist, but componentize-py needs the wasi:http WIT in the
-world and an event loop to use it (see docs/plugins/python.md). Sockets are
-refused by dagr's sandbox.
+world and an event loop to use it (see docs/plugins/python.md); its CPython
+has no `socket` module, and dagr's sandbox refuses sockets anyway.
 """
 
 import dataclasses

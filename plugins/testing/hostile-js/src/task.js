@@ -40,7 +40,7 @@ export default dagr.defineTask({
       case 'bigoutput':
         return { data: 'x'.repeat(4 << 20) };
       case 'biglog':
-        for (let i = 0; i < 200000; i++) {
+        for (let i = 0; i < 20000; i++) {
           dagr.info(`log line ${i} ${'y'.repeat(64)}`);
           console.log(`stdout line ${i}`);
         }
