@@ -411,7 +411,7 @@ fn prune_cache(dir: &Path, keep: usize) {
         .filter(|e| e.path().extension().is_some_and(|x| x == "cwasm"))
         .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
         .collect();
-    artifacts.sort_by(|a, b| b.0.cmp(&a.0));
+    artifacts.sort_by_key(|a| std::cmp::Reverse(a.0));
     for (_, path) in artifacts.into_iter().skip(keep) {
         let _ = std::fs::remove_file(path);
     }

@@ -42,9 +42,9 @@ fn main() {
         keep_resident >> 10
     );
     println!(
-        "| guest | size | compile (cold) | load from the code cache | instantiate + call p50 / p99 | memory per instance |"
+        "| guest | size | compile (cold) | load from the code cache | instantiate + call p50 / p99 | memory per instance | page faults per attempt |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|");
     let host = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let mut p50s = Vec::new();
     for entry in guests.split(',').filter(|e| !e.is_empty()) {
