@@ -97,6 +97,10 @@ pub fn sdk_files(lang: Lang) -> Vec<File> {
     std::iter::once(WIT).chain(sdk.iter().copied()).collect()
 }
 
+/// The placeholders [`render`] fills, as `{{name}}` and so on.
+const PLACEHOLDERS: [&str; 9] =
+    ["name", "description", "language", "dagr_version", "wit_package", "setup", "unit_test", "artifact", "guide"];
+
 /// Fills a template's placeholders.
 pub fn render(text: &str, name: &str, description: &str, lang: Lang) -> String {
     let (setup, unit_test, artifact, guide) = match lang {
@@ -154,7 +158,10 @@ mod tests {
         for lang in [Lang::Rust, Lang::Python, Lang::Js] {
             for file in project_files(lang) {
                 let text = render(file.text, "greet", "Greets.", lang);
-                assert!(!text.contains("{{"), "{:?} {}", lang, file.path);
+                // JSDoc's `{{ name: string }}` is not a placeholder.
+                for placeholder in PLACEHOLDERS {
+                    assert!(!text.contains(&format!("{{{{{placeholder}}}}}")), "{:?} {}", lang, file.path);
+                }
             }
         }
     }
