@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs dagr's whole test suite on this machine, setting up what it needs:
 # the wasm32-wasip2 target, Schemathesis (pinned, in a venv under the target
-# directory), a throw-away PostgreSQL and a throw-away etcd on free loopback
-# ports. Everything it starts is stopped when it exits.
+# directory), the pinned Python and JavaScript plugin toolchains
+# (scripts/toolchains.sh, cached under the target directory), a throw-away
+# PostgreSQL and a throw-away etcd on free loopback ports. Everything it
+# starts is stopped when it exits.
 #
 #   scripts/test.sh                 # the whole suite
 #   scripts/test.sh -p dagr-core    # extra arguments go to `cargo test`
@@ -28,6 +30,10 @@ need_root_install() {
 rustup target add wasm32-wasip2 >/dev/null 2>&1 || true
 command -v protoc >/dev/null || need_root_install protobuf-compiler
 command -v etcd >/dev/null || need_root_install etcd-server
+command -v node >/dev/null || need_root_install nodejs npm
+python3 -c 'import venv' 2>/dev/null || need_root_install python3-venv
+export DAGR_TOOLCHAINS="${CARGO_TARGET_DIR:-$PWD/target}/toolchains"
+scripts/toolchains.sh
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)
 if [ -z "$PGBIN" ]; then
   need_root_install postgresql

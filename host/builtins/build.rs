@@ -64,7 +64,8 @@ fn main() {
     let mut code = String::new();
     let mut listed = Vec::new();
     for name in members.keys() {
-        let wasm = artifacts.join(format!("{name}.wasm"));
+        // cargo names a cdylib after its crate: `-` becomes `_`.
+        let wasm = artifacts.join(format!("{}.wasm", name.replace('-', "_")));
         assert!(wasm.exists(), "plugins/ built, but {} is missing", wasm.display());
         let konst = name.to_uppercase().replace('-', "_");
         let path = wasm.display().to_string();

@@ -22,11 +22,17 @@
 //!   serve`, with a tenant's token, the admin token and none.
 //! - `hostile_api`: hostile documents (alias bombs, deep nesting) and log
 //!   lines PostgreSQL cannot hold, against a real `dagr serve`.
+//! - `polyglot`: plugin projects in Rust, Python and JavaScript from `dagr
+//!   plugin new` to a workflow; the examples; all languages in one DAG.
+//! - `hostile_guests`: the hostile suite in Python and JavaScript.
+//! - `sdks`: the Python and JS SDKs' own tests and their WIT contract.
+//! - `projects`: helpers for Python and JS projects (toolchains, builds).
 //! - `registry`: tenants' plugins (upload, versions, deletion, the limits
 //!   of the compiling child) against a real `dagr serve`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod projects;
 mod server;
 mod support;
 
@@ -36,8 +42,11 @@ mod cluster;
 mod contract;
 mod e2e;
 mod hostile_api;
+mod hostile_guests;
 mod outer;
 mod plugins;
+mod polyglot;
 mod registry;
 mod runtime;
+mod sdks;
 mod tenancy;

@@ -7,8 +7,11 @@ mod cluster;
 mod node;
 mod outer_client;
 mod plugin;
+mod plugin_project;
+mod plugin_test;
 mod secrets;
 mod serve;
+mod templates;
 mod tenancy;
 
 use clap::{Parser, Subcommand};

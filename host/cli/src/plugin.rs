@@ -54,11 +54,24 @@ pub enum PluginCommand {
         #[arg(long)]
         builtin: bool,
     },
+    /// Make a plugin project: the task, a params schema, a unit test, test
+    /// cases, a README and a .gitignore; it builds and passes its tests as
+    /// made.
+    New(crate::plugin_project::NewArgs),
+    /// Build a plugin project with its language's toolchain (cargo,
+    /// componentize-py, jco) and print the component's path, size and what
+    /// it describes.
+    Build(crate::plugin_project::BuildArgs),
+    /// Run a project's test cases (cases/*.json) in the real sandbox,
+    /// building it first if a source changed.
+    Test(crate::plugin_test::TestArgs),
     /// Publish a plugin (a component built for wasm32-wasip2) for your
     /// tenant. Its name and version are what it describes; a published
     /// version is immutable.
     Push {
-        /// The component (.wasm).
+        /// The component (.wasm), or a plugin project's directory (built
+        /// first if a source changed).
+        #[arg(default_value = ".")]
         file: PathBuf,
     },
     /// Delete one of your tenant's plugin versions (refused while a
@@ -90,9 +103,14 @@ pub fn run(server: &str, cmd: PluginCommand) -> anyhow::Result<ExitCode> {
         }
         PluginCommand::List { builtin: true } => list(),
         PluginCommand::Inspect => inspect(),
-        verb @ (PluginCommand::List { .. } | PluginCommand::Push { .. } | PluginCommand::Delete { .. }) => {
-            Ok(server_verb(server, verb))
+        PluginCommand::New(args) => crate::plugin_project::new(args).map(|()| ExitCode::SUCCESS),
+        PluginCommand::Build(args) => crate::plugin_project::build_verb(args).map(|()| ExitCode::SUCCESS),
+        PluginCommand::Test(args) => crate::plugin_test::run(args),
+        PluginCommand::Push { file } => {
+            let file = crate::plugin_project::component_for_push(&file)?;
+            Ok(server_verb(server, PluginCommand::Push { file }))
         }
+        verb @ (PluginCommand::List { .. } | PluginCommand::Delete { .. }) => Ok(server_verb(server, verb)),
     }
 }
 
@@ -297,7 +315,11 @@ async fn server_verb_async(server: &str, verb: PluginCommand) -> anyhow::Result<
             let plugin: PluginDescriptor = api.json(api.delete(&["v1", "plugins", &name, &plugin_version])).await?;
             println!("deleted {}@{} sha256:{}", plugin.name, plugin.version, plugin.sha256);
         }
-        PluginCommand::Run { .. } | PluginCommand::Inspect => {}
+        PluginCommand::Run { .. }
+        | PluginCommand::Inspect
+        | PluginCommand::New(_)
+        | PluginCommand::Build(_)
+        | PluginCommand::Test(_) => {}
     }
     Ok(ExitCode::SUCCESS)
 }

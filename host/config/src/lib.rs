@@ -42,10 +42,10 @@
 //! #   makes one in data_dir/secrets.key; api and worker nodes must share one
 //!
 //! [plugins]
-//! max_upload = "20MiB"       # tenants' uploads; compiled in a child process
-//! compile_cpu = "20s"        # with these limits
-//! compile_memory = "2GiB"
-//! compile_timeout = "30s"
+//! max_upload = "64MiB"       # tenants' uploads; compiled in a child process
+//! compile_cpu = "60s"        # with these limits (a Python component, 18 MB,
+//! compile_memory = "2GiB"    #   takes 13-16 s of CPU and ~600 MB here)
+//! compile_timeout = "120s"
 //! ```
 
 use std::net::SocketAddr;
@@ -195,10 +195,13 @@ impl Default for PluginsConfig {
     fn default() -> Self {
         PluginsConfig {
             extra: Vec::new(),
-            max_upload: "20MiB".into(),
-            compile_cpu: "20s".into(),
+            // Python components (componentize-py) are ~18 MB and take 13-16 s
+            // of CPU to compile on a 2-core machine, JavaScript ones (jco)
+            // 12-15 MB and 16 s: these leave them 3-4x room.
+            max_upload: "64MiB".into(),
+            compile_cpu: "60s".into(),
             compile_memory: "2GiB".into(),
-            compile_timeout: "30s".into(),
+            compile_timeout: "120s".into(),
             concurrent_compiles: 2,
             refresh_interval: "2s".into(),
         }
@@ -612,8 +615,8 @@ mod tests {
     #[test]
     fn plugin_limits_parse_and_are_checked() {
         let s = Config::default().validate().unwrap();
-        assert_eq!((s.max_upload, s.compile_memory), (20 << 20, 2 << 30));
-        assert_eq!((s.compile_cpu, s.compile_timeout), (Duration::from_secs(20), Duration::from_secs(30)));
+        assert_eq!((s.max_upload, s.compile_memory), (64 << 20, 2 << 30));
+        assert_eq!((s.compile_cpu, s.compile_timeout), (Duration::from_secs(60), Duration::from_secs(120)));
         let mut c = Config::default();
         c.plugins.compile_cpu = "500ms".into();
         assert_eq!(c.validate().unwrap_err().field, "plugins.compile_cpu");

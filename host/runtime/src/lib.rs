@@ -37,6 +37,7 @@
 
 mod bindings;
 mod cache;
+mod guest;
 mod limits;
 mod log;
 mod network;
@@ -60,6 +61,7 @@ use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 use wasmtime_wasi_http::WasiHttpCtx;
 
 pub use crate::cache::{CodeSource, sha256_hex};
+pub use crate::guest::GuestLanguage;
 pub use crate::limits::Limits;
 pub use crate::log::{LogLevel, LogLine, LogSource};
 pub use crate::network::{HostPattern, NetworkPolicy, is_public};
@@ -145,6 +147,12 @@ pub struct RuntimeConfig {
     /// The scratch root is this runtime's alone (a node's data directory):
     /// what an earlier process left there is removed at start.
     pub scratch_exclusive: bool,
+    /// Bytes at the start of each linear memory that a pool slot keeps
+    /// resident between attempts (reset in place instead of given back to
+    /// the kernel). Larger values spare big guests (Python, JavaScript:
+    /// 9-13 MiB of initial memory) page faults on every attempt, at the
+    /// price of that much resident memory per idle slot that ran one.
+    pub memory_keep_resident: usize,
 }
 
 impl Default for RuntimeConfig {
@@ -164,6 +172,7 @@ impl Default for RuntimeConfig {
             scratch_max_depth: 64,
             max_output_depth: dagr_core::document::DEFAULT_MAX_DEPTH,
             scratch_exclusive: false,
+            memory_keep_resident: KEEP_RESIDENT,
         }
     }
 }
@@ -398,6 +407,9 @@ struct PluginInner {
     /// directory: one that does not (most task types) gets no scratch
     /// directory, which spares each attempt two opens and two closes of it.
     files: bool,
+    /// What its toolchain says it was written in: traps are reported in
+    /// that language's words.
+    language: GuestLanguage,
 }
 
 impl Plugin {
@@ -412,6 +424,11 @@ impl Plugin {
 
     pub fn size(&self) -> usize {
         self.inner.size
+    }
+
+    /// The language the component's toolchain says it was written in.
+    pub fn language(&self) -> GuestLanguage {
+        self.inner.language
     }
 
     /// Whether loading compiled the component or found it in the cache.
@@ -651,7 +668,10 @@ impl Runtime {
         let pre = PluginPre::new(pre).map_err(|e| Error::WrongWorld(explain_export_error(&e)))?;
         let info = self.describe(&pre)?;
         let files = imports_preopens(&self.inner.engine, &component);
-        Ok(Plugin { inner: Arc::new(PluginInner { info, sha256, size: bytes.len(), code_source, pre, files }) })
+        let language = GuestLanguage::detect(bytes);
+        Ok(Plugin {
+            inner: Arc::new(PluginInner { info, sha256, size: bytes.len(), code_source, pre, files, language }),
+        })
     }
 
     /// Loads a plugin from a file.
@@ -914,7 +934,7 @@ impl Runtime {
                 Err(Failure::new(FailureKind::Retryable, log.redact_text(&m)))
             }
             Ok(Err(bindings::TaskError::Fatal(m))) => Err(Failure::new(FailureKind::Fatal, log.redact_text(&m))),
-            Err(e) => Err(classify_error(&e, &limits, &log)),
+            Err(e) => Err(classify_error(&e, &limits, &log, plugin.inner.language)),
         };
         if cancelled {
             result = Err(cancelled_failure(result));
@@ -1039,7 +1059,7 @@ fn check_output(
     Ok(output)
 }
 
-fn classify_error(error: &wasmtime::Error, limits: &Limits, log: &AttemptLog) -> Failure {
+fn classify_error(error: &wasmtime::Error, limits: &Limits, log: &AttemptLog, language: GuestLanguage) -> Failure {
     for cause in error.chain() {
         if let Some(interrupted) = cause.downcast_ref::<Interrupted>() {
             return match interrupted {
@@ -1063,10 +1083,9 @@ fn classify_error(error: &wasmtime::Error, limits: &Limits, log: &AttemptLog) ->
             return match trap {
                 Trap::StackOverflow => Failure::new(FailureKind::StackOverflow, "the guest's call stack overflowed"),
                 Trap::OutOfFuel => Failure::new(FailureKind::FuelExhausted, "the attempt ran out of fuel"),
-                Trap::UnreachableCodeReached => Failure::new(
-                    FailureKind::Trap,
-                    "the guest trapped: unreachable code reached (a Rust plugin panicked; see the log for its message)",
-                ),
+                Trap::UnreachableCodeReached => {
+                    Failure::new(FailureKind::Trap, language.unreachable_message(&log.snapshot()))
+                }
                 Trap::AllocationTooLarge => Failure::new(
                     FailureKind::MemoryLimit,
                     format!("memory limit of {} bytes exceeded", limits.memory_bytes),
@@ -1163,7 +1182,7 @@ fn imports_preopens(engine: &Engine, component: &wasmtime::component::Component)
 }
 
 /// Bytes of each linear memory kept resident between the attempts that use
-/// its pool slot.
+/// its pool slot, by default ([`RuntimeConfig::memory_keep_resident`]).
 const KEEP_RESIDENT: usize = 1 << 20;
 
 fn build_engine(config: &RuntimeConfig) -> Result<Engine> {
@@ -1186,7 +1205,7 @@ fn build_engine(config: &RuntimeConfig) -> Result<Engine> {
         // (only the pages that were touched, found with PAGEMAP_SCAN where
         // the kernel has it) instead of madvise: a small task then neither
         // faults its pages in again nor makes every core flush its TLB.
-        .linear_memory_keep_resident(KEEP_RESIDENT)
+        .linear_memory_keep_resident(config.memory_keep_resident)
         .table_keep_resident(64 << 10)
         .pagemap_scan(wasmtime::Enabled::Auto);
 

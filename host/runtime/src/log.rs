@@ -165,6 +165,11 @@ impl AttemptLog {
     }
 
     /// Takes the lines, appending a summary if output was dropped.
+    /// The lines so far (for reading what a guest said before it trapped).
+    pub(crate) fn snapshot(&self) -> Vec<LogLine> {
+        self.lock().lines.clone()
+    }
+
     pub(crate) fn finish(&self) -> (Vec<LogLine>, bool) {
         let mut state = self.lock();
         let truncated = state.truncated_marker;
