@@ -101,6 +101,8 @@ export function progress(percent: number, message?: string): void;
 export function cancelled(): boolean;
 /** A secret of the run's tenant, or undefined; dagr redacts its value from the log. */
 export function secret(name: string): string | undefined;
+/** The grade of the run's workflow, 0 (the default) to 3: how urgent its work is. */
+export function grade(): number;
 
 /** Where `value` first does not fit `schema`, or null. */
 export function check(schema: JsonSchema | boolean | undefined, value: unknown, path?: string): { path: string; message: string } | null;
@@ -114,6 +116,7 @@ export interface WitHost {
   progress(percent: number, message: string): void;
   cancelled(): boolean;
   secret(name: string): string | undefined;
+  grade(): number;
 }
 
 /** The WIT `plugin-info`. */

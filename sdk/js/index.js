@@ -57,6 +57,7 @@ const consoleHost = {
   progress: () => {},
   cancelled: () => false,
   secret: () => undefined,
+  grade: () => 0,
 };
 let host = consoleHost;
 
@@ -95,6 +96,14 @@ export function cancelled() {
 export function secret(name) {
   const value = host.secret(String(name));
   return value === null ? undefined : value;
+}
+
+/**
+ * The grade of the run's workflow, 0 (the default) to 3: how urgent its work
+ * is. A task may pass it on to the systems it calls.
+ */
+export function grade() {
+  return Number(host.grade()) || 0;
 }
 
 const NAME = /^[a-z][a-z0-9-]{0,63}$/;
@@ -210,6 +219,7 @@ export function exportTask(spec, witHost) {
     progress: (percent, message) => witHost.progress(percent, message),
     cancelled: () => witHost.cancelled(),
     secret: (name) => witHost.secret(name),
+    grade: () => witHost.grade(),
   });
   return {
     describe() {

@@ -14,6 +14,7 @@ export class TestRun {
   attempt(n: number): this;
   input(task: string, output: Json): this;
   secret(name: string, value: string): this;
+  grade(grade: number): this;
   cancelled(): this;
   cancelAfterCalls(calls: number): this;
   /** An Outcome, or for an async task a Promise of one. */

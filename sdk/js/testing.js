@@ -45,6 +45,7 @@ export class TestRun {
     this.inputs = {};
     this.secrets = {};
     this.cancelAfter = undefined;
+    this.gradeValue = 0;
   }
   /** Changes fields of the context (tenant, workflow, runId, task, attempt, logicalTime, idempotencyKey). */
   context(fields) {
@@ -61,6 +62,11 @@ export class TestRun {
   }
   secret(name, value) {
     this.secrets[name] = value;
+    return this;
+  }
+  /** The grade `grade()` returns (default 0). */
+  grade(grade) {
+    this.gradeValue = grade;
     return this;
   }
   /** `cancelled()` is true from the start. */
@@ -88,6 +94,7 @@ export class TestRun {
       progress: (percent, message) => outcome.progress.push([percent, message]),
       cancelled: () => this.cancelAfter !== undefined && checks++ >= this.cancelAfter,
       secret: (name) => this.secrets[name],
+      grade: () => this.gradeValue,
     };
     const settle = (text) => {
       outcome.output = JSON.parse(text);

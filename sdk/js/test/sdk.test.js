@@ -81,6 +81,7 @@ test('inputs, context, secrets and cancellation', () => {
         n: inputs.parse('up', { type: 'object', properties: { n: { type: 'integer' } } }).n,
         token: dagr.secret('token'),
         missing: dagr.secret('nope') ?? null,
+        grade: dagr.grade(),
         checks,
       };
     },
@@ -89,9 +90,11 @@ test('inputs, context, secrets and cancellation', () => {
     .context({ idempotencyKey: 'r/t' })
     .input('up', { n: 1 })
     .secret('token', 's3cr3t')
+    .grade(2)
     .cancelAfterCalls(3)
     .run(careful);
-  assert.deepEqual(outcome.output, { key: 'r/t', up: { n: 1 }, n: 1, token: 's3cr3t', missing: null, checks: 3 });
+  assert.deepEqual(outcome.output, { key: 'r/t', up: { n: 1 }, n: 1, token: 's3cr3t', missing: null, grade: 2, checks: 3 });
+  assert.equal(new TestRun().input('up', { n: 1 }).cancelled().run(careful).output.grade, 0);
 });
 
 test('inputs.parse names the task', () => {
@@ -129,7 +132,7 @@ test('an async task is awaited; other exceptions propagate', async () => {
 
 test('exportTask speaks the WIT: describe and task-error variants', async () => {
   const calls = [];
-  const host = { log: (l, m) => calls.push([l, m]), progress() {}, cancelled: () => false, secret: () => undefined };
+  const host = { log: (l, m) => calls.push([l, m]), progress() {}, cancelled: () => false, secret: () => undefined, grade: () => 3 };
   const exported = dagr.exportTask(greet, host);
   const info = exported.describe();
   assert.equal(info.name, 'greet');

@@ -66,6 +66,7 @@ __all__ = [
     "debug",
     "error",
     "export",
+    "grade",
     "info",
     "log",
     "progress",
@@ -183,6 +184,12 @@ def cancelled() -> bool:
 def secret(name: str) -> Optional[str]:
     """A secret of the run's tenant, or None. dagr redacts its value from the log."""
     return _host.secret(name)
+
+
+def grade() -> int:
+    """The grade of the run's workflow, 0 (the default) to 3: how urgent its
+    work is. A task may pass it on to the systems it calls."""
+    return _host.grade()
 
 
 def scratch_dir() -> str:

@@ -17,8 +17,9 @@ LEVELS = ("trace", "debug", "info", "warn", "error")
 class TestHost:
     """What a native test run records and serves."""
 
-    def __init__(self, secrets=None, cancel_after=None, scratch=None):
+    def __init__(self, secrets=None, cancel_after=None, scratch=None, grade=0):
         self.secrets = dict(secrets or {})
+        self.grade = grade
         self.cancel_after = cancel_after
         self.cancel_checks = 0
         self.scratch = scratch
@@ -53,6 +54,9 @@ if IN_WASM:
     def secret(name: str):
         return _wit.secret(name)
 
+    def grade() -> int:
+        return _wit.grade()
+
     def scratch_dir() -> str:
         return "/scratch"
 
@@ -77,6 +81,9 @@ else:
 
     def secret(name: str):
         return None if current is None else current.secrets.get(name)
+
+    def grade() -> int:
+        return 0 if current is None else current.grade
 
     def scratch_dir() -> str:
         if current is not None and current.scratch is not None:

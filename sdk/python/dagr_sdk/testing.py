@@ -49,6 +49,7 @@ class TestRun:
         self._secrets = {}
         self._cancel_after = None
         self._scratch = None
+        self._grade = 0
 
     def context(self, **fields) -> "TestRun":
         """Changes fields of the context (tenant, workflow, run_id, task, …)."""
@@ -76,6 +77,11 @@ class TestRun:
         self._cancel_after = calls
         return self
 
+    def grade(self, grade: int) -> "TestRun":
+        """The grade `grade()` returns (default 0)."""
+        self._grade = grade
+        return self
+
     def scratch(self, path) -> "TestRun":
         """The directory `scratch_dir()` returns (e.g. pytest's `tmp_path`)."""
         self._scratch = path
@@ -87,7 +93,7 @@ class TestRun:
 
     def run_raw(self, task_cls, params: str) -> Outcome:
         """Runs the task with params given as JSON text, exactly as dagr passes them."""
-        host = _host.TestHost(self._secrets, self._cancel_after, self._scratch)
+        host = _host.TestHost(self._secrets, self._cancel_after, self._scratch, self._grade)
         previous, _host.current = _host.current, host
         outcome = Outcome()
         try:

@@ -131,10 +131,16 @@ def test_secrets_cancellation_and_scratch(tmp_path):
             checks = 0
             while not dagr.cancelled():
                 checks += 1
-            return {"token": dagr.secret("token"), "missing": dagr.secret("nope"), "checks": checks}
+            return {
+                "token": dagr.secret("token"),
+                "missing": dagr.secret("nope"),
+                "grade": dagr.grade(),
+                "checks": checks,
+            }
 
-    outcome = TestRun().secret("token", "s3cr3t").cancel_after(3).scratch(tmp_path).run(Careful)
-    assert outcome.output == {"token": "s3cr3t", "missing": None, "checks": 3}
+    outcome = TestRun().secret("token", "s3cr3t").grade(2).cancel_after(3).scratch(tmp_path).run(Careful)
+    assert outcome.output == {"token": "s3cr3t", "missing": None, "grade": 2, "checks": 3}
+    assert TestRun().cancel_after(0).scratch(tmp_path).run(Careful).output["grade"] == 0
     assert (tmp_path / "note.txt").read_text() == "hi"
 
 
