@@ -97,10 +97,6 @@ pub fn sdk_files(lang: Lang) -> Vec<File> {
     std::iter::once(WIT).chain(sdk.iter().copied()).collect()
 }
 
-/// The placeholders [`render`] fills, as `{{name}}` and so on.
-const PLACEHOLDERS: [&str; 9] =
-    ["name", "description", "language", "dagr_version", "wit_package", "setup", "unit_test", "artifact", "guide"];
-
 /// Fills a template's placeholders.
 pub fn render(text: &str, name: &str, description: &str, lang: Lang) -> String {
     let (setup, unit_test, artifact, guide) = match lang {
@@ -152,6 +148,10 @@ mod tests {
         };
         assert_eq!(deps(ours), deps(SDK_RUST[0].text));
     }
+
+    /// The placeholders [`render`] fills, as `{{name}}` and so on.
+    const PLACEHOLDERS: [&str; 9] =
+        ["name", "description", "language", "dagr_version", "wit_package", "setup", "unit_test", "artifact", "guide"];
 
     #[test]
     fn rendered_templates_have_no_placeholders_left() {
