@@ -617,9 +617,14 @@ tasks:
     // join got both inputs, the rerun one included.
     let join = api.task(&id, "join").await;
     assert_eq!(join["output"]["inputs"]["bad-after"]["inputs"]["bad"], json!({"succeeded_on_attempt": 2}));
-    // Nothing failed now: a second rerun is refused.
-    let (status, body) = api.act(&id, "rerun").await;
-    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    // Nothing failed now: a second rerun re-flushes the whole run (the
+    // outer DAG's data re-flush), every task once more.
+    let again = api.act_ok(&id, "rerun").await;
+    assert_eq!(again["message"], "reflush done", "{again:#}");
+    let run = api.finished(&id).await;
+    assert_eq!(state(&run), "succeeded", "{run:#}");
+    assert_eq!(attempts(&run, "root"), 2, "{run:#}");
+    assert_eq!(attempts(&run, "bad"), 3, "{run:#}");
 }
 
 #[tokio::test]

@@ -94,7 +94,7 @@ async fn hourly_daily_monthly_instances_start_when_their_upstream_is_done() {
     let (_, why) = api.get(&format!("/v1/runs/{monthly}/upstream")).await;
     assert_eq!(why["standing"], "satisfied");
     let report = api.task(days[1]["id"].as_str().unwrap(), "report").await;
-    assert_eq!(report["output"]["yesterday"], "2026-01-30", "date arithmetic in templates: {report:#}");
+    assert_eq!(report["output"]["params"]["yesterday"], "2026-01-30", "date arithmetic in templates: {report:#}");
 }
 
 #[tokio::test]
@@ -179,7 +179,7 @@ async fn sub_workflows_switches_conditions_and_the_stop_strategy() {
     let children = api.runs_of("child", "child").await;
     assert_eq!(children.len(), 1);
     let child = api.task(children[0]["id"].as_str().unwrap(), "c").await;
-    assert_eq!(child["output"]["n"], 41, "the task's params are the child's: {child:#}");
+    assert_eq!(child["output"]["params"]["n"], 41, "the task's params are the child's: {child:#}");
 
     api.apply(
         "name: halting\non_failure: stop\ntasks:\n- {name: bad, plugin: fail, params: {message: boom}}\n\
