@@ -88,8 +88,12 @@ etcd --data-dir "$WORK/etcd" --listen-client-urls "http://127.0.0.1:$ETCD_CLIENT
 ETCD_PID=$!
 export DAGR_TEST_ETCD="http://127.0.0.1:$ETCD_CLIENT"
 
-log "cargo test --workspace $*"
-cargo test --workspace "$@"
+# DAGR_DENY_WARNINGS=1 (CI sets it) makes every rustc warning in the
+# workspace an error, on the very build the tests use: no second build.
+DENY=()
+if [ "${DAGR_DENY_WARNINGS:-}" = 1 ]; then DENY=(--config 'build.rustflags=["-D","warnings"]'); fi
+log "cargo test --workspace ${DENY[*]} $*"
+cargo test --workspace "${DENY[@]}" "$@"
 
 if [ $# -eq 0 ]; then
   # The plugins' own workspace (built to wasm32-wasip2 by dagr-builtins):
