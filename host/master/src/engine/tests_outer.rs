@@ -116,7 +116,7 @@ fn a_failed_upstream_fails_or_holds_its_dependents_by_policy_and_a_rerun_release
             continue;
         }
         assert_eq!(env.store.runs[&down].state, RunState::Waiting, "held: a rerun upstream may fix it");
-        env.command(&up, Command::RerunFailed);
+        env.command(&up, Command::RerunFailed { downstream: false });
         env.step(vec![]);
         let u = env.in_flight("u");
         env.succeed(&u, "{}");
