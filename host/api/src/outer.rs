@@ -78,7 +78,7 @@ pub(crate) async fn check_graph(state: &ApiState, tenant: &str, workflow: &Workf
         {
             return Err(AppError::bad_at(
                 "invalid_definition",
-                &format!("tasks[{i}].workflow"),
+                format!("tasks[{i}].workflow"),
                 format!("there is no workflow `{child}` to run as a child (apply it first)"),
             ));
         }
@@ -122,7 +122,7 @@ pub(crate) async fn check_graph(state: &ApiState, tenant: &str, workflow: &Workf
             .map_or_else(|| "upstream".to_owned(), |i| format!("tasks[{i}].workflow"));
         return Err(AppError::bad_at(
             "invalid_definition",
-            &location,
+            location,
             format!(
                 "workflows would wait for each other in a loop: {} (a dependency on an earlier cycle, \
                  such as `offset: -1d`, does not close a loop; a workflow cannot run itself as a child)",
