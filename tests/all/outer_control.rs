@@ -75,8 +75,7 @@ async fn a_rerun_upstream_releases_its_dependents() {
     let server = own_server().await;
     let api = Api::of(&server);
     let source = Switch::start(503).await;
-    api.apply(&format!("name: source\ntasks:\n{}", source.task("fetch", "").replace("}\n", ", retries: 0}\n")))
-        .await;
+    api.apply(&format!("name: source\ntasks:\n{}", source.task("fetch", "").replace("}\n", ", retries: 0}\n"))).await;
     api.apply("name: sink\nupstream: [{workflow: source, offset: -1d}]\ntasks:\n- {name: k, plugin: echo}\n").await;
     let yesterday = api.trigger("source", json!({"logical_time": "2026-03-09T00:00:00Z"})).await;
     let today = api.trigger("sink", json!({"logical_time": "2026-03-10T00:00:00Z"})).await;
@@ -134,7 +133,8 @@ async fn an_http_sensor_waits_for_its_endpoint_and_another_times_out() {
     let server = own_server().await;
     let api = Api::of(&server);
     let endpoint = Switch::start(404).await;
-    let sensor = endpoint.task("ready", ", ready_status: 200").replace("}\n", ", sensor: {interval: 1s, timeout: 2m}}\n");
+    let sensor =
+        endpoint.task("ready", ", ready_status: 200").replace("}\n", ", sensor: {interval: 1s, timeout: 2m}}\n");
     api.apply(&format!("name: gated\ntasks:\n{sensor}- {{name: after, plugin: echo, depends_on: [ready]}}\n")).await;
     let run = api.trigger("gated", json!({})).await;
     until("two checks of the sensor", async || (endpoint.hits() >= 2).then_some(())).await;
@@ -150,7 +150,8 @@ async fn an_http_sensor_waits_for_its_endpoint_and_another_times_out() {
 
     // Never ready: the sensor fails when its timeout is up, and says so.
     endpoint.set(404);
-    let sensor = endpoint.task("ready", ", ready_status: 200").replace("}\n", ", sensor: {interval: 1s, timeout: 3s}}\n");
+    let sensor =
+        endpoint.task("ready", ", ready_status: 200").replace("}\n", ", sensor: {interval: 1s, timeout: 3s}}\n");
     api.apply(&format!("name: impatient\ntasks:\n{sensor}")).await;
     let run = api.trigger("impatient", json!({})).await;
     let done = api.finished(&run).await;

@@ -51,7 +51,9 @@ async fn backfill_downstream(
     let after_another: std::collections::BTreeSet<String> = order
         .iter()
         .filter(|name| {
-            edges.iter().any(|e| &e.workflow == *name && e.kind == "upstream" && e.upstream != workflow && seen.contains(&e.upstream))
+            edges.iter().any(|e| {
+                &e.workflow == *name && e.kind == "upstream" && e.upstream != workflow && seen.contains(&e.upstream)
+            })
         })
         .cloned()
         .collect();

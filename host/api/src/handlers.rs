@@ -396,8 +396,7 @@ pub async fn rerun_run(
         dagr_store::RunState::Succeeded => Command::Reflush { downstream: with_downstream },
         _ => Command::RerunFailed { downstream: with_downstream },
     };
-    let downstream =
-        if with_downstream { crate::outer::released_closure(&state, &id).await? } else { Vec::new() };
+    let downstream = if with_downstream { crate::outer::released_closure(&state, &id).await? } else { Vec::new() };
     let (status, axum::Json(mut result)) = act(&state, &caller, &tenant.0, &id, command).await?;
     if !downstream.is_empty() {
         result.message = format!("{}; {} downstream runs re-flushed", result.message, downstream.len());

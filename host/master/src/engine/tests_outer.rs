@@ -381,9 +381,7 @@ fn a_re_flush_written_beside_its_upstream_s_command_would_go_at_once() {
 fn a_failed_upstream_rerun_with_its_downstream_re_flushes_what_it_released() {
     let mut env = TestEnv::new();
     env.apply("name: up\nparams: {}\ntasks:\n- {name: u, plugin: echo}\n");
-    env.apply(
-        "name: down\nupstream: [{workflow: up, require: finished}]\ntasks:\n- {name: d, plugin: echo}\n",
-    );
+    env.apply("name: down\nupstream: [{workflow: up, require: finished}]\ntasks:\n- {name: d, plugin: echo}\n");
     let up = env.trigger_at("up", DAY, None);
     let down = env.trigger_at("down", DAY, None);
     env.step(vec![]);
