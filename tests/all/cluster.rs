@@ -633,12 +633,20 @@ async fn a_frozen_master_is_fenced_when_it_wakes_up() {
     for _ in 0..8 {
         runs.push(cluster.trigger("fan").await);
     }
-    tokio::time::sleep(Duration::from_millis(800)).await;
-    let before = cluster.metrics("m1").await;
-    assert!(before["owned_slots"].as_u64().unwrap_or(0) > 0, "m1 owns nothing: {before}");
+    // Work under way, m1 owning part of it.
+    started(&ledger, 1, Duration::from_secs(30)).await;
+    let before = until(Duration::from_secs(30), "m1 to own slots", || async {
+        let m = cluster.metrics("m1").await;
+        (m["owned_slots"].as_u64().unwrap_or(0) > 0).then_some(m)
+    })
+    .await;
     cluster.stop("m1");
     // Past the lease: m2 takes m1's slots over while m1 is frozen.
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    until(Duration::from_secs(60), "m2 to take every slot over", || async {
+        (cluster.metrics("m2").await["owned_slots"].as_u64() == Some(1024)).then_some(())
+    })
+    .await;
+    assert!(before["owned_slots"].as_u64().unwrap_or(0) > 0);
     cluster.cont("m1");
     let details = cluster.wait_all(&runs, Duration::from_secs(90)).await;
     let audit = audit(&cluster, &ledger, &details, true).await;
@@ -695,25 +703,30 @@ async fn nodes_self_fence_while_etcd_is_down_and_recover() {
     for _ in 0..4 {
         runs.push(cluster.trigger("fan").await);
     }
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    started(&ledger, 1, Duration::from_secs(30)).await;
     cluster.kill("etcd");
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    // Workers stopped acting: they report themselves unhealthy.
+    // Workers stop acting: they report themselves unhealthy (within the
+    // 2 s lease; a generous deadline for a loaded machine).
     let http = reqwest::Client::new();
     for w in ["w1", "w2"] {
-        let status: Value = http
-            .get(format!("{}/internal/status", cluster.addr(w)))
-            .header("x-dagr-cluster-secret", cluster.secret())
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        assert_eq!(status["healthy"], false, "{w} still acts without etcd: {status}");
+        until(Duration::from_secs(30), &format!("{w} to stop acting without etcd"), || async {
+            let status: Value = http
+                .get(format!("{}/internal/status", cluster.addr(w)))
+                .header("x-dagr-cluster-secret", cluster.secret())
+                .send()
+                .await
+                .ok()?
+                .json()
+                .await
+                .ok()?;
+            (status["healthy"] == false).then_some(())
+        })
+        .await;
     }
-    let m = cluster.metrics("m1").await;
-    assert_eq!(m["owned_slots"], 0, "m1 still owns slots without etcd: {m}");
+    until(Duration::from_secs(30), "m1 to give its slots up without etcd", || async {
+        (cluster.metrics("m1").await["owned_slots"] == 0).then_some(())
+    })
+    .await;
     cluster.restart("etcd").await;
     for _ in 0..4 {
         runs.push(cluster.trigger("fan").await);
@@ -897,6 +910,30 @@ async fn chaos_soak() {
     let audit = audit(&cluster, &ledger, &details, false).await;
     eprintln!("chaos audit: {audit:?}");
     assert!(audit.task_instances > 0);
+}
+
+/// Polls `check` until it answers `Some`, failing after `timeout`.
+async fn until<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(found) = check().await {
+            return found;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until at least `count` attempts have started (by the ledger).
+async fn started(ledger: &Ledger, count: usize, timeout: Duration) {
+    until(timeout, "attempts to start", || async {
+        (ledger.entries().iter().filter(|e| e.event == "start").count() >= count).then_some(())
+    })
+    .await;
 }
 
 async fn wait_for(ledger: &Ledger, run: &str, task: &str, attempt: i64, timeout: Duration) -> i64 {

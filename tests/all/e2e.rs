@@ -1392,7 +1392,18 @@ fn the_published_json_schema_is_current_and_agrees_with_the_parser() {
 
     let schema: Value = serde_json::from_str(&published).unwrap();
     let validator = jsonschema::validator_for(&schema).unwrap();
-    let shape_errors = ["unknown-field", "wrong-type", "empty-task-list", "grade-out-of-range"];
+    let shape_errors = [
+        "unknown-field",
+        "wrong-type",
+        "empty-task-list",
+        "grade-out-of-range",
+        "upstream-bad-cycles",
+        "upstream-bad-require",
+        "upstream-bad-missing",
+        "bad-on-failure",
+        "bad-on-upstream-failure",
+        "bad-run-timeout",
+    ];
     let cases = crate::support::workspace_root().join("tests/cases");
     let mut checked = 0;
     for entry in std::fs::read_dir(&cases).unwrap() {

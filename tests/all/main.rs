@@ -12,7 +12,9 @@
 //!   trigger rules, operator actions, backfills, catch-up, kill -9, golden
 //!   validation cases, the datasets).
 //! - `outer`: the outer DAG (workflows waiting for workflows), sub-workflows
-//!   and control nodes on `dagr serve`.
+//!   and control nodes on `dagr serve`; `outer_control`: reruns and
+//!   re-flushes in order, sensors (1,000 on two slots), run timeouts,
+//!   pause reaching a child, recursion refused.
 //! - `cluster`: real masters and workers on PostgreSQL and etcd, with real
 //!   failures (kill -9, SIGSTOP, etcd and PostgreSQL restarts) and the chaos
 //!   soak.
@@ -44,6 +46,7 @@ mod e2e;
 mod hostile_api;
 mod hostile_guests;
 mod outer;
+mod outer_control;
 mod plugins;
 mod polyglot;
 mod registry;

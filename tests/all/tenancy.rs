@@ -943,9 +943,15 @@ async fn a_tenants_plugin_cannot_read_another_tenants_scratch_files() {
     let job = json!({"plugin": probe_a, "params": {"write": {"name": "mine.txt", "content": "A's data"}, "wait_for_cancel_ms": 5000}});
     let started = client.expect(Method::POST, "/v1/jobs", &a, Body::Json(job), StatusCode::CREATED).await;
     let run_a = started["run_id"].as_str().unwrap().to_owned();
-    tokio::time::sleep(Duration::from_millis(500)).await;
     let scratch = server.data_dir().join("scratch");
-    let on_disk: Vec<_> = walk(&scratch).into_iter().filter(|p| p.ends_with("mine.txt")).collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let on_disk = loop {
+        let found: Vec<_> = walk(&scratch).into_iter().filter(|p| p.ends_with("mine.txt")).collect();
+        if !found.is_empty() || std::time::Instant::now() > deadline {
+            break found;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert_eq!(on_disk.len(), 1, "A's file is in its own scratch dir under {}: {on_disk:?}", scratch.display());
 
     let absolute = on_disk[0].display().to_string();

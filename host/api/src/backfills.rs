@@ -44,6 +44,19 @@ async fn backfill_downstream(
             }
         }
     }
+    // An existing cycle of a workflow that also waits for another one
+    // re-flushed here is re-flushed by the engine after that one (through
+    // the runs that released it), never beside it: judged first, it would
+    // find its upstream still finished and go at once.
+    let after_another: std::collections::BTreeSet<String> = order
+        .iter()
+        .filter(|name| {
+            edges.iter().any(|e| {
+                &e.workflow == *name && e.kind == "upstream" && e.upstream != workflow && seen.contains(&e.upstream)
+            })
+        })
+        .cloned()
+        .collect();
     let (mut made, mut reflushed, mut total) = (Vec::new(), Vec::new(), 0usize);
     for name in order {
         let (version, wf) = latest_workflow(state, tenant, &name).await?;
@@ -80,9 +93,13 @@ async fn backfill_downstream(
         for (i, outcome) in state.store.create_runs(runs, admit()).await?.into_iter().enumerate() {
             match outcome {
                 Created::Created { .. } => made.push(rows[i].clone()),
+                Created::Exists { .. } if after_another.contains(&name) => reflushed.push(format!(
+                    "{name}@{} (re-flushed after its upstream)",
+                    times[i].to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                )),
                 Created::Exists { id } => {
                     let slot = dagr_protocol::slot_of(&id) as i64;
-                    let command = encoded(&Command::Reflush);
+                    let command = encoded(&Command::Reflush { downstream: true });
                     state
                         .store
                         .insert_command(NewCommand {

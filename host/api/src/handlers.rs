@@ -388,31 +388,17 @@ pub async fn rerun_run(
     Query(q): Query<RerunQuery>,
 ) -> Answer<ActionResult> {
     let run = find_run(&state, &tenant.0, &id).await?;
+    let with_downstream = q.downstream_workflows.unwrap_or(false);
+    // The engine re-flushes the released runs in the transaction that takes
+    // this one out of its end state (never before: they would find it
+    // still finished and go at once).
     let command = match run.state {
-        dagr_store::RunState::Succeeded => Command::Reflush,
-        _ => Command::RerunFailed,
+        dagr_store::RunState::Succeeded => Command::Reflush { downstream: with_downstream },
+        _ => Command::RerunFailed { downstream: with_downstream },
     };
-    let downstream = if q.downstream_workflows.unwrap_or(false) {
-        crate::outer::released_closure(&state, &id).await?
-    } else {
-        Vec::new()
-    };
+    let downstream = if with_downstream { crate::outer::released_closure(&state, &id).await? } else { Vec::new() };
     let (status, axum::Json(mut result)) = act(&state, &caller, &tenant.0, &id, command).await?;
     if !downstream.is_empty() {
-        for run_id in &downstream {
-            let Some(row) = state.store.get_run(run_id).await? else { continue };
-            state
-                .store
-                .insert_command(NewCommand {
-                    tenant: tenant.0.clone(),
-                    run_id: run_id.clone(),
-                    slot: row.slot,
-                    command: encoded(&Command::Reflush),
-                    created_at: now_ms(),
-                })
-                .await?;
-        }
-        state.control.wake();
         result.message = format!("{}; {} downstream runs re-flushed", result.message, downstream.len());
         audit(&state, &caller, &tenant.0, "run.reflush_downstream", &id, json!({"runs": downstream})).await;
     }

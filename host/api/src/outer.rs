@@ -68,11 +68,36 @@ pub(crate) fn edges_of(tenant: &str, workflow: &Workflow) -> Vec<EdgeRow> {
 pub(crate) async fn check_graph(state: &ApiState, tenant: &str, workflow: &Workflow) -> ApiResult<Vec<EdgeRow>> {
     let rows = edges_of(tenant, workflow);
     let name = workflow.name();
+    // A child run of a workflow that does not exist could only fail; an
+    // upstream that does not exist yet may simply be applied later (its
+    // instances are waited for, or skipped with `missing: skip`).
+    for (i, task) in workflow.tasks.iter().enumerate() {
+        if let TaskKind::Workflow { name: child } = &task.kind
+            && child != name
+            && !state.store.get_workflow(tenant, child).await?.is_some_and(|w| !w.deleted)
+        {
+            return Err(AppError::bad_at(
+                "invalid_definition",
+                format!("tasks[{i}].workflow"),
+                format!("there is no workflow `{child}` to run as a child (apply it first)"),
+            ));
+        }
+    }
     // A loop through this workflow means: following the edges that can
     // close one (not into the past) from what it needs, it is reached.
     // Walk them level by level (one query per level), never the whole graph.
     let mut graph: Vec<Edge> =
         rows.iter().map(|e| Edge { from: e.workflow.clone(), to: e.upstream.clone(), past: e.past }).collect();
+    // Nothing else needs it (a new workflow, applied in dependency order):
+    // no loop can pass through it but one of its own edges into itself. The
+    // walk below reads what its upstream reaches, which in a big outer DAG
+    // is most of it, for every workflow applied.
+    const LOOK: i64 = 1000;
+    let into = state.store.edges_to(tenant, name, LOOK).await?;
+    let needed = into.len() as i64 == LOOK || into.iter().any(|e| e.workflow != name && !e.past);
+    if !needed && !rows.iter().any(|e| e.upstream == name && !e.past) {
+        return Ok(rows);
+    }
     let mut seen: BTreeSet<String> = BTreeSet::from([name.to_owned()]);
     let mut frontier: Vec<String> =
         rows.iter().filter(|e| !e.past).map(|e| e.upstream.clone()).filter(|u| seen.insert(u.clone())).collect();
@@ -87,8 +112,14 @@ pub(crate) async fn check_graph(state: &ApiState, tenant: &str, workflow: &Workf
         }
     }
     if let Some(cycle) = find_loop(&graph) {
-        let through_child = rows.iter().any(|r| r.kind == "child" && cycle.contains(&r.upstream));
-        let location = if through_child { "tasks" } else { "upstream" };
+        // Where the loop leaves this workflow: a child task, else its
+        // upstream list.
+        let next = cycle.iter().position(|w| w == name).and_then(|i| cycle.get(i + 1));
+        let location = workflow
+            .tasks
+            .iter()
+            .position(|t| matches!(&t.kind, TaskKind::Workflow { name: child } if next == Some(child)))
+            .map_or_else(|| "upstream".to_owned(), |i| format!("tasks[{i}].workflow"));
         return Err(AppError::bad_at(
             "invalid_definition",
             location,

@@ -169,6 +169,7 @@ pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
             strategy,
         };
         let engine = Engine::start(config, store.clone(), transport, plugins).await?;
+        engine.wake_peers_with(Arc::new(ClusterControl::new(store.clone(), coordinator.membership(), &secret)));
         let ownership = OwnershipConfig {
             check_interval: settings.rebalance_interval,
             rebalance: RebalanceConfig { overloads: settings.overloads.max(1), ..RebalanceConfig::default() },

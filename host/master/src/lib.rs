@@ -224,6 +224,8 @@ pub(crate) enum Message {
     /// The workers that exist now.
     Workers(Vec<WorkerInfo>),
     Shutdown(tokio::sync::oneshot::Sender<()>),
+    /// Whom to wake when a step wrote commands for runs of other masters.
+    Peers(Arc<dyn Control>),
 }
 
 /// A running engine. Cheap to clone.
@@ -280,6 +282,14 @@ impl EngineHandle {
     /// workers that are no longer among them are lost and go again.
     pub fn workers(&self, workers: Vec<WorkerInfo>) {
         let _ = self.tx.send(Message::Workers(workers));
+    }
+
+    /// In a cluster: the other masters, woken (to read their commands)
+    /// whenever a step wrote commands for runs they may own — an upstream
+    /// run's end waking a downstream run, a re-flush, a child run's end —
+    /// so that they act at once instead of at their next poll.
+    pub fn wake_peers_with(&self, peers: Arc<dyn Control>) {
+        let _ = self.tx.send(Message::Peers(peers));
     }
 
     /// Stops the engine loop (attempts in flight are left to the worker).

@@ -19,7 +19,12 @@ pub enum Command {
     Resume,
     MarkFailed,
     /// Rerun the failed, upstream-failed and killed tasks.
-    RerunFailed,
+    RerunFailed {
+        /// Re-flush the runs this one released too (transitively), each
+        /// once this one's new state is durable: see [`Command::Reflush`].
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        downstream: bool,
+    },
     /// Rerun one task, and everything downstream of it if asked.
     RerunTask {
         task: String,
@@ -35,7 +40,14 @@ pub enum Command {
     Wake,
     /// Run a finished run again from scratch, waiting for its upstream
     /// instances again (a re-flush after an upstream rerun).
-    Reflush,
+    Reflush {
+        /// Re-flush the runs this one released too (transitively). The
+        /// engine writes their commands in the transaction that takes this
+        /// run out of its end state, so that none of them can judge its
+        /// upstream while this run still reads as finished.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        downstream: bool,
+    },
     /// The child run of the run's task (by index) ended.
     ChildEnded {
         task: i64,
@@ -63,11 +75,11 @@ impl Command {
             Command::Pause => "pause",
             Command::Resume => "resume",
             Command::MarkFailed => "mark_failed",
-            Command::RerunFailed => "rerun_failed",
+            Command::RerunFailed { .. } => "rerun_failed",
             Command::RerunTask { .. } => "rerun_task",
             Command::ForceSuccess { .. } => "force_success",
             Command::Wake => "wake",
-            Command::Reflush => "reflush",
+            Command::Reflush { .. } => "reflush",
             Command::ChildEnded { .. } => "child_ended",
         }
     }
@@ -102,11 +114,11 @@ impl Command {
             Command::Pause => "run.pause",
             Command::Resume => "run.resume",
             Command::MarkFailed => "run.mark_failed",
-            Command::RerunFailed => "run.rerun",
+            Command::RerunFailed { .. } => "run.rerun",
             Command::RerunTask { .. } => "task.rerun",
             Command::ForceSuccess { .. } => "task.force_success",
             Command::Wake => "run.wake",
-            Command::Reflush => "run.reflush",
+            Command::Reflush { .. } => "run.reflush",
             Command::ChildEnded { .. } => "task.child_ended",
         }
     }
@@ -126,11 +138,13 @@ mod tests {
             Command::Pause,
             Command::Resume,
             Command::MarkFailed,
-            Command::RerunFailed,
+            Command::RerunFailed { downstream: false },
+            Command::RerunFailed { downstream: true },
             Command::RerunTask { task: "load".into(), downstream: true },
             Command::ForceSuccess { task: "load".into() },
             Command::Wake,
-            Command::Reflush,
+            Command::Reflush { downstream: false },
+            Command::Reflush { downstream: true },
             Command::ChildEnded { task: 3, child: "r2".into(), succeeded: true },
         ];
         for command in all {
@@ -145,6 +159,8 @@ mod tests {
             Command::decode("rerun_task", r#"{"task":"a"}"#).unwrap(),
             Command::RerunTask { task: "a".into(), downstream: false }
         );
+        assert_eq!(Command::decode("reflush", "{}").unwrap(), Command::Reflush { downstream: false });
+        assert_eq!(Command::Reflush { downstream: false }.payload(), "{}");
     }
 
     #[test]

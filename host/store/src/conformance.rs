@@ -67,6 +67,8 @@ async fn outer_dag(store: &dyn Store, p: &str) -> Result<()> {
     check(store.workflow_edges(&tenant).await? == vec![edge("hourly", Some("load"))], "edges are replaced")?;
     check(store.edges_from(&tenant, &["daily".into()]).await? == vec![edge("hourly", Some("load"))], "edges from")?;
     check(store.edges_from(&tenant, &["hourly".into()]).await?.is_empty(), "no edges from hourly")?;
+    check(store.edges_to(&tenant, "hourly", 10).await? == vec![edge("hourly", Some("load"))], "edges to hourly")?;
+    check(store.edges_to(&tenant, "daily", 10).await?.is_empty(), "nothing needs daily")?;
     let watched = store.watched().await?;
     check(watched.contains(&(tenant.clone(), "hourly".into(), Some("load".into()))), "watched upstream task")?;
 

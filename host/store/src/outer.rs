@@ -42,6 +42,9 @@ pub trait OuterStore: Send + Sync {
     async fn workflow_edges(&self, tenant: &str) -> Result<Vec<EdgeRow>>;
     /// The edges out of (what is needed by) these live workflows.
     async fn edges_from(&self, tenant: &str, workflows: &[String]) -> Result<Vec<EdgeRow>>;
+    /// The edges of live workflows into `workflow` (what needs it), at most
+    /// `limit`.
+    async fn edges_to(&self, tenant: &str, workflow: &str, limit: i64) -> Result<Vec<EdgeRow>>;
     /// Every (tenant, workflow, task) some workflow needs, over all tenants:
     /// the engine wakes waiting runs only for these.
     async fn watched(&self) -> Result<Vec<(String, String, Option<String>)>>;

@@ -83,6 +83,31 @@ impl OuterStore for SqlStore {
         Ok(out)
     }
 
+    async fn edges_to(&self, tenant: &str, workflow: &str, limit: i64) -> Result<Vec<EdgeRow>> {
+        let rows = sqlx::query(
+            "SELECT e.tenant, e.workflow, e.upstream, e.task, e.past, e.kind FROM workflow_edges e \
+             JOIN workflows w ON w.tenant = e.tenant AND w.name = e.workflow AND w.deleted = 0 \
+             WHERE e.tenant = $1 AND e.upstream = $2 ORDER BY e.workflow LIMIT $3",
+        )
+        .bind(tenant)
+        .bind(workflow)
+        .bind(limit)
+        .fetch_all(&self.read)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(EdgeRow {
+                    tenant: r.try_get("tenant")?,
+                    workflow: r.try_get("workflow")?,
+                    upstream: r.try_get("upstream")?,
+                    task: r.try_get("task")?,
+                    past: r.try_get::<i64, _>("past")? != 0,
+                    kind: r.try_get("kind")?,
+                })
+            })
+            .collect()
+    }
+
     async fn watched(&self) -> Result<Vec<(String, String, Option<String>)>> {
         let rows = sqlx::query(
             "SELECT DISTINCT e.tenant, e.upstream, e.task FROM workflow_edges e \

@@ -37,6 +37,11 @@ pub struct Params {
     /// the same for every retry of this task in this run.
     #[serde(default)]
     idempotency_header: Option<String>,
+    /// Makes the request a readiness check, for a sensor task: a response
+    /// with one of these statuses answers `"ready": true`, any other
+    /// `"ready": false` (checked again later) instead of failing.
+    #[serde(default)]
+    ready_status: Option<StatusSpec>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -60,6 +65,9 @@ fn default_max_body_bytes() -> usize {
 
 #[derive(Debug, Serialize)]
 pub struct Output {
+    /// With `ready_status`: whether the status was one of them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ready: Option<bool>,
     status: u16,
     headers: BTreeMap<String, String>,
     body: Value,
@@ -85,7 +93,11 @@ impl Task for Http {
                 ]},
                 "timeout_ms": {"type": "integer", "minimum": 1},
                 "max_body_bytes": {"type": "integer", "minimum": 0},
-                "idempotency_header": {"type": "string"}
+                "idempotency_header": {"type": "string"},
+                "ready_status": {"anyOf": [
+                    {"type": "integer", "minimum": 100, "maximum": 599},
+                    {"type": "array", "items": {"type": "integer", "minimum": 100, "maximum": 599}}
+                ]}
             }
         }))
     }
@@ -186,10 +198,18 @@ impl Task for Http {
             Some(Ok(value)) => value,
             _ => Value::String(String::from_utf8_lossy(&bytes).into_owned()),
         };
+        let matches = |spec: &StatusSpec| match spec {
+            StatusSpec::One(s) => *s == status,
+            StatusSpec::Many(list) => list.contains(&status),
+        };
+        if let Some(ready) = &params.ready_status {
+            let ready = matches(ready);
+            debug!("{} {} answered {status}: ready {ready}", params.method, params.url);
+            return Ok(Output { ready: Some(ready), status, headers, body });
+        }
         let expected = match &params.expect_status {
             None => (200..300).contains(&status),
-            Some(StatusSpec::One(s)) => *s == status,
-            Some(StatusSpec::Many(list)) => list.contains(&status),
+            Some(spec) => matches(spec),
         };
         if !expected {
             let mut snippet = body.to_string();
@@ -209,7 +229,7 @@ impl Task for Http {
                 TaskError::fatal(message)
             });
         }
-        Ok(Output { status, headers, body })
+        Ok(Output { ready: None, status, headers, body })
     }
 }
 

@@ -139,8 +139,8 @@ impl EngineState {
             Command::Pause => RunInput::Pause,
             Command::Resume => RunInput::Resume,
             Command::MarkFailed => RunInput::MarkFailed,
-            Command::RerunFailed => RunInput::RerunFailed,
-            Command::Reflush => RunInput::Reflush,
+            Command::RerunFailed { .. } => RunInput::RerunFailed,
+            Command::Reflush { .. } => RunInput::Reflush,
             Command::RerunTask { task, downstream } => match task_named(task) {
                 Ok(task) => RunInput::RerunTask { task, downstream: *downstream },
                 Err(outcome) => return outcome,
@@ -155,6 +155,12 @@ impl EngineState {
             Ok(actions) => {
                 tracing::info!(run = %id, command = command.kind(), "command applied");
                 self.absorb(effects, &id, actions, now);
+                if let Command::Reflush { downstream: true } | Command::RerunFailed { downstream: true } = command
+                    && let Some(run) = self.runs.get(&id)
+                {
+                    let tenant = run.row.tenant.clone();
+                    self.reflush_released(effects, &tenant, &id, now);
+                }
                 // Re-flushed: it waits for its upstream instances again.
                 if self.runs.get(&id).is_some_and(|r| r.machine.state() == dagr_core::RunState::Waiting) {
                     self.evaluate_waits(effects, &id, now);

@@ -143,6 +143,8 @@ pub enum Need {
     Workflows { tenant: String, names: Vec<String> },
     /// The runs of an upstream workflow in a range of cycles.
     UpstreamRuns(UpstreamQuery),
+    /// The runs a run released (to re-flush them after it).
+    ReleasedBy(String),
 }
 
 /// A workflow's latest version: its number, validated.
@@ -194,6 +196,8 @@ pub struct Data {
     pub workflows: Vec<(String, String, Option<Versioned>)>,
     /// Upstream runs found.
     pub upstream_runs: Vec<(UpstreamQuery, Vec<dagr_store::CycleRun>)>,
+    /// The runs a run released, by run.
+    pub released: Vec<(String, Vec<String>)>,
 }
 
 impl Data {
@@ -212,6 +216,7 @@ impl Data {
             && self.watched_add.is_empty()
             && self.workflows.is_empty()
             && self.upstream_runs.is_empty()
+            && self.released.is_empty()
     }
 }
 

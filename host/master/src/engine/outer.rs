@@ -240,6 +240,42 @@ impl EngineState {
         }
     }
 
+    /// A run rerun or re-flushed with its downstream: the runs it released
+    /// are re-flushed (with theirs) by commands written in this step's
+    /// transaction, the one that takes this run out of its end state. A
+    /// command written by the API beside the upstream's own could be judged
+    /// first, while the upstream still reads as finished, and release its
+    /// run at once.
+    pub(crate) fn reflush_released(&mut self, effects: &mut Effects, tenant: &str, run_id: &str, now: i64) {
+        self.reflushing.push((tenant.to_owned(), run_id.to_owned()));
+        self.continue_reflushes(effects, now);
+    }
+
+    /// Re-flush commands for the runs whose released runs were read.
+    pub(crate) fn continue_reflushes(&mut self, effects: &mut Effects, now: i64) {
+        if self.reflushing.is_empty() {
+            return;
+        }
+        let command = dagr_protocol::commands::Command::Reflush { downstream: true };
+        for (tenant, run_id) in std::mem::take(&mut self.reflushing) {
+            let Some(released) = self.released.get(&run_id) else {
+                effects.need(Need::ReleasedBy(run_id.clone()));
+                self.reflushing.push((tenant, run_id));
+                continue;
+            };
+            for downstream in released {
+                effects.batch.commands.push(dagr_store::NewCommand {
+                    tenant: tenant.clone(),
+                    run_id: downstream.clone(),
+                    slot: dagr_protocol::slot_of(downstream) as i64,
+                    command: dagr_store::EncodedCommand::new(command.kind(), command.payload()),
+                    created_at: now,
+                });
+                effects.read_commands = true;
+            }
+        }
+    }
+
     /// Replaces what a run waits for with `spans`.
     fn record_waits(
         &mut self,

@@ -51,6 +51,8 @@ pub struct Engine {
     next_ack: u64,
     workflows: HashMap<(String, String, i64), Arc<Workflow>>,
     limits_version: Option<u64>,
+    /// The other masters, in a cluster.
+    peers: Option<Arc<dyn dagr_protocol::control::Control>>,
 }
 
 impl Engine {
@@ -95,6 +97,7 @@ impl Engine {
             next_ack: 0,
             workflows: HashMap::new(),
             limits_version: None,
+            peers: None,
         };
         tokio::spawn(engine.run());
         Ok(handle)
@@ -153,6 +156,7 @@ impl Engine {
                     Message::Leadership(token) => inputs.push(Input::Leadership(token)),
                     Message::Workers(workers) => inputs.push(Input::Workers(workers)),
                     Message::Shutdown(reply) => shutdown = Some(reply),
+                    Message::Peers(peers) => self.peers = Some(peers),
                 }
             }
             let mut page_full = false;
@@ -208,8 +212,24 @@ impl Engine {
         self.state.seal(&mut effects, now);
         let committed = self.commit(&mut effects).await;
         self.state.committed(&committed);
+        self.wake_peers(&effects);
         self.act(&mut effects, &committed).await;
         effects
+    }
+
+    /// Wakes the other masters if this step's commit wrote commands they
+    /// may have to read: wake-ups (written by the store for whoever waits),
+    /// or commands for runs of slots this master does not own.
+    fn wake_peers(&self, effects: &Effects) {
+        let Some(peers) = &self.peers else { return };
+        let batch = &effects.batch;
+        let foreign = |slot: i64| u32::try_from(slot).ok().is_none_or(|s| !self.state.owns(s));
+        if (batch.wake_command.is_some() && !batch.wakes.is_empty())
+            || batch.commands.iter().any(|c| foreign(c.slot))
+            || batch.child_runs.iter().any(|r| foreign(r.run.slot))
+        {
+            peers.wake();
+        }
     }
 
     /// Tenants' limits, if they changed since the last look.
@@ -377,6 +397,10 @@ impl Engine {
                         Err(e) => tracing::warn!(workflow = %query.workflow, error = %e, "cannot read upstream runs"),
                     }
                 }
+                Need::ReleasedBy(run) => match self.store.released_by(&run).await {
+                    Ok(released) => data.released.push((run, released)),
+                    Err(e) => tracing::warn!(run = %run, error = %e, "cannot read the runs a run released"),
+                },
             }
         }
         claims.sort();

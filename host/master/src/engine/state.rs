@@ -139,6 +139,11 @@ pub struct EngineState {
     pub(crate) upstream_runs: HashMap<UpstreamQuery, Vec<dagr_store::CycleRun>>,
     /// Evaluations of waits that wait for data in this step.
     pub(crate) evaluating: Vec<Arc<str>>,
+    /// Runs rerun or re-flushed with their downstream: (tenant, run) whose
+    /// released runs get a re-flush command once they are read.
+    pub(crate) reflushing: Vec<(String, String)>,
+    /// The runs a run released, read in this step.
+    pub(crate) released: HashMap<String, Vec<String>>,
 }
 
 /// What workflows wait for.
@@ -190,6 +195,8 @@ impl EngineState {
             definitions: HashMap::new(),
             upstream_runs: HashMap::new(),
             evaluating: Vec::new(),
+            reflushing: Vec::new(),
+            released: HashMap::new(),
         }
     }
 
@@ -228,6 +235,7 @@ impl EngineState {
         }
         self.retry_deferred_commands(effects, now);
         self.continue_evaluations(effects, now);
+        self.continue_reflushes(effects, now);
         self.fire_timers(effects, now);
         self.check_in_flight(effects, now);
         self.dispatch_ready(effects, plugins, now);
@@ -263,6 +271,7 @@ impl EngineState {
         for (query, runs) in data.upstream_runs {
             self.upstream_runs.insert(query, runs);
         }
+        self.released.extend(data.released);
         if data.plugins_refreshed {
             self.plugins_refreshed = true;
         }
@@ -433,6 +442,7 @@ impl EngineState {
         }
         self.load_failures.clear();
         self.upstream_runs.clear();
+        self.released.clear();
         // Evaluations still waiting for data go again at the next step.
         if !effects.batch.wakes.is_empty() {
             let wake = dagr_protocol::commands::Command::Wake;

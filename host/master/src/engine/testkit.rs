@@ -470,6 +470,18 @@ impl TestEnv {
                         .collect();
                     data.upstream_runs.push((query, runs));
                 }
+                Need::ReleasedBy(run) => {
+                    let mut released: Vec<String> = self
+                        .store
+                        .links
+                        .iter()
+                        .filter(|(_, up, _)| *up == run)
+                        .map(|(_, _, down)| down.clone())
+                        .collect();
+                    released.sort();
+                    released.dedup();
+                    data.released.push((run, released));
+                }
             }
         }
         data

@@ -264,7 +264,7 @@ fn rerun_from_failed_and_force_success_come_through_commands() {
     assert_eq!(env.task_state(&run, "b"), TaskState::UpstreamFailed);
 
     // The finished run is loaded again for the command.
-    let rerun = env.command(&run, Command::RerunFailed);
+    let rerun = env.command(&run, Command::RerunFailed { downstream: false });
     let effects = env.step(vec![]);
     assert_eq!(env.outcome(rerun).unwrap()["ok"], true);
     assert_eq!(dispatched_names(&effects), ["a"]);

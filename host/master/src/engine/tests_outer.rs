@@ -116,7 +116,7 @@ fn a_failed_upstream_fails_or_holds_its_dependents_by_policy_and_a_rerun_release
             continue;
         }
         assert_eq!(env.store.runs[&down].state, RunState::Waiting, "held: a rerun upstream may fix it");
-        env.command(&up, Command::RerunFailed);
+        env.command(&up, Command::RerunFailed { downstream: false });
         env.step(vec![]);
         let u = env.in_flight("u");
         env.succeed(&u, "{}");
@@ -308,4 +308,149 @@ fn a_paused_schedule_makes_no_cycle_until_resumed() {
     env.store.paused.clear();
     let effects = env.step(vec![crate::engine::Input::WorkflowChanged { tenant: TENANT.into(), name: "cron".into() }]);
     assert!(!effects.batch.new_runs.is_empty(), "online again");
+}
+
+/// `up` → `mid` → `down`, each released by the one before, all finished.
+fn three_released_runs(env: &mut TestEnv) -> (String, String, String) {
+    env.apply("name: up\ntasks:\n- {name: u, plugin: echo}\n");
+    env.apply("name: mid\nupstream: [{workflow: up}]\ntasks:\n- {name: m, plugin: echo}\n");
+    env.apply("name: down\nupstream: [{workflow: mid}]\ntasks:\n- {name: d, plugin: echo}\n");
+    let up = env.trigger_at("up", DAY, None);
+    let mid = env.trigger_at("mid", DAY, None);
+    let down = env.trigger_at("down", DAY, None);
+    env.step(vec![]);
+    for task in ["u", "m", "d"] {
+        let key = env.in_flight(task);
+        env.succeed(&key, "{}");
+        env.step(vec![]);
+    }
+    for run in [&up, &mid, &down] {
+        assert_eq!(env.run_state(run), RunState::Succeeded);
+    }
+    (up, mid, down)
+}
+
+#[test]
+fn a_re_flush_with_its_downstream_releases_each_run_only_after_its_upstream_ran_again() {
+    let mut env = TestEnv::new();
+    let (up, mid, down) = three_released_runs(&mut env);
+    env.command(&up, Command::Reflush { downstream: true });
+    let effects = env.step(vec![]);
+    assert_eq!(dispatched_names(&effects), ["u"]);
+    // The released run's re-flush is written with the upstream's new state,
+    // in the same transaction, never beside the upstream's command.
+    let written: Vec<&str> = effects.batch.commands.iter().map(|c| c.run_id.as_str()).collect();
+    assert_eq!(written, [mid.as_str()], "{:?}", effects.batch.commands);
+    let effects = env.step(vec![]);
+    assert!(dispatched_names(&effects).is_empty(), "mid waits for up's new run: {:?}", dispatched_names(&effects));
+    assert_eq!(env.run_state(&mid), RunState::Waiting);
+    env.step(vec![]);
+    assert_eq!(env.run_state(&down), RunState::Waiting, "down, re-flushed through mid, waits for it");
+    let u = env.in_flight("u");
+    env.succeed(&u, "{}");
+    let effects = env.step(vec![]);
+    assert_eq!(dispatched_names(&effects), ["m"], "up ran again: mid goes, down still waits");
+    assert_eq!(env.run_state(&down), RunState::Waiting);
+    let m = env.in_flight("m");
+    env.succeed(&m, "{}");
+    let effects = env.step(vec![]);
+    assert_eq!(dispatched_names(&effects), ["d"]);
+    let d = env.in_flight("d");
+    env.succeed(&d, "{}");
+    for run in [&up, &mid, &down] {
+        assert_eq!(env.run_state(run), RunState::Succeeded);
+    }
+}
+
+#[test]
+fn a_re_flush_written_beside_its_upstream_s_command_would_go_at_once() {
+    // Why the engine, not the API, re-flushes the released runs: two
+    // commands read in one step are judged against the store as it was
+    // before the step, where the upstream still reads as succeeded.
+    let mut env = TestEnv::new();
+    let (up, mid, _) = three_released_runs(&mut env);
+    env.command(&up, Command::Reflush { downstream: false });
+    env.command(&mid, Command::Reflush { downstream: false });
+    let effects = env.step(vec![]);
+    let mut names = dispatched_names(&effects);
+    names.sort();
+    assert_eq!(names, ["m", "u"], "mid did not wait for up: the race the downstream flag closes");
+}
+
+#[test]
+fn a_failed_upstream_rerun_with_its_downstream_re_flushes_what_it_released() {
+    let mut env = TestEnv::new();
+    env.apply("name: up\nparams: {}\ntasks:\n- {name: u, plugin: echo}\n");
+    env.apply("name: down\nupstream: [{workflow: up, require: finished}]\ntasks:\n- {name: d, plugin: echo}\n");
+    let up = env.trigger_at("up", DAY, None);
+    let down = env.trigger_at("down", DAY, None);
+    env.step(vec![]);
+    let u = env.in_flight("u");
+    env.fail(&u, FailureKind::Fatal);
+    env.step(vec![]);
+    let d = env.in_flight("d");
+    env.succeed(&d, "{}");
+    assert_eq!(env.run_state(&down), RunState::Succeeded, "any end state was enough");
+    env.command(&up, Command::RerunFailed { downstream: true });
+    let effects = env.step(vec![]);
+    assert_eq!(dispatched_names(&effects), ["u"]);
+    assert_eq!(effects.batch.commands.len(), 1, "down's re-flush: {:?}", effects.batch.commands);
+    env.step(vec![]);
+    assert_eq!(env.run_state(&down), RunState::Waiting);
+    let u = env.in_flight("u");
+    env.succeed(&u, "{}");
+    assert_eq!(dispatched_names(&env.step(vec![])), ["d"]);
+}
+
+#[test]
+fn a_thousand_waiting_sensors_on_two_slots_do_not_hold_up_other_work() {
+    let mut env = TestEnv::with(|c| c.max_in_flight = 2, vec![worker("w1", 2)]);
+    env.apply("name: sensing\ntasks:\n- {name: wait, plugin: echo, sensor: {interval: 10s, timeout: 1h}}\n");
+    env.apply("name: work\ntasks:\n- {name: a, plugin: echo}\n- {name: b, plugin: echo, depends_on: [a]}\n");
+    let sensors: Vec<String> = (0..1000).map(|_| env.trigger("sensing")).collect();
+    // Every sensor's first check, two at a time: each answers not ready.
+    let mut checks = 0;
+    while sensors.iter().any(|s| env.task_state(s, "wait") != TaskState::Waiting) {
+        let keys: Vec<_> = env.state.in_flight.keys().cloned().collect();
+        assert!(keys.len() <= 2, "never more than the two slots");
+        if keys.is_empty() {
+            env.step(vec![]);
+            continue;
+        }
+        for key in keys {
+            env.succeed(&key, r#"{"ready": false}"#);
+            checks += 1;
+        }
+        assert!(checks <= 1000, "each sensor is checked once before its interval");
+    }
+    assert!(env.state.in_flight.is_empty(), "1,000 sensors wait holding no slot");
+    // Other work goes at once, task after task, while they wait.
+    let run = env.trigger("work");
+    assert_eq!(dispatched_names(&env.step(vec![])), ["a"]);
+    let a = env.in_flight("a");
+    assert_eq!(dispatched_names(&env.succeed(&a, "{}")), ["b"]);
+    let b = env.in_flight("b");
+    env.succeed(&b, "{}");
+    assert_eq!(env.run_state(&run), RunState::Succeeded);
+    // When their interval is up, the checks come back all at once; work
+    // that comes with them waits at most behind that one round of checks
+    // (each check holds a slot for one attempt, never until it is ready).
+    env.advance(10_000);
+    let run = env.trigger("work");
+    let mut steps = 0;
+    while !env.run_state(&run).is_terminal() {
+        let keys: Vec<_> = env.state.in_flight.keys().cloned().collect();
+        assert!(keys.len() <= 2);
+        if keys.is_empty() {
+            env.step(vec![]);
+        }
+        for key in keys {
+            let output = if key.run_id == run { "{}" } else { r#"{"ready": false}"# };
+            env.succeed(&key, output);
+        }
+        steps += 1;
+        assert!(steps < 1100, "the work waited behind every sensor's check");
+    }
+    assert_eq!(env.run_state(&run), RunState::Succeeded);
+    assert!(sensors.iter().any(|s| env.run_state(s) == RunState::Running), "the sensors still wait");
 }

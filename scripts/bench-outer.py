@@ -1,0 +1,362 @@
+#!/usr/bin/env python3
+"""The outer DAG at Buffalo's shape, measured on a running dagr (issue 13).
+
+Generates WORKFLOWS workflows in LAYERS layers with ~EDGES workflow-level
+edges of mixed kinds (same cycle, offset -1h/-1d, every hour of the day),
+one daily cycle each plus 24 hourly cycles for a tenth of them, and:
+
+1. applies every definition (timed, one after another, over one connection);
+2. creates every instance that has an upstream first: they wait, with their
+   roots missing; then RSS of the dagr processes and the database's size,
+   per waiting run;
+3. creates the roots' instances and lets the cascade run to its end: the
+   dagr processes' CPU time per resolved (instance-level) edge, against the
+   CPU time of as many runs without edges (a control phase run first);
+4. from the store (not the client): per released run, the time from the end
+   of its last upstream instance (runs.finished_at over run_links) to its
+   release (the run.released event) and to its first attempt's dispatch
+   (attempts.started_at), p50/p90/p99/max.
+
+Used by scripts/bench-outer.sh (one `dagr serve`, or a 3-master cluster);
+see docs/BENCHMARKS.md. Needs only the standard library (and `psql` for
+PostgreSQL).
+"""
+
+import argparse
+import http.client
+import json
+import os
+import random
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+
+DAY = "2026-01-01"
+START = DAY + "T00:00:00Z"
+END = DAY + "T23:59:59Z"
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+class Api:
+    def __init__(self, url, token):
+        u = urllib.parse.urlparse(url)
+        self.host, self.port, self.token = u.hostname, u.port, token
+        self.conn = None
+
+    def call(self, method, path, body=None):
+        data = None if body is None else json.dumps(body)
+        headers = {"Authorization": "Bearer " + self.token, "content-type": "application/json"}
+        for attempt in range(5):
+            try:
+                if self.conn is None:
+                    self.conn = http.client.HTTPConnection(self.host, self.port, timeout=120)
+                self.conn.request(method, path, data, headers)
+                r = self.conn.getresponse()
+                text = r.read()
+                if r.status >= 300:
+                    raise RuntimeError(f"{method} {path}: {r.status} {text[:300]!r}")
+                return json.loads(text) if text else None
+            except (ConnectionError, http.client.HTTPException, OSError):
+                self.conn = None
+                if attempt == 4:
+                    raise
+                time.sleep(0.2)
+
+
+class Db:
+    def __init__(self, sqlite_path=None, postgres_url=None):
+        self.sqlite_path, self.postgres_url = sqlite_path, postgres_url
+
+    def rows(self, sql):
+        if self.sqlite_path:
+            con = sqlite3.connect(f"file:{self.sqlite_path}?mode=ro", uri=True, timeout=60)
+            try:
+                return con.execute(sql).fetchall()
+            finally:
+                con.close()
+        out = subprocess.run(
+            ["psql", self.postgres_url, "-At", "-F", "\t", "-c", sql], check=True, capture_output=True, text=True
+        ).stdout
+        return [tuple(None if c == "" else c for c in line.split("\t")) for line in out.splitlines() if line]
+
+    def one(self, sql):
+        return self.rows(sql)[0][0]
+
+    def size(self):
+        if self.sqlite_path:
+            return sum(os.path.getsize(self.sqlite_path + s) for s in ("", "-wal") if os.path.exists(self.sqlite_path + s))
+        return int(self.one("SELECT pg_database_size(current_database())"))
+
+
+def proc_cpu_s(pids):
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / tick
+
+
+def proc_rss_kib(pids):
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+    return total
+
+
+def generate(n, edges, layers, seed):
+    """Workflow definitions and their kinds: a layered outer DAG."""
+    rng = random.Random(seed)
+    per_layer = n // layers
+    names = [[f"o{l:02d}-{i:05d}" for i in range(per_layer)] for l in range(layers)]
+    # A tenth are hourly: 40%, 30%, 30% of them in the three lowest layers.
+    hourly_total = n // 10
+    quota = [hourly_total * 4 // 10, hourly_total * 3 // 10]
+    quota.append(hourly_total - sum(quota))
+    hourly = set()
+    for l, q in enumerate(quota[: layers]):
+        hourly.update(names[l][: min(q, per_layer)])
+    non_roots = n - per_layer
+    per = edges / max(non_roots, 1)
+    kinds = {"same": 0, "offset": 0, "period": 0}
+    defs = []
+    for l in range(layers):
+        for name in names[l]:
+            is_hourly = name in hourly
+            wf = {
+                "name": name,
+                "schedule": {"cron": "0 * * * *" if is_hourly else "0 0 * * *", "start": START, "end": END},
+                "tasks": [{"name": "t", "plugin": "echo"}],
+            }
+            if l > 0:
+                k = max(1, int(round(rng.gauss(per, 2))))
+                ups = set()
+                while len(ups) < k:
+                    src = l - 1 if rng.random() < 0.7 else rng.randrange(l)
+                    ups.add(rng.choice(names[src]))
+                deps = []
+                for up in sorted(ups):
+                    up_hourly = up in hourly
+                    r = rng.random()
+                    if is_hourly:
+                        if up_hourly and r < 0.2:
+                            deps.append({"workflow": up, "offset": "-1h"})
+                            kinds["offset"] += 1
+                        else:
+                            deps.append({"workflow": up})
+                            kinds["same"] += 1
+                    elif up_hourly:
+                        deps.append({"workflow": up, "cycles": "day"})
+                        kinds["period"] += 1
+                    elif r < 0.15:
+                        deps.append({"workflow": up, "offset": "-1d"})
+                        kinds["offset"] += 1
+                    else:
+                        deps.append({"workflow": up})
+                        kinds["same"] += 1
+                wf["upstream"] = deps
+            defs.append((l, is_hourly, wf))
+    return defs, kinds
+
+
+def instances(defs, roots):
+    out = []
+    for l, is_hourly, wf in defs:
+        if (l == 0) != roots:
+            continue
+        times = [f"{DAY}T{h:02d}:00:00Z" for h in range(24)] if is_hourly else [START]
+        out.extend((wf["name"], t) for t in times)
+    return out
+
+
+def trigger_all(url, token, pairs, threads):
+    chunks = [pairs[i::threads] for i in range(threads)]
+    errors = []
+
+    def work(chunk):
+        api = Api(url, token)
+        try:
+            for name, at in chunk:
+                api.call("POST", f"/v1/workflows/{name}/runs", {"logical_time": at})
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    ts = [threading.Thread(target=work, args=(c,)) for c in chunks]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+def wait_for(what, check, timeout):
+    deadline = time.time() + timeout
+    while True:
+        done, status = check()
+        if done:
+            return
+        if time.time() > deadline:
+            raise RuntimeError(f"timed out waiting for {what}: {status}")
+        time.sleep(0.5)
+
+
+def pct(values, p):
+    if not values:
+        return None
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--url", required=True)
+    ap.add_argument("--token", required=True)
+    ap.add_argument("--sqlite")
+    ap.add_argument("--postgres")
+    ap.add_argument("--pids", required=True, help="comma-separated pids of the dagr processes to measure")
+    ap.add_argument("--workflows", type=int, default=10_000)
+    ap.add_argument("--edges", type=int, default=100_000)
+    ap.add_argument("--layers", type=int, default=10)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=4, help="clients creating runs at once")
+    ap.add_argument("--timeout", type=int, default=3600)
+    a = ap.parse_args()
+    db = Db(a.sqlite, a.postgres)
+    pids = [int(p) for p in a.pids.split(",")]
+    api = Api(a.url, a.token)
+    result = {}
+
+    defs, kinds = generate(a.workflows, a.edges, a.layers, a.seed)
+    result["workflows"] = len(defs)
+    result["hourly_workflows"] = sum(1 for _, h, _ in defs if h)
+    result["workflow_edges"] = sum(kinds.values())
+    result["edge_kinds"] = kinds
+    log("generated", result)
+
+    # 0. Control: as many runs as the cascade makes, without edges.
+    roots = instances(defs, True)
+    downstream = instances(defs, False)
+    total_runs = len(roots) + len(downstream)
+    control_n = min(total_runs, 5_000)
+    api.call("POST", "/v1/workflows", {"name": "control", "tasks": [{"name": "t", "plugin": "echo"}]})
+    cpu0 = proc_cpu_s(pids)
+    t0 = time.time()
+    trigger_all(a.url, a.token, [("control", None)] * control_n, a.threads)
+
+    def control_done():
+        n = int(db.one("SELECT count(*) FROM runs WHERE workflow = 'control' AND state = 'succeeded'"))
+        return n == control_n, n
+
+    wait_for("the control runs", control_done, a.timeout)
+    result["control_runs"] = control_n
+    result["control_cpu_ms_per_run"] = round((proc_cpu_s(pids) - cpu0) * 1000 / control_n, 3)
+    result["control_wall_s"] = round(time.time() - t0, 1)
+    log("control", result["control_cpu_ms_per_run"], "ms CPU per run")
+
+    # 1. Apply.
+    cpu0 = proc_cpu_s(pids)
+    t0 = time.time()
+    lat = []
+    for i, (_, _, wf) in enumerate(defs):
+        s = time.time()
+        api.call("POST", "/v1/workflows", wf)
+        lat.append(time.time() - s)
+        if i % 1000 == 999:
+            log(f"applied {i + 1} in {time.time() - t0:.1f}s")
+    result["apply_s"] = round(time.time() - t0, 1)
+    result["apply_ms_p50"] = round(pct(lat, 50) * 1000, 2)
+    result["apply_ms_p99"] = round(pct(lat, 99) * 1000, 2)
+    result["apply_ms_max"] = round(max(lat) * 1000, 2)
+    result["apply_cpu_s"] = round(proc_cpu_s(pids) - cpu0, 1)
+    log("apply", result["apply_s"], "s")
+
+    # 2. Waiting instances.
+    time.sleep(2)
+    rss0, size0 = proc_rss_kib(pids), db.size()
+    t0 = time.time()
+    trigger_all(a.url, a.token, downstream, a.threads)
+    result["create_waiting_s"] = round(time.time() - t0, 1)
+
+    def parked():
+        # Every instance made, none waiting without its waits recorded (a
+        # few may have been released already: offsets into the day before).
+        made = int(db.one("SELECT count(*) FROM runs WHERE workflow LIKE 'o%'"))
+        unparked = int(
+            db.one(
+                "SELECT count(*) FROM runs WHERE workflow LIKE 'o%' AND state = 'waiting' "
+                "AND id NOT IN (SELECT run_id FROM run_waits)"
+            )
+        )
+        pending = int(db.one("SELECT count(*) FROM commands WHERE done_at IS NULL"))
+        return made == len(downstream) and unparked == 0 and pending == 0, (made, unparked, pending)
+
+    wait_for("every downstream instance to wait", parked, a.timeout)
+    result["parked_s"] = round(time.time() - t0, 1)
+    time.sleep(2)
+    rss1, size1 = proc_rss_kib(pids), db.size()
+    n = len(downstream)
+    result["waiting_runs"] = n
+    result["rss_bytes_per_waiting_run"] = round((rss1 - rss0) * 1024 / n)
+    result["db_bytes_per_waiting_run"] = round((size1 - size0) / n)
+    result["run_waits_rows"] = int(db.one("SELECT count(*) FROM run_waits"))
+    result["waiting_at_rest"] = int(db.one("SELECT count(*) FROM runs WHERE state = 'waiting'"))
+    log("waiting", result)
+
+    # 3. The cascade.
+    cpu0 = proc_cpu_s(pids)
+    t0 = time.time()
+    trigger_all(a.url, a.token, roots, a.threads)
+
+    def all_done():
+        done = int(
+            db.one(
+                "SELECT count(*) FROM runs WHERE workflow LIKE 'o%' AND state IN ('succeeded', 'failed', 'killed')"
+            )
+        )
+        return done == total_runs, f"{done} of {total_runs} runs finished"
+
+    wait_for("the cascade", all_done, a.timeout)
+    cascade_cpu = proc_cpu_s(pids) - cpu0
+    result["cascade_wall_s"] = round(time.time() - t0, 1)
+    result["cascade_runs"] = total_runs
+    result["failed_runs"] = int(db.one("SELECT count(*) FROM runs WHERE workflow LIKE 'o%' AND state <> 'succeeded'"))
+    links = int(db.one("SELECT count(*) FROM run_links"))
+    result["resolved_instance_edges"] = links
+    result["cascade_cpu_s"] = round(cascade_cpu, 1)
+    result["cpu_us_per_edge_gross"] = round(cascade_cpu * 1e6 / links, 1)
+    net = cascade_cpu - total_runs * result["control_cpu_ms_per_run"] / 1000
+    result["cpu_us_per_edge_net"] = round(net * 1e6 / links, 1)
+    log("cascade", result["cascade_wall_s"], "s")
+
+    # 4. Resolution latency, from the store.
+    rows = db.rows(
+        "WITH up AS (SELECT l.downstream AS run_id, max(u.finished_at) AS last_up FROM run_links l "
+        "JOIN runs u ON u.id = l.upstream GROUP BY l.downstream), "
+        "rel AS (SELECT run_id, min(at) AS released FROM events WHERE kind = 'run.released' GROUP BY run_id), "
+        "first AS (SELECT run_id, min(started_at) AS dispatched FROM attempts GROUP BY run_id) "
+        "SELECT rel.released - up.last_up, first.dispatched - up.last_up FROM up "
+        "JOIN rel ON rel.run_id = up.run_id JOIN first ON first.run_id = up.run_id"
+    )
+    release = [int(r[0]) for r in rows]
+    dispatch = [int(r[1]) for r in rows]
+    result["released_runs_measured"] = len(rows)
+    for label, values in (("release", release), ("dispatch", dispatch)):
+        for p in (50, 90, 99):
+            result[f"{label}_ms_p{p}"] = pct(values, p)
+        result[f"{label}_ms_max"] = max(values) if values else None
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
