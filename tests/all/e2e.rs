@@ -204,7 +204,7 @@ pub(crate) fn state(run: &Value) -> &str {
 }
 
 /// A task of a run detail, by name.
-fn task_of<'a>(run: &'a Value, name: &str) -> &'a Value {
+pub(crate) fn task_of<'a>(run: &'a Value, name: &str) -> &'a Value {
     run["tasks"]
         .as_array()
         .and_then(|tasks| tasks.iter().find(|t| t["name"] == name))
