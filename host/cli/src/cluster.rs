@@ -157,6 +157,7 @@ pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
             max_memory: settings.max_memory,
             max_output_bytes: settings.max_output,
             max_log_bytes: settings.max_log,
+            max_params_bytes: settings.max_params,
             poll_interval: settings.poll_interval,
             fence_writes: true,
             policy,

@@ -63,6 +63,7 @@ impl Node {
             max_memory: settings.max_memory,
             max_output_bytes: settings.max_output,
             max_log_bytes: settings.max_log,
+            max_params_bytes: settings.max_params,
             // The data directory is locked to this process: with SQLite
             // nobody else can write, so the epoch check can be skipped.
             fence_writes: !settings.store_url.starts_with("sqlite://"),

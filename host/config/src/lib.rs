@@ -31,6 +31,7 @@
 //! [limits]
 //! default_timeout = "1h"
 //! default_memory = "128MiB"
+//! max_params = "4MiB"        # a task's params once their templates are rendered
 //!
 //! [auth]
 //! # admin_token = "dagr_<12 lowercase letters or digits>_<secret>"
@@ -298,6 +299,9 @@ pub struct LimitsConfig {
     pub max_output: String,
     /// The largest attempt log.
     pub max_log: String,
+    /// The most a task's params may be once their templates are rendered
+    /// (as JSON); more fails the task.
+    pub max_params: String,
 }
 
 impl Default for LimitsConfig {
@@ -308,6 +312,7 @@ impl Default for LimitsConfig {
             max_memory: "1GiB".into(),
             max_output: "1MiB".into(),
             max_log: "1MiB".into(),
+            max_params: "4MiB".into(),
         }
     }
 }
@@ -360,6 +365,7 @@ pub struct Settings {
     pub max_memory: u64,
     pub max_output: u64,
     pub max_log: u64,
+    pub max_params: u64,
     pub max_body: u64,
     pub max_depth: usize,
     pub etcd: Vec<String>,
@@ -477,6 +483,7 @@ impl Config {
             max_memory: bytes("limits.max_memory", &self.limits.max_memory)?,
             max_output: bytes("limits.max_output", &self.limits.max_output)?,
             max_log: bytes("limits.max_log", &self.limits.max_log)?,
+            max_params: bytes("limits.max_params", &self.limits.max_params)?,
             max_body: bytes("api.max_body", &self.api.max_body)?,
             max_depth: self.api.max_depth,
             etcd: self.cluster.etcd.clone(),
