@@ -27,6 +27,11 @@
 //! - `hostile_guests`: the hostile suite in Python and JavaScript.
 //! - `sdks`: the Python and JS SDKs' own tests and their WIT contract.
 //! - `projects`: helpers for Python and JS projects (toolchains, builds).
+//! - `tls`: mutual TLS between a cluster's nodes, and `dagr cert`.
+//! - `rotation`: re-sealing secrets under a new key (`dagr secret
+//!   rotate`), on SQLite and PostgreSQL, through a `kill -9`.
+//! - `fuzz_api`: hostile bodies and query strings on every route of a
+//!   real `dagr serve`: never a 5xx.
 //! - `registry`: tenants' plugins (upload, versions, deletion, the limits
 //!   of the compiling child) against a real `dagr serve`.
 
@@ -50,3 +55,6 @@ mod registry;
 mod runtime;
 mod sdks;
 mod tenancy;
+mod tls;
+mod rotation;
+mod fuzz_api;

@@ -94,7 +94,8 @@ impl Command {
             | Command::Worker(_)
             | Command::Api(_)
             | Command::Bench(_)
-            | Command::Cert(_) => None,
+            | Command::Cert(_)
+            | Command::Secret(tenancy::SecretCommand::Rotate(_)) => None,
             Command::Tenant(_) => Some(true),
             Command::Token(cmd) => Some(cmd.for_other_tenant()),
             Command::Plugin(_) | Command::Secret(_) | Command::Audit(_) | Command::Client(_) => Some(false),
@@ -128,6 +129,7 @@ fn main() -> std::process::ExitCode {
         Command::Plugin(cmd) => plugin::run(&cli.server, cmd),
         Command::Bench(args) => bench::run(args),
         Command::Cert(cmd) => cert::run(cmd),
+        Command::Secret(tenancy::SecretCommand::Rotate(args)) => secrets::rotate(args),
         Command::Tenant(cmd) => return tenancy::run(&cli.server, tenancy::Verb::Tenant(cmd)),
         Command::Token(cmd) => return tenancy::run(&cli.server, tenancy::Verb::Token(cmd)),
         Command::Secret(cmd) => return tenancy::run(&cli.server, tenancy::Verb::Secret(cmd)),
