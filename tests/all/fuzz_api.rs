@@ -36,16 +36,49 @@ fn query_params() -> BTreeMap<(String, String), Vec<String>> {
 }
 
 const VALUES: &[&str] = &[
-    "", "0", "-1", "1", "1000", "1001", "99999999999999999999", "-9223372036854775808", "1e3", "0x10", "true",
-    "false", "yes", "null", "[]", "{}", "%00", "%FF%FE", "%", "a%2Fb", "..", "../..", "é", "\u{1F600}", "succeeded",
-    "running", "scheduled", "2026-01-01", "2026-01-01T00:00:00Z", "9999-12-31T23:59:59Z", "1s", "-5s", "10h",
+    "",
+    "0",
+    "-1",
+    "1",
+    "1000",
+    "1001",
+    "99999999999999999999",
+    "-9223372036854775808",
+    "1e3",
+    "0x10",
+    "true",
+    "false",
+    "yes",
+    "null",
+    "[]",
+    "{}",
+    "%00",
+    "%FF%FE",
+    "%",
+    "a%2Fb",
+    "..",
+    "../..",
+    "é",
+    "\u{1F600}",
+    "succeeded",
+    "running",
+    "scheduled",
+    "2026-01-01",
+    "2026-01-01T00:00:00Z",
+    "9999-12-31T23:59:59Z",
+    "1s",
+    "-5s",
+    "10h",
 ];
 
 /// Valid bodies to mutate, by path template.
 fn bodies(run: &str) -> Vec<(&'static str, Value)> {
     let _ = run;
     vec![
-        ("/v1/workflows", json!({"name": "fz", "params": {"p": 1}, "tasks": [{"name": "a", "plugin": "echo", "params": {"x": "{{ params.p }}"}}]})),
+        (
+            "/v1/workflows",
+            json!({"name": "fz", "params": {"p": 1}, "tasks": [{"name": "a", "plugin": "echo", "params": {"x": "{{ params.p }}"}}]}),
+        ),
         ("/v1/workflows/{name}/runs", json!({"params": {"p": 2}, "logical_time": "2026-01-01T00:00:00Z"})),
         ("/v1/jobs", json!({"plugin": "echo", "params": {"a": [1, 2]}, "timeout": "10s"})),
         ("/v1/backfills", json!({"workflow": "w", "from": "2026-01-01", "to": "2026-01-03", "parallel": 1})),
@@ -81,7 +114,11 @@ fn fill_path(rng: &mut StdRng, template: &str, known: &BTreeMap<&str, String>) -
 fn urlencode(text: &str, raw: bool) -> String {
     let mut out = String::new();
     for b in text.bytes() {
-        let keep = if raw { !matches!(b, b'/' | b'?' | b'#' | b' ') && b.is_ascii_graphic() } else { b.is_ascii_alphanumeric() || b"-_.~".contains(&b) };
+        let keep = if raw {
+            !matches!(b, b'/' | b'?' | b'#' | b' ') && b.is_ascii_graphic()
+        } else {
+            b.is_ascii_alphanumeric() || b"-_.~".contains(&b)
+        };
         if keep {
             out.push(b as char);
         } else {
@@ -149,7 +186,8 @@ async fn hostile_requests_on_every_route_get_a_4xx_never_a_5xx() {
         .await
         .unwrap();
     assert!(apply.status().is_success(), "{}", apply.text().await.unwrap());
-    let run: Value = client.post(server.url("/v1/workflows/w/runs")).json(&json!({})).send().await.unwrap().json().await.unwrap();
+    let run: Value =
+        client.post(server.url("/v1/workflows/w/runs")).json(&json!({})).send().await.unwrap().json().await.unwrap();
     let run_id = run["id"].as_str().unwrap().to_owned();
     let known: BTreeMap<&str, String> = [
         ("name", "w".to_owned()),
@@ -173,12 +211,14 @@ async fn hostile_requests_on_every_route_get_a_4xx_never_a_5xx() {
         let url = if query.is_empty() { server.url(&path) } else { server.url(&format!("{path}?{query}")) };
         let as_admin = rng.random_bool(0.15);
         let http = if as_admin { &admin } else { &client };
-        let mut request = http.request(Method::from_bytes(method.as_bytes()).unwrap(), &url).timeout(Duration::from_secs(60));
+        let mut request =
+            http.request(Method::from_bytes(method.as_bytes()).unwrap(), &url).timeout(Duration::from_secs(60));
         if as_admin && rng.random_bool(0.7) {
             request = request.header("x-dagr-tenant", if rng.random_bool(0.8) { "default" } else { "no-such-tenant" });
         }
         let sent = matches!(method.as_str(), "POST" | "PUT" | "PATCH").then(|| body(&mut rng, template)).flatten();
-        let shown_body = sent.as_ref().map(|(b, t)| format!("{t}: {:?}", String::from_utf8_lossy(&b[..b.len().min(300)])));
+        let shown_body =
+            sent.as_ref().map(|(b, t)| format!("{t}: {:?}", String::from_utf8_lossy(&b[..b.len().min(300)])));
         if let Some((bytes, content_type)) = sent {
             request = request.header("content-type", content_type).body(bytes);
         }
@@ -189,7 +229,8 @@ async fn hostile_requests_on_every_route_get_a_4xx_never_a_5xx() {
         let text = answer.text().await.unwrap_or_default();
         assert!(!status.is_server_error(), "{what}: {status} {text}");
         if status.is_client_error() {
-            let error: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{what}: {status} is not JSON ({e}): {text}"));
+            let error: Value =
+                serde_json::from_str(&text).unwrap_or_else(|e| panic!("{what}: {status} is not JSON ({e}): {text}"));
             assert!(error["code"].is_string() && error["message"].is_string(), "{what}: {status} {text}");
         }
     }

@@ -20,7 +20,8 @@ const SECRETS: usize = 3000;
 async fn fill(store: &dyn Store, old: &SecretKey) -> BTreeMap<(String, String), String> {
     let mut values = BTreeMap::new();
     for i in 0..SECRETS {
-        let (tenant, name, value) = (format!("t{}", i % 3), format!("s{i:05}"), format!("value-{i}-{}", "x".repeat(i % 50)));
+        let (tenant, name, value) =
+            (format!("t{}", i % 3), format!("s{i:05}"), format!("value-{i}-{}", "x".repeat(i % 50)));
         store.put_secret(&tenant, &name, &old.seal(&tenant, &name, &value), i as i64).await.unwrap();
         values.insert((tenant, name), value);
     }

@@ -150,7 +150,8 @@ fn lock_data_dir(dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
 /// given the same key. `[secrets] previous_keys` open what they sealed.
 pub fn secrets_key(settings: &Settings, in_data_dir: bool) -> anyhow::Result<SecretKey> {
     if !settings.secrets_key.is_empty() {
-        let key = SecretKey::from_hex(&settings.secrets_key).map_err(|e| anyhow::anyhow!("config: secrets.key: {e}"))?;
+        let key =
+            SecretKey::from_hex(&settings.secrets_key).map_err(|e| anyhow::anyhow!("config: secrets.key: {e}"))?;
         let mut previous = Vec::new();
         for (i, hex) in settings.secrets_previous_keys.iter().enumerate() {
             previous.push(

@@ -6,6 +6,9 @@
 //! attempt. That call comes from a guest thread (the runtime's own tokio
 //! runtime), so the query runs on this process's runtime and the guest
 //! thread waits for it.
+//!
+//! [`rotate_store`] (`dagr secret rotate`) re-seals every tenant's secrets
+//! under the current key, opening them with it or a previous one.
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};

@@ -55,11 +55,8 @@ pub fn accept(output: String, secrets: &[String], limits: &OutputLimits) -> Resu
         return Err(OutputError::TooLarge { bytes: output.len(), limit: limits.max_bytes });
     }
     // Before anything parses it: values nest only so deep.
-    let depth = DocumentLimits {
-        max_depth: limits.max_depth,
-        depth_key: "[worker] max_output_depth",
-        ..Default::default()
-    };
+    let depth =
+        DocumentLimits { max_depth: limits.max_depth, depth_key: "[worker] max_output_depth", ..Default::default() };
     document::check_json(output.as_bytes(), &depth).map_err(OutputError::TooDeep)?;
     // Parsed into a value, as its readers will: skimming it (serde's
     // `IgnoredAny`) does not decode strings, and let `"\ud800"` (half a

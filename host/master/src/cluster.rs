@@ -14,8 +14,8 @@ use dagr_coord::{Coordinator, Membership, Role};
 use dagr_protocol::control::{CommandOutcome, Control};
 use dagr_protocol::sharding::SlotMap;
 use dagr_protocol::wire::{
-    AdoptRequest, AdoptResponse, AttemptKey, AttemptSpec, CancelRequest, DispatchBatch,
-    DispatchResponse, ResultAcks, ResultBatch, Verdict,
+    AdoptRequest, AdoptResponse, AttemptKey, AttemptSpec, CancelRequest, DispatchBatch, DispatchResponse, ResultAcks,
+    ResultBatch, Verdict,
 };
 use dagr_store::Store;
 use dagr_transport::Internal;
@@ -331,11 +331,7 @@ impl ClusterControl {
         ClusterControl {
             store,
             membership,
-            http: internal
-                .client()
-                .timeout(Duration::from_secs(2))
-                .build()
-                .unwrap_or_default(),
+            http: internal.client().timeout(Duration::from_secs(2)).build().unwrap_or_default(),
         }
     }
 

@@ -125,8 +125,7 @@ async fn mutual_tls_admits_the_cas_nodes_only() {
 
     // A node of another CA: trusts our server, presents its own certificate.
     let stranger = make_node(&s.other_ca, "stranger", &[LOOPBACK], &[], 1).unwrap();
-    let e = client_with(&s.ca, Some(&stranger)).get(&url).send().await.unwrap_err();
-    assert!(e.is_connect() || e.is_request(), "{e:?}");
+    client_with(&s.ca, Some(&stranger)).get(&url).send().await.unwrap_err();
     // No certificate at all.
     client_with(&s.ca, None).get(&url).send().await.unwrap_err();
     // Plain HTTP.

@@ -87,8 +87,7 @@ impl Tls {
         let provider = provider();
         let chain = certificates("cluster.tls_cert", &files.cert)?;
         let key_pem = read("cluster.tls_key", &files.key)?;
-        let invalid_key =
-            |why: String| TlsError::Invalid { key: "cluster.tls_key", path: files.key.clone(), why };
+        let invalid_key = |why: String| TlsError::Invalid { key: "cluster.tls_key", path: files.key.clone(), why };
         let key = PrivateKeyDer::from_pem_slice(&key_pem)
             .map_err(|e| invalid_key(format!("no PEM private key (PKCS#8, PKCS#1 or SEC1) in it: {e}")))?;
         let mut roots = RootCertStore::empty();
@@ -106,8 +105,10 @@ impl Tls {
             .map_err(|e| TlsError::Setup(e.to_string()))?;
         // A node whose own certificate the CA did not sign would be refused
         // by every peer: say so now, naming the files.
-        verifier.verify_client_cert(&chain[0], &chain[1..], UnixTime::now()).map_err(|e| {
-            TlsError::NotSignedByCa { cert: files.cert.clone(), ca: files.ca.clone(), why: e.to_string() }
+        verifier.verify_client_cert(&chain[0], &chain[1..], UnixTime::now()).map_err(|e| TlsError::NotSignedByCa {
+            cert: files.cert.clone(),
+            ca: files.ca.clone(),
+            why: e.to_string(),
         })?;
 
         let mut server = ServerConfig::builder_with_provider(provider.clone())

@@ -23,8 +23,8 @@ use axum::routing::{get, post};
 use dagr_coord::{Membership, Role};
 use dagr_protocol::sharding::SlotMap;
 use dagr_protocol::wire::{
-    self, Ack, AdoptRequest, AdoptResponse, AttemptKey, AttemptResult, AttemptSpec, CancelRequest,
-    DispatchBatch, DispatchResponse, ResultAcks, ResultBatch, Verdict,
+    self, Ack, AdoptRequest, AdoptResponse, AttemptKey, AttemptResult, AttemptSpec, CancelRequest, DispatchBatch,
+    DispatchResponse, ResultAcks, ResultBatch, Verdict,
 };
 use dagr_store::Store;
 use dagr_transport::Internal;
@@ -57,11 +57,7 @@ impl ClusterReporter {
             notify: Notify::new(),
             membership,
             slot_map: Mutex::new((Vec::new(), Arc::new(SlotMap::default()))),
-            http: internal
-                .client()
-                .timeout(Duration::from_secs(10))
-                .build()
-                .unwrap_or_default(),
+            http: internal.client().timeout(Duration::from_secs(10)).build().unwrap_or_default(),
         });
         tokio::spawn(reporter.clone().deliver_forever());
         reporter

@@ -134,5 +134,4 @@ pub fn mutate(rng: &mut StdRng, input: &[u8], other: &[u8], dictionary: &[&str])
     out
 }
 
-const INTERESTING: &[u8] =
-    b"\0\x01\x7f\x80\xff\n\r\t \"'\\{}[]:,-*&!|#%@?<>()0123456789.eE+";
+const INTERESTING: &[u8] = b"\0\x01\x7f\x80\xff\n\r\t \"'\\{}[]:,-*&!|#%@?<>()0123456789.eE+";

@@ -13,8 +13,34 @@ use dagr_core::outer::CycleOffset;
 use dagr_core::units::{format_duration, parse_bytes, parse_duration};
 
 pub const DICTIONARY: &[&str] = &[
-    "ms", "s", "m", "h", "d", "mo", "w", "KiB", "MiB", "GiB", "KB", "MB", "GB", "B", ".", "-", "+", "@", "*.", ":",
-    "[", "]", "::", "1e308", "18446744073709551615", "9999999999999", " ", "0",
+    "ms",
+    "s",
+    "m",
+    "h",
+    "d",
+    "mo",
+    "w",
+    "KiB",
+    "MiB",
+    "GiB",
+    "KB",
+    "MB",
+    "GB",
+    "B",
+    ".",
+    "-",
+    "+",
+    "@",
+    "*.",
+    ":",
+    "[",
+    "]",
+    "::",
+    "1e308",
+    "18446744073709551615",
+    "9999999999999",
+    " ",
+    "0",
 ];
 
 pub fn check(data: &[u8]) {
@@ -23,7 +49,8 @@ pub fn check(data: &[u8]) {
 
     if let Ok(d) = parse_duration(text) {
         let shown = format_duration(d);
-        let again = parse_duration(&shown).unwrap_or_else(|e| panic!("{text:?} → {d:?} → {shown:?} does not parse: {e}"));
+        let again =
+            parse_duration(&shown).unwrap_or_else(|e| panic!("{text:?} → {d:?} → {shown:?} does not parse: {e}"));
         // Formatting keeps milliseconds.
         assert_eq!(again.as_millis(), d.as_millis(), "{text:?} → {shown:?}");
     }

@@ -18,8 +18,27 @@ use dagr_core::output::{OutputError, OutputLimits, REDACTED, accept};
 use serde_json::Value;
 
 pub const DICTIONARY: &[&str] = &[
-    "[", "]", "{", "}", "\"", "\\\"", "\\\\", "\\u0000", "\\ud800", ":", ",", "true", "null", "1234", "1e999", "-0",
-    "\t", "\n", "[REDACTED]", "hunter2", "\"a\":",
+    "[",
+    "]",
+    "{",
+    "}",
+    "\"",
+    "\\\"",
+    "\\\\",
+    "\\u0000",
+    "\\ud800",
+    ":",
+    ",",
+    "true",
+    "null",
+    "1234",
+    "1e999",
+    "-0",
+    "\t",
+    "\n",
+    "[REDACTED]",
+    "hunter2",
+    "\"a\":",
 ];
 
 /// The most an output may be, here (the worker's is `[limits] max_output`).
@@ -60,7 +79,10 @@ pub fn check(data: &[u8]) {
     // left around two marks does not spell a secret by accident.
     let decoded = strings(&value).replace(REDACTED, "\u{1}");
     for secret in secrets.iter().filter(|s| !s.contains('\u{1}') && !REDACTED.contains(s.as_str())) {
-        assert!(!decoded.contains(secret.as_str()), "the secret {secret:?} is left in the accepted output {accepted:?}");
+        assert!(
+            !decoded.contains(secret.as_str()),
+            "the secret {secret:?} is left in the accepted output {accepted:?}"
+        );
     }
 }
 

@@ -25,10 +25,43 @@ use dagr_core::definition::ScheduleSpec;
 use dagr_core::schedule::{Schedule, backfill_times, range_bound};
 
 pub const DICTIONARY: &[&str] = &[
-    "*", "*/", "-", ",", "L", "W", "#", "?", "MON", "SUN", "JAN", "DEC", "@daily", "@hourly", "@weekly", "@monthly",
-    "@yearly", "@annually", " ", "0", "59", "23", "31", "12", "7", "29", "30", "2", "\nEurope/Berlin", "\nUTC",
-    "\nAmerica/New_York", "\nAustralia/Lord_Howe", "\n2026-03-29T00:30:00Z", "\n2026-10-25T00:00:00Z", "\n1",
-    "\n4999-12-31T00:00:00Z", "\n0001-01-01T00:00:00Z",
+    "*",
+    "*/",
+    "-",
+    ",",
+    "L",
+    "W",
+    "#",
+    "?",
+    "MON",
+    "SUN",
+    "JAN",
+    "DEC",
+    "@daily",
+    "@hourly",
+    "@weekly",
+    "@monthly",
+    "@yearly",
+    "@annually",
+    " ",
+    "0",
+    "59",
+    "23",
+    "31",
+    "12",
+    "7",
+    "29",
+    "30",
+    "2",
+    "\nEurope/Berlin",
+    "\nUTC",
+    "\nAmerica/New_York",
+    "\nAustralia/Lord_Howe",
+    "\n2026-03-29T00:30:00Z",
+    "\n2026-10-25T00:00:00Z",
+    "\n1",
+    "\n4999-12-31T00:00:00Z",
+    "\n0001-01-01T00:00:00Z",
 ];
 
 struct Case {
@@ -82,13 +115,8 @@ fn structured(u: &mut Unstructured<'_>) -> arbitrary::Result<Case> {
     let now = instant(u)?;
     let start = if u.ratio(1, 4)? { Some(instant(u)?.to_rfc3339()) } else { None };
     let end = if u.ratio(1, 4)? { Some(instant(u)?.to_rfc3339()) } else { None };
-    let spec = ScheduleSpec {
-        cron: fields.join(" "),
-        timezone: zone.name().to_owned(),
-        start,
-        end,
-        catch_up: u.arbitrary()?,
-    };
+    let spec =
+        ScheduleSpec { cron: fields.join(" "), timezone: zone.name().to_owned(), start, end, catch_up: u.arbitrary()? };
     Ok(Case { spec, now })
 }
 
@@ -145,7 +173,12 @@ pub fn check(data: &[u8]) {
         assert!(prev <= case.now);
         fits_the_zone(&cron, schedule.timezone, prev, &case.spec.cron);
         if let Some(next) = schedule.next_after(prev) {
-            assert!(next > case.now, "`{}`: {prev} then {next}, but nothing else fires by {}", case.spec.cron, case.now);
+            assert!(
+                next > case.now,
+                "`{}`: {prev} then {next}, but nothing else fires by {}",
+                case.spec.cron,
+                case.now
+            );
         }
     }
 

@@ -67,8 +67,7 @@ fn dataset_workflow(path: &Path, limit: usize) -> Option<Value> {
         id.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).take(100).collect()
     };
     let kept: Vec<&Value> = tasks.iter().take(limit).collect();
-    let names: std::collections::HashSet<String> =
-        kept.iter().filter_map(|t| t["id"].as_str()).map(clean).collect();
+    let names: std::collections::HashSet<String> = kept.iter().filter_map(|t| t["id"].as_str()).map(clean).collect();
     let tasks: Vec<Value> = kept
         .iter()
         .map(|t| {
@@ -210,9 +209,29 @@ pub fn outputs() -> Vec<Vec<u8>> {
 /// Fields: one string, given to every small parser.
 pub fn fields() -> Vec<Vec<u8>> {
     [
-        "30s", "1h30m", "250ms", "1.5d", "0", "1e12", "64MiB", "1GiB", "10MB", "512", "-1d", "-6h", "-1mo", "-1w", "0",
-        "echo", "fib@1.2.3", "http@1.0.0-rc.1+build", "api.example.org:443", "*.example.org", "[::1]:8080",
-        "10.0.0.1", "*",
+        "30s",
+        "1h30m",
+        "250ms",
+        "1.5d",
+        "0",
+        "1e12",
+        "64MiB",
+        "1GiB",
+        "10MB",
+        "512",
+        "-1d",
+        "-6h",
+        "-1mo",
+        "-1w",
+        "0",
+        "echo",
+        "fib@1.2.3",
+        "http@1.0.0-rc.1+build",
+        "api.example.org:443",
+        "*.example.org",
+        "[::1]:8080",
+        "10.0.0.1",
+        "*",
     ]
     .iter()
     .map(|t| t.as_bytes().to_vec())
