@@ -9,6 +9,8 @@
 #   scripts/test.sh                 # the whole suite
 #   scripts/test.sh -p dagr-core    # extra arguments go to `cargo test`
 #
+# With no arguments it also fuzzes the parsers briefly (scripts/fuzz.sh --ci).
+#
 # Set DAGR_KEEP_TEST_DIRS=1 to keep the services' directories.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -96,6 +98,11 @@ log "cargo test --workspace ${DENY[*]} $*"
 cargo test --workspace "${DENY[@]}" "$@"
 
 if [ $# -eq 0 ]; then
+  # Coverage-guided fuzzing of the parsers, briefly (DAGR_FUZZ_SECONDS per
+  # target, default 20); long runs: scripts/fuzz.sh TARGET SECONDS.
+  log "libFuzzer over tests/props' targets (scripts/fuzz.sh --ci)"
+  scripts/fuzz.sh --ci
+
   # The plugins' own workspace (built to wasm32-wasip2 by dagr-builtins):
   # its native unit tests and its lints, on the host target.
   HOST=$(rustc -vV | sed -n 's/^host: //p')

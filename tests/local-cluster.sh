@@ -3,7 +3,7 @@
 # N masters, M workers and an API, all on loopback ports, in a fresh
 # directory.
 #
-#   tests/local-cluster.sh up [--masters N] [--workers M] [--ttl 10s]   # prints the API URL
+#   tests/local-cluster.sh up [--masters N] [--workers M] [--ttl 10s] [--tls]   # prints the API URL
 #   tests/local-cluster.sh status                  # nodes with pids and roles
 #   tests/local-cluster.sh kill|stop|cont NODE     # SIGKILL / SIGSTOP / SIGCONT (NODE: m1, w2, api, etcd, postgres)
 #   tests/local-cluster.sh restart NODE            # start a node again (after kill, or now)
@@ -13,6 +13,12 @@
 # The directory is $DAGR_CLUSTER_DIR (default ./.local-cluster); logs are in
 # it, as are the API's tokens (api/token: tenant default; api/admin.token).
 # The binary is $DAGR_BIN (default target/debug/dagr, built if missing).
+#
+# --tls (or DAGR_CLUSTER_TLS=1): internal traffic (API -> masters, masters
+# <-> workers) over mutual TLS: `dagr cert` makes a private CA in certs/ and
+# a certificate for each node as it starts (certs/NAME.pem, NAME.key).
+# Without it, plain HTTP with the cluster secret: the test suite's default,
+# whose other tests reach nodes' internal ports directly.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=${DAGR_CLUSTER_DIR:-$ROOT/.local-cluster}
@@ -38,23 +44,30 @@ wait_for_line() { # file pattern seconds
 }
 
 start_node() { # name role
-  local name=$1 role=$2 listen=127.0.0.1:0
+  local name=$1 role=$2 listen=127.0.0.1:0 tls=()
   [ "$role" = api ] && listen="127.0.0.1:$(cat "$DIR/api.port")"
+  if [ -f "$DIR/certs/ca.pem" ]; then
+    [ -f "$DIR/certs/$name.pem" ] || "$BIN" cert node "$name" --ip 127.0.0.1 --dns localhost \
+      --ca "$DIR/certs" --out "$DIR/certs" >/dev/null
+    tls=(DAGR_CLUSTER__TLS_CERT="$DIR/certs/$name.pem" DAGR_CLUSTER__TLS_KEY="$DIR/certs/$name.key"
+      DAGR_CLUSTER__TLS_CA="$DIR/certs/ca.pem")
+  fi
   : >"$DIR/$name.log"
-  DAGR_CONFIG="$DIR/dagr.toml" "$BIN" "$role" --node-id "$name" --listen "$listen" --data-dir "$DIR/$name" \
-    >>"$DIR/$name.log" 2>&1 &
+  env "${tls[@]}" DAGR_CONFIG="$DIR/dagr.toml" "$BIN" "$role" --node-id "$name" --listen "$listen" \
+    --data-dir "$DIR/$name" >>"$DIR/$name.log" 2>&1 &
   echo $! >"$DIR/$name.pid"
   echo "$role" >"$DIR/$name.role"
   wait_for_line "$DIR/$name.log" "listening on" 120 || die "$name did not start; see $DIR/$name.log"
 }
 
 up() {
-  local masters=1 workers=1 ttl=10s
+  local masters=1 workers=1 ttl=10s tls=${DAGR_CLUSTER_TLS:-0}
   while [ $# -gt 0 ]; do
     case $1 in
       --masters) masters=$2; shift 2 ;;
       --workers) workers=$2; shift 2 ;;
       --ttl) ttl=$2; shift 2 ;;
+      --tls) tls=1; shift ;;
       *) die "unknown option $1" ;;
     esac
   done
@@ -94,6 +107,7 @@ key = "$(python3 -c 'import secrets; print(secrets.token_hex(32))')"
 default_tenant = true
 EOF
   if [ -n "${DAGR_CLUSTER_EXTRA:-}" ]; then printf '%s\n' "$DAGR_CLUSTER_EXTRA" >>"$DIR/dagr.toml"; fi
+  if [ "$tls" = 1 ]; then "$BIN" cert ca --name "local cluster CA" --out "$DIR/certs" >/dev/null; fi
   for i in $(seq 1 "$masters"); do start_node "m$i" master; done
   for i in $(seq 1 "$workers"); do start_node "w$i" worker; done
   start_node api api
@@ -132,6 +146,7 @@ status() {
     printf '%-10s %-9s %-8s %s\n' "$name" "$(cat "$f")" "$(cat "$DIR/$name.pid" 2>/dev/null || echo -)" "$state"
   done
   echo "api: http://127.0.0.1:$(cat "$DIR/api.port")"
+  if [ -f "$DIR/certs/ca.pem" ]; then echo "internal traffic: mutual TLS (CA $DIR/certs/ca.pem)"; fi
 }
 
 signal() { # SIG node
@@ -193,5 +208,5 @@ case $cmd in
   restart) restart "$1" ;;
   add) add "$1" ;;
   down) down "${1:-}" ;;
-  *) sed -n '2,15p' "$0"; exit 2 ;;
+  *) sed -n '2,21p' "$0"; exit 2 ;;
 esac

@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use crate::support;
 
 /// Cluster tests are heavy (several processes each): one at a time.
-async fn exclusive() -> tokio::sync::MutexGuard<'static, ()> {
+pub(crate) async fn exclusive() -> tokio::sync::MutexGuard<'static, ()> {
     static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     LOCK.lock().await
 }
@@ -37,10 +37,16 @@ pub struct Cluster {
 
 impl Cluster {
     pub async fn up(masters: usize, workers: usize, ttl: &str) -> Cluster {
+        Cluster::up_with(masters, workers, ttl, &[]).await
+    }
+
+    /// A cluster started with more `up` flags (e.g. `--tls`).
+    pub async fn up_with(masters: usize, workers: usize, ttl: &str, flags: &[&str]) -> Cluster {
         let dir = tempfile::Builder::new().prefix("dagr-cluster-").tempdir().unwrap().keep();
-        let args = ["up", "--masters", &masters.to_string(), "--workers", &workers.to_string(), "--ttl", ttl]
+        let mut args = ["up", "--masters", &masters.to_string(), "--workers", &workers.to_string(), "--ttl", ttl]
             .map(String::from)
             .to_vec();
+        args.extend(flags.iter().map(|f| f.to_string()));
         let dir2 = dir.clone();
         let out = tokio::task::spawn_blocking(move || script(&dir2, &args)).await.unwrap();
         let api = out.lines().last().unwrap_or_default().trim().to_owned();
@@ -87,7 +93,7 @@ impl Cluster {
     /// The internal address of a node, from its log.
     pub fn addr(&self, node: &str) -> String {
         let log = std::fs::read_to_string(self.dir.join(format!("{node}.log"))).unwrap_or_default();
-        let line = log.lines().rev().find(|l| l.contains("listening on http://")).unwrap_or_default();
+        let line = log.lines().rev().find(|l| l.contains("listening on http")).unwrap_or_default();
         line.split("listening on ").nth(1).and_then(|r| r.split_whitespace().next()).unwrap_or_default().to_owned()
     }
 

@@ -156,14 +156,14 @@ async fn limits_are_configurable() {
 
 /// A fresh database on the suite's PostgreSQL, or `None` (outside CI) when
 /// there is none.
-async fn fresh_postgres_database() -> Option<String> {
+pub(crate) async fn fresh_postgres_database(prefix: &str) -> Option<String> {
     use sqlx::Connection as _;
     let Ok(url) = std::env::var("DAGR_TEST_POSTGRES_URL") else {
         assert!(std::env::var("CI").is_err(), "CI must set DAGR_TEST_POSTGRES_URL");
         eprintln!("DAGR_TEST_POSTGRES_URL is not set; skipping");
         return None;
     };
-    let name = format!("dagr_nul_{}", std::process::id());
+    let name = format!("{prefix}_{}", std::process::id());
     let mut conn = sqlx::postgres::PgConnection::connect(&url).await.unwrap();
     sqlx::query(&format!("DROP DATABASE IF EXISTS {name}")).execute(&mut conn).await.unwrap();
     sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut conn).await.unwrap();
@@ -179,7 +179,7 @@ async fn logs_of(client: &reqwest::Client, server: &DagrServer, run: &str) -> Ve
 
 #[tokio::test]
 async fn a_nul_in_a_log_line_does_not_stop_logging_on_postgres() {
-    let Some(url) = fresh_postgres_database().await else {
+    let Some(url) = fresh_postgres_database("dagr_nul").await else {
         return;
     };
     let url: &'static str = Box::leak(url.into_boxed_str());

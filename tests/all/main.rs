@@ -29,6 +29,11 @@
 //! - `hostile_guests`: the hostile suite in Python and JavaScript.
 //! - `sdks`: the Python and JS SDKs' own tests and their WIT contract.
 //! - `projects`: helpers for Python and JS projects (toolchains, builds).
+//! - `tls`: mutual TLS between a cluster's nodes, and `dagr cert`.
+//! - `rotation`: re-sealing secrets under a new key (`dagr secret
+//!   rotate`), on SQLite and PostgreSQL, through a `kill -9`.
+//! - `fuzz_api`: hostile bodies and query strings on every route of a
+//!   real `dagr serve`: never a 5xx.
 //! - `registry`: tenants' plugins (upload, versions, deletion, the limits
 //!   of the compiling child) against a real `dagr serve`.
 
@@ -43,6 +48,7 @@ mod cli_client;
 mod cluster;
 mod contract;
 mod e2e;
+mod fuzz_api;
 mod hostile_api;
 mod hostile_guests;
 mod outer;
@@ -50,6 +56,8 @@ mod outer_control;
 mod plugins;
 mod polyglot;
 mod registry;
+mod rotation;
 mod runtime;
 mod sdks;
 mod tenancy;
+mod tls;

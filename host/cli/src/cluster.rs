@@ -17,6 +17,7 @@ use dagr_master::cluster::{ClusterControl, HttpTransport, MasterService, Ownersh
 use dagr_master::rebalance::RebalanceConfig;
 use dagr_master::{Engine, EngineConfig};
 use dagr_protocol::wire::ClusterSecret;
+use dagr_transport::{Internal, Listener, Tls, TlsFiles};
 use dagr_worker::service::{ClusterReporter, WorkerService, fence_on_lease_loss};
 use dagr_worker::{LogWriter, Worker};
 
@@ -74,6 +75,21 @@ fn settings(args: &RoleArgs, role: Role) -> anyhow::Result<Settings> {
     Ok(settings)
 }
 
+/// What internal traffic needs: the cluster's shared secret (cluster roles
+/// do not start without one) and, with `[cluster] tls_*`, the node's TLS
+/// setup (checked now: a bad file is named before anything starts).
+fn internal(settings: &Settings) -> anyhow::Result<Internal> {
+    let secret = cluster_secret(settings)?;
+    let tls = match &settings.cluster_tls {
+        None => None,
+        Some(paths) => {
+            let files = TlsFiles { cert: paths.cert.clone(), key: paths.key.clone(), ca: paths.ca.clone() };
+            Some(Arc::new(Tls::load(&files).map_err(|e| anyhow::anyhow!("config: {e}"))?))
+        }
+    };
+    Ok(Internal::new(secret, tls))
+}
+
 /// The cluster's shared secret; cluster roles do not start without one.
 fn cluster_secret(settings: &Settings) -> anyhow::Result<ClusterSecret> {
     ClusterSecret::new(&settings.cluster_secret).ok_or_else(|| {
@@ -118,36 +134,36 @@ async fn join(settings: &Settings, node: NodeInfo, campaign: bool) -> anyhow::Re
         .with_context(|| format!("cannot join the cluster through etcd at {:?}", settings.etcd))
 }
 
-fn announce(role: Role, id: &str, addr: &std::net::SocketAddr) {
-    tracing::info!(%role, node = id, %addr, "serving");
+fn announce(role: Role, id: &str, url: &str) {
+    tracing::info!(%role, node = id, %url, "serving");
     // Scripts and tests wait for this line.
-    println!("dagr {role} {id} listening on http://{addr} (pid {})", std::process::id());
+    println!("dagr {role} {id} listening on {url} (pid {})", std::process::id());
 }
 
 /// `dagr master`.
 pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
     let settings = settings(&args, Role::Master)?;
-    let secret = cluster_secret(&settings)?;
     crate::node::node_runtime(&settings, false)?.block_on(async move {
+        let internal = internal(&settings)?;
         let id = node_id(&settings, Role::Master);
         let store = open_store(&settings).await?;
-        let listener = tokio::net::TcpListener::bind(settings.master_listen)
+        let listener = Listener::bind(settings.master_listen, internal.tls().map(|t| t.as_ref()))
             .await
             .with_context(|| format!("cannot listen on {}", settings.master_listen))?;
-        let addr = listener.local_addr()?;
+        let url = format!("{}://{}", internal.scheme(), listener.local_addr()?);
         let wasm = make_runtime(&settings, 4, false)?;
         let plugins = load_plugins(&wasm, &settings, store.clone()).await?;
         let node = NodeInfo {
             id: id.clone(),
             role: Role::Master,
-            addr: format!("http://{addr}"),
+            addr: url.clone(),
             capacity: 0,
             labels: Default::default(),
             pid: std::process::id(),
         };
         let coordinator = join(&settings, node, true).await?;
         let strategy: Strategy = settings.dispatch.parse().map_err(anyhow::Error::msg)?;
-        let transport = Arc::new(HttpTransport::new(id.clone(), coordinator.membership(), &secret));
+        let transport = Arc::new(HttpTransport::new(id.clone(), coordinator.membership(), &internal));
         let policy = dagr_master::StorePolicy::load(store.clone()).await.context("cannot read the tenants")?;
         policy.spawn_refresh(crate::node::POLICY_REFRESH);
         let config = EngineConfig {
@@ -157,6 +173,7 @@ pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
             max_memory: settings.max_memory,
             max_output_bytes: settings.max_output,
             max_log_bytes: settings.max_log,
+            max_params_bytes: settings.max_params,
             poll_interval: settings.poll_interval,
             fence_writes: true,
             policy,
@@ -176,8 +193,8 @@ pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
         };
         let owned = drive_ownership(engine.clone(), coordinator.clone(), store.clone(), ownership);
         let app = dagr_master::cluster::router(MasterService { engine: engine.clone(), owned_slots: owned });
-        let app = internal_only(app, secret);
-        announce(Role::Master, &id, &addr);
+        let app = internal_only(app, internal.secret().clone());
+        announce(Role::Master, &id, &url);
         serve_until_signal(listener, app).await;
         coordinator.leave();
         engine.shutdown().await;
@@ -188,15 +205,15 @@ pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
 /// `dagr worker`.
 pub fn worker(args: RoleArgs) -> anyhow::Result<ExitCode> {
     let settings = settings(&args, Role::Worker)?;
-    let secret = cluster_secret(&settings)?;
     let secrets_key = crate::node::secrets_key(&settings, false)?;
     crate::node::node_runtime(&settings, true)?.block_on(async move {
+        let internal = internal(&settings)?;
         let id = node_id(&settings, Role::Worker);
         let store = open_store(&settings).await?;
-        let listener = tokio::net::TcpListener::bind(settings.worker_listen)
+        let listener = Listener::bind(settings.worker_listen, internal.tls().map(|t| t.as_ref()))
             .await
             .with_context(|| format!("cannot listen on {}", settings.worker_listen))?;
-        let addr = listener.local_addr()?;
+        let url = format!("{}://{}", internal.scheme(), listener.local_addr()?);
         let wasm = make_runtime(&settings, settings.slots, true)?;
         let plugins = load_plugins(&wasm, &settings, store.clone()).await?;
         let mut labels = std::collections::BTreeMap::new();
@@ -206,7 +223,7 @@ pub fn worker(args: RoleArgs) -> anyhow::Result<ExitCode> {
         let node = NodeInfo {
             id: id.clone(),
             role: Role::Worker,
-            addr: format!("http://{addr}"),
+            addr: url.clone(),
             capacity: settings.slots,
             labels,
             pid: std::process::id(),
@@ -226,15 +243,15 @@ pub fn worker(args: RoleArgs) -> anyhow::Result<ExitCode> {
         let guard = coordinator.lease_guard();
         worker.guard_with(Arc::new(move || guard.is_safe()));
         fence_on_lease_loss(worker.clone(), coordinator.health());
-        let reporter = ClusterReporter::start(coordinator.membership(), &secret);
+        let reporter = ClusterReporter::start(coordinator.membership(), &internal);
         let app = dagr_worker::service::router(WorkerService {
             worker: worker.clone(),
             store: store.clone(),
             reporter,
             healthy: coordinator.health(),
         });
-        let app = internal_only(app, secret);
-        announce(Role::Worker, &id, &addr);
+        let app = internal_only(app, internal.secret().clone());
+        announce(Role::Worker, &id, &url);
         serve_until_signal(listener, app).await;
         coordinator.leave();
         worker.abandon_all();
@@ -245,9 +262,9 @@ pub fn worker(args: RoleArgs) -> anyhow::Result<ExitCode> {
 /// `dagr api`.
 pub fn api(args: RoleArgs) -> anyhow::Result<ExitCode> {
     let settings = settings(&args, Role::Api)?;
-    let secret = cluster_secret(&settings)?;
     let secrets_key = crate::node::secrets_key(&settings, false)?;
     crate::node::node_runtime(&settings, false)?.block_on(async move {
+        let internal = internal(&settings)?;
         let id = node_id(&settings, Role::Api);
         let store = open_store(&settings).await?;
         let tokens = dagr_api::auth::bootstrap(
@@ -259,22 +276,24 @@ pub fn api(args: RoleArgs) -> anyhow::Result<ExitCode> {
         .await
         .context("cannot set up the API tokens")?;
         crate::serve::show_tokens(&tokens);
-        let listener = tokio::net::TcpListener::bind(settings.listen)
+        // The public API: plain HTTP (its clients are people and tools,
+        // with tokens); TLS for it belongs to the proxy in front.
+        let listener = Listener::bind(settings.listen, None)
             .await
             .with_context(|| format!("cannot listen on {}", settings.listen))?;
-        let addr = listener.local_addr()?;
+        let url = format!("http://{}", listener.local_addr()?);
         let wasm = make_runtime(&settings, 4, false)?;
         let plugins = load_plugins(&wasm, &settings, store.clone()).await?;
         let node = NodeInfo {
             id: id.clone(),
             role: Role::Api,
-            addr: format!("http://{addr}"),
+            addr: url.clone(),
             capacity: 0,
             labels: Default::default(),
             pid: std::process::id(),
         };
         let coordinator = join(&settings, node, false).await?;
-        let control = Arc::new(ClusterControl::new(store.clone(), coordinator.membership(), &secret));
+        let control = Arc::new(ClusterControl::new(store.clone(), coordinator.membership(), &internal));
         let app = dagr_api::router(dagr_api::ApiState {
             store: store.clone(),
             control,
@@ -282,19 +301,19 @@ pub fn api(args: RoleArgs) -> anyhow::Result<ExitCode> {
             config: Arc::new(api_config(&settings, secrets_key)?),
             versions: Default::default(),
         });
-        announce(Role::Api, &id, &addr);
+        announce(Role::Api, &id, &url);
         serve_until_signal(listener, app).await;
         coordinator.leave();
         Ok(ExitCode::SUCCESS)
     })
 }
 
-async fn serve_until_signal(listener: tokio::net::TcpListener, app: axum::Router) {
+async fn serve_until_signal(listener: Listener, app: axum::Router) {
     let shutdown = async {
         crate::serve::shutdown_signal().await;
         tracing::info!("shutting down");
     };
-    if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
+    if let Err(e) = dagr_transport::serve(listener, app, shutdown).await {
         tracing::error!(error = %e, "the HTTP server stopped");
     }
     // Give in-flight reports a moment.

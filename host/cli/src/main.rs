@@ -2,6 +2,7 @@
 //! subcommand.
 
 mod bench;
+mod cert;
 mod client;
 mod cluster;
 mod node;
@@ -63,6 +64,10 @@ enum Command {
     /// Measure the engine: run a DAG on a fresh in-process node and report
     /// wall time, tasks per second and peak memory.
     Bench(bench::BenchArgs),
+    /// Make a private CA and node certificates for mutual TLS between a
+    /// cluster's nodes.
+    #[command(subcommand)]
+    Cert(cert::CertCommand),
     /// Manage tenants and their limits (needs the admin token).
     #[command(subcommand)]
     Tenant(tenancy::TenantCommand),
@@ -84,7 +89,13 @@ impl Command {
     /// token (which decides the local token file to fall back to).
     fn connects(&self) -> Option<bool> {
         match self {
-            Command::Serve(_) | Command::Master(_) | Command::Worker(_) | Command::Api(_) | Command::Bench(_) => None,
+            Command::Serve(_)
+            | Command::Master(_)
+            | Command::Worker(_)
+            | Command::Api(_)
+            | Command::Bench(_)
+            | Command::Cert(_)
+            | Command::Secret(tenancy::SecretCommand::Rotate(_)) => None,
             Command::Tenant(_) => Some(true),
             Command::Token(cmd) => Some(cmd.for_other_tenant()),
             Command::Plugin(_) | Command::Secret(_) | Command::Audit(_) | Command::Client(_) => Some(false),
@@ -117,6 +128,8 @@ fn main() -> std::process::ExitCode {
         Command::Api(args) => cluster::api(args),
         Command::Plugin(cmd) => plugin::run(&cli.server, cmd),
         Command::Bench(args) => bench::run(args),
+        Command::Cert(cmd) => cert::run(cmd),
+        Command::Secret(tenancy::SecretCommand::Rotate(args)) => secrets::rotate(args),
         Command::Tenant(cmd) => return tenancy::run(&cli.server, tenancy::Verb::Tenant(cmd)),
         Command::Token(cmd) => return tenancy::run(&cli.server, tenancy::Verb::Token(cmd)),
         Command::Secret(cmd) => return tenancy::run(&cli.server, tenancy::Verb::Secret(cmd)),

@@ -63,6 +63,7 @@ impl Node {
             max_memory: settings.max_memory,
             max_output_bytes: settings.max_output,
             max_log_bytes: settings.max_log,
+            max_params_bytes: settings.max_params,
             // The data directory is locked to this process: with SQLite
             // nobody else can write, so the epoch check can be skipped.
             fence_writes: !settings.store_url.starts_with("sqlite://"),
@@ -146,10 +147,18 @@ fn lock_data_dir(dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
 /// The key that seals tenants' secrets: `[secrets] key`, else (if
 /// `in_data_dir`, as for `dagr serve`) `<data_dir>/secrets.key`, made at the
 /// first start. Cluster nodes that handle secrets (api, worker) must be
-/// given the same key.
+/// given the same key. `[secrets] previous_keys` open what they sealed.
 pub fn secrets_key(settings: &Settings, in_data_dir: bool) -> anyhow::Result<SecretKey> {
     if !settings.secrets_key.is_empty() {
-        return SecretKey::from_hex(&settings.secrets_key).map_err(|e| anyhow::anyhow!("config: secrets.key: {e}"));
+        let key =
+            SecretKey::from_hex(&settings.secrets_key).map_err(|e| anyhow::anyhow!("config: secrets.key: {e}"))?;
+        let mut previous = Vec::new();
+        for (i, hex) in settings.secrets_previous_keys.iter().enumerate() {
+            previous.push(
+                SecretKey::from_hex(hex).map_err(|e| anyhow::anyhow!("config: secrets.previous_keys[{i}]: {e}"))?,
+            );
+        }
+        return Ok(key.with_previous(previous));
     }
     if !in_data_dir {
         anyhow::bail!(

@@ -6,6 +6,9 @@
 //! attempt. That call comes from a guest thread (the runtime's own tokio
 //! runtime), so the query runs on this process's runtime and the guest
 //! thread waits for it.
+//!
+//! [`rotate_store`] (`dagr secret rotate`) re-seals every tenant's secrets
+//! under the current key, opening them with it or a previous one.
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -13,7 +16,7 @@ use std::time::Duration;
 
 use dagr_protocol::sealed::SecretKey;
 use dagr_runtime::SecretSource;
-use dagr_store::Store;
+use dagr_store::{Store, TenancyStore as _};
 use dagr_worker::SecretResolver;
 
 /// How long a guest waits for its tenant's secrets.
@@ -95,4 +98,98 @@ impl SecretSource for TenantSecrets {
     fn secret(&self, name: &str) -> Option<String> {
         self.loaded.get_or_init(|| self.load()).get(name).cloned()
     }
+}
+
+/// `dagr secret rotate`.
+#[derive(Debug, clap::Args)]
+pub struct RotateArgs {
+    /// The config file: `[store] url`, `[secrets] key` (the new key) and
+    /// `previous_keys` (the old ones). `DAGR_*` variables override it.
+    #[arg(long, env = "DAGR_CONFIG")]
+    pub config: Option<std::path::PathBuf>,
+    /// The data directory (`dagr serve`'s store is SQLite in it).
+    #[arg(long)]
+    pub data_dir: Option<std::path::PathBuf>,
+    /// Re-seal at most this many secrets, then stop; run again to go on.
+    #[arg(long)]
+    pub limit: Option<u64>,
+}
+
+/// Secrets read from the store at a time.
+const ROTATE_PAGE: i64 = 200;
+
+/// What a rotation did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Rotation {
+    /// Sealed again under the current key.
+    pub resealed: u64,
+    /// Already under the current key.
+    pub current: u64,
+    /// Written (or deleted) between reading and re-sealing: a write seals
+    /// under the writer's current key, so it is left alone.
+    pub changed: u64,
+    /// Opened by no key: left as they are, and named.
+    pub unopened: u64,
+}
+
+/// Re-seals every tenant's secrets under `key`'s current key, a page at a
+/// time, each with a compare-and-set on its stored value: stopped at any
+/// point (even by `kill -9`), every secret is sealed under the old key or
+/// the new one, and a second run picks up where the first stopped.
+pub async fn rotate_store(store: &dyn Store, key: &SecretKey, limit: Option<u64>) -> anyhow::Result<Rotation> {
+    use dagr_protocol::sealed::Reseal;
+    let mut done = Rotation::default();
+    let mut after: Option<(String, String)> = None;
+    loop {
+        let page = store.secrets_page(after.as_ref().map(|(t, n)| (t.as_str(), n.as_str())), ROTATE_PAGE).await?;
+        let Some((tenant, name, _)) = page.last() else { break };
+        after = Some((tenant.clone(), name.clone()));
+        for (tenant, name, stored) in &page {
+            if limit.is_some_and(|l| done.resealed >= l) {
+                return Ok(done);
+            }
+            match key.reseal(tenant, name, stored) {
+                Ok(Reseal::Current) => done.current += 1,
+                Ok(Reseal::Sealed(sealed)) => {
+                    if store.reseal_secret(tenant, name, stored, &sealed).await? {
+                        done.resealed += 1;
+                    } else {
+                        done.changed += 1;
+                    }
+                }
+                Err(e) => {
+                    done.unopened += 1;
+                    eprintln!("secret `{name}` of tenant `{tenant}` does not open with any key: {e}");
+                }
+            }
+        }
+        eprintln!("{} re-sealed, {} already under the current key so far", done.resealed, done.current);
+    }
+    Ok(done)
+}
+
+/// `dagr secret rotate`: re-seals every secret under `[secrets] key`.
+pub fn rotate(args: RotateArgs) -> anyhow::Result<std::process::ExitCode> {
+    let mut config = dagr_config::Config::load(args.config.as_deref())?;
+    if let Some(dir) = args.data_dir {
+        config.server.data_dir = dir;
+    }
+    let settings = config.validate()?;
+    if settings.secrets_key.is_empty() {
+        anyhow::bail!(
+            "set [secrets] key to the new key and [secrets] previous_keys to the old ones (for `dagr serve`, the \
+             old one is in <data_dir>/secrets.key): `dagr secret rotate` re-seals every secret under the new key"
+        );
+    }
+    let key = crate::node::secrets_key(&settings, false)?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let done = runtime.block_on(async {
+        let store = crate::node::open_store(&settings).await?;
+        rotate_store(store.as_ref(), &key, args.limit).await
+    })?;
+    println!(
+        "{} re-sealed, {} already under the current key, {} written meanwhile, {} opened by no key",
+        done.resealed, done.current, done.changed, done.unopened
+    );
+    Ok(if done.unopened > 0 { std::process::ExitCode::from(1) } else { std::process::ExitCode::SUCCESS })
 }

@@ -183,6 +183,10 @@ pub enum SecretCommand {
     List,
     /// Delete a secret.
     Delete { name: String },
+    /// Re-seal every tenant's secrets under `[secrets] key`, opening them
+    /// with it or with `[secrets] previous_keys` (an operator's verb: it
+    /// reads the config and the store, not the API).
+    Rotate(crate::secrets::RotateArgs),
 }
 
 #[derive(Debug, Args)]
@@ -345,6 +349,7 @@ async fn secret(api: &Api, cmd: SecretCommand) -> anyhow::Result<ExitCode> {
             api.send(api.request(reqwest::Method::DELETE, &["v1", "secrets", &name])).await?;
             println!("secret {name} deleted");
         }
+        SecretCommand::Rotate(_) => anyhow::bail!("`dagr secret rotate` works on the store, not through the API"),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -31,6 +31,7 @@
 //! [limits]
 //! default_timeout = "1h"
 //! default_memory = "128MiB"
+//! max_params = "4MiB"        # a task's params once their templates are rendered
 //!
 //! [auth]
 //! # admin_token = "dagr_<12 lowercase letters or digits>_<secret>"
@@ -40,6 +41,13 @@
 //! [secrets]
 //! # key = "<64 hex digits>"   # seals tenants' secrets at rest; `dagr serve`
 //! #   makes one in data_dir/secrets.key; api and worker nodes must share one
+//! # previous_keys = ["<64 hex digits>"]  # still open secrets, never seal
+//! #   (while `dagr secrets rotate` re-seals them under `key`)
+//!
+//! [cluster]
+//! # tls_cert = "/etc/dagr/node.pem"   # mutual TLS between nodes: this node's
+//! # tls_key = "/etc/dagr/node.key"    #   certificate and key, and the CA that
+//! # tls_ca = "/etc/dagr/ca.pem"       #   signs every node's (all three or none)
 //!
 //! [plugins]
 //! max_upload = "64MiB"       # tenants' uploads; compiled in a child process
@@ -82,6 +90,10 @@ pub struct SecretsConfig {
     /// the first start; `dagr api` and `dagr worker` require it, and must
     /// share it. Keep it apart from the database's backups.
     pub key: String,
+    /// Keys that sealed secrets before `key` did: they still open them
+    /// (never seal), while `dagr secrets rotate` re-seals every secret
+    /// under `key`.
+    pub previous_keys: Vec<String>,
 }
 
 /// API authentication.
@@ -114,6 +126,14 @@ pub struct ClusterConfig {
     /// refuse internal requests without it. Required by `dagr api`,
     /// `master` and `worker`.
     pub secret: String,
+    /// Mutual TLS between nodes: this node's certificate (PEM)...
+    pub tls_cert: String,
+    /// ... its private key (PEM)...
+    pub tls_key: String,
+    /// ... and the CA that signs every node's certificate (PEM). All three
+    /// or none; with them, internal ports serve only TLS and admit only
+    /// peers whose certificate this CA signed.
+    pub tls_ca: String,
 }
 
 impl Default for ClusterConfig {
@@ -124,6 +144,9 @@ impl Default for ClusterConfig {
             ttl: "10s".into(),
             node_id: String::new(),
             secret: String::new(),
+            tls_cert: String::new(),
+            tls_key: String::new(),
+            tls_ca: String::new(),
         }
     }
 }
@@ -298,6 +321,9 @@ pub struct LimitsConfig {
     pub max_output: String,
     /// The largest attempt log.
     pub max_log: String,
+    /// The most a task's params may be once their templates are rendered
+    /// (as JSON); more fails the task.
+    pub max_params: String,
 }
 
 impl Default for LimitsConfig {
@@ -308,6 +334,7 @@ impl Default for LimitsConfig {
             max_memory: "1GiB".into(),
             max_output: "1MiB".into(),
             max_log: "1MiB".into(),
+            max_params: "4MiB".into(),
         }
     }
 }
@@ -337,6 +364,14 @@ pub struct ConfigError {
     pub message: String,
 }
 
+/// The PEM files of a node's TLS setup (`[cluster] tls_*`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsPaths {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub ca: PathBuf,
+}
+
 /// The checked, typed values the rest of dagr uses.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
@@ -360,6 +395,7 @@ pub struct Settings {
     pub max_memory: u64,
     pub max_output: u64,
     pub max_log: u64,
+    pub max_params: u64,
     pub max_body: u64,
     pub max_depth: usize,
     pub etcd: Vec<String>,
@@ -367,6 +403,8 @@ pub struct Settings {
     pub ttl: Duration,
     pub node_id: String,
     pub cluster_secret: String,
+    /// `[cluster] tls_cert`, `tls_key`, `tls_ca`, when set.
+    pub cluster_tls: Option<TlsPaths>,
     pub master_listen: SocketAddr,
     pub dispatch: String,
     pub max_in_flight: u32,
@@ -381,6 +419,8 @@ pub struct Settings {
     pub default_tenant: bool,
     /// `[secrets] key`, checked to be 64 hex digits; empty if not set.
     pub secrets_key: String,
+    /// `[secrets] previous_keys`, each checked to be 64 hex digits.
+    pub secrets_previous_keys: Vec<String>,
     pub max_upload: u64,
     pub compile_cpu: Duration,
     pub compile_memory: u64,
@@ -412,6 +452,27 @@ impl Config {
     }
 
     /// Checks every value and converts it.
+    /// The TLS files, all three or none.
+    fn cluster_tls(&self) -> Result<Option<TlsPaths>, ConfigError> {
+        let c = &self.cluster;
+        let fields = [("tls_cert", &c.tls_cert), ("tls_key", &c.tls_key), ("tls_ca", &c.tls_ca)];
+        let set: Vec<&str> = fields.iter().filter(|(_, v)| !v.trim().is_empty()).map(|(k, _)| *k).collect();
+        if set.is_empty() {
+            return Ok(None);
+        }
+        if let Some((missing, _)) = fields.iter().find(|(_, v)| v.trim().is_empty()) {
+            return Err(ConfigError {
+                field: format!("cluster.{missing}"),
+                message: format!(
+                    "mutual TLS needs tls_cert, tls_key and tls_ca together; {} set, {missing} is not",
+                    set.join(", ")
+                ),
+            });
+        }
+        let path = |v: &String| PathBuf::from(v.trim());
+        Ok(Some(TlsPaths { cert: path(&c.tls_cert), key: path(&c.tls_key), ca: path(&c.tls_ca) }))
+    }
+
     pub fn validate(&self) -> Result<Settings, ConfigError> {
         let err = |field: &str, message: String| ConfigError { field: field.into(), message };
         let listen: SocketAddr = self.server.listen.parse().map_err(|e| {
@@ -477,6 +538,7 @@ impl Config {
             max_memory: bytes("limits.max_memory", &self.limits.max_memory)?,
             max_output: bytes("limits.max_output", &self.limits.max_output)?,
             max_log: bytes("limits.max_log", &self.limits.max_log)?,
+            max_params: bytes("limits.max_params", &self.limits.max_params)?,
             max_body: bytes("api.max_body", &self.api.max_body)?,
             max_depth: self.api.max_depth,
             etcd: self.cluster.etcd.clone(),
@@ -484,6 +546,7 @@ impl Config {
             ttl: duration("cluster.ttl", &self.cluster.ttl)?,
             node_id: self.cluster.node_id.clone(),
             cluster_secret: self.cluster.secret.clone(),
+            cluster_tls: self.cluster_tls()?,
             master_listen: self
                 .master
                 .listen
@@ -504,6 +567,7 @@ impl Config {
             admin_token: (!self.auth.admin_token.is_empty()).then(|| self.auth.admin_token.clone()),
             default_tenant: self.auth.default_tenant,
             secrets_key: self.secrets.key.trim().to_owned(),
+            secrets_previous_keys: self.secrets.previous_keys.iter().map(|k| k.trim().to_owned()).collect(),
             max_upload: bytes("plugins.max_upload", &self.plugins.max_upload)?,
             compile_cpu: duration("plugins.compile_cpu", &self.plugins.compile_cpu)?,
             compile_memory: bytes("plugins.compile_memory", &self.plugins.compile_memory)?,
@@ -511,13 +575,21 @@ impl Config {
             concurrent_compiles: self.plugins.concurrent_compiles,
             plugin_refresh: duration("plugins.refresh_interval", &self.plugins.refresh_interval)?,
         };
-        if !settings.secrets_key.is_empty()
-            && (settings.secrets_key.len() != 64 || !settings.secrets_key.bytes().all(|b| b.is_ascii_hexdigit()))
-        {
+        let hex_key = |k: &str| k.len() == 64 && k.bytes().all(|b| b.is_ascii_hexdigit());
+        if !settings.secrets_key.is_empty() && !hex_key(&settings.secrets_key) {
             return Err(err(
                 "secrets.key",
                 "must be 64 hex digits (32 bytes), e.g. from `openssl rand -hex 32`; the value is not shown".into(),
             ));
+        }
+        if let Some(i) = settings.secrets_previous_keys.iter().position(|k| !hex_key(k)) {
+            return Err(err(
+                &format!("secrets.previous_keys[{i}]"),
+                "must be 64 hex digits (32 bytes); the value is not shown".into(),
+            ));
+        }
+        if !settings.secrets_previous_keys.is_empty() && settings.secrets_key.is_empty() {
+            return Err(err("secrets.previous_keys", "needs secrets.key: the key that seals from now on".into()));
         }
         if !matches!(settings.dispatch.as_str(), "least-loaded" | "round-robin") {
             return Err(err("master.dispatch", format!("`{}` must be least-loaded or round-robin", settings.dispatch)));
@@ -635,6 +707,30 @@ mod tests {
             c.auth.admin_token = bad.into();
             assert_eq!(c.validate().unwrap_err().field, "auth.admin_token", "{bad}");
         }
+    }
+
+    #[test]
+    fn tls_files_go_together_and_previous_keys_are_checked() {
+        let mut c = Config::default();
+        assert_eq!(c.validate().unwrap().cluster_tls, None);
+        c.cluster.tls_cert = "/etc/dagr/node.pem".into();
+        c.cluster.tls_ca = "/etc/dagr/ca.pem".into();
+        let e = c.validate().unwrap_err();
+        assert_eq!(e.field, "cluster.tls_key");
+        assert!(e.message.contains("tls_cert, tls_ca set"), "{}", e.message);
+        c.cluster.tls_key = "/etc/dagr/node.key".into();
+        let tls = c.validate().unwrap().cluster_tls.unwrap();
+        assert_eq!(tls.key, PathBuf::from("/etc/dagr/node.key"));
+
+        let mut c = Config::default();
+        c.secrets.previous_keys = vec!["ab".repeat(32)];
+        assert_eq!(c.validate().unwrap_err().field, "secrets.previous_keys");
+        c.secrets.key = "cd".repeat(32);
+        assert_eq!(c.validate().unwrap().secrets_previous_keys, vec!["ab".repeat(32)]);
+        c.secrets.previous_keys.push("nope".into());
+        let e = c.validate().unwrap_err();
+        assert_eq!(e.field, "secrets.previous_keys[1]");
+        assert!(!e.message.contains("nope"));
     }
 
     #[test]

@@ -12,6 +12,8 @@
 //!   cycles (offsets, periods), evaluated against the store's runs.
 //! - [`document`]: limits on tenants' documents (nesting depth, the size
 //!   of YAML once its aliases are expanded), checked before parsing.
+//! - [`output`]: a task's output as it crosses the WIT boundary (size,
+//!   depth, JSON, secrets redacted).
 //! - [`template`]: `{{ … }}` templates in task params, checked at apply time,
 //!   rendered at dispatch time.
 //! - [`schedule`]: cron schedules, catch-up and backfill times.
@@ -25,6 +27,7 @@ mod dates;
 pub mod definition;
 pub mod document;
 pub mod outer;
+pub mod output;
 pub mod run;
 pub mod schedule;
 pub mod slots;

@@ -17,6 +17,11 @@
 //! A string that is exactly one expression renders to the expression's JSON
 //! value (so `"{{ inputs.count.n }}"` stays a number); expressions inside
 //! longer strings are spliced in as text.
+//!
+//! What a template renders to is at most [`RenderContext::max_bytes`] of
+//! JSON (`[limits] max_params`): a definition of a few kilobytes that
+//! splices a large input many times must fail its task, not fill the
+//! master's memory. The limit is checked as the value is built.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -121,7 +126,12 @@ pub struct RenderContext<'a> {
     pub workflow: &'a str,
     pub task: &'a str,
     pub tenant: &'a str,
+    /// The most bytes the rendered value may take as (compact) JSON.
+    pub max_bytes: usize,
 }
+
+/// The configuration key of [`RenderContext::max_bytes`], named in errors.
+pub const MAX_BYTES_KEY: &str = "[limits] max_params";
 
 /// A template problem; `location` is relative to the params (`.url`).
 pub type Problem = Issue;
@@ -179,9 +189,10 @@ impl Template {
         out
     }
 
-    /// Renders to plain JSON.
+    /// Renders to plain JSON, at most `ctx.max_bytes` of it.
     pub fn render(&self, ctx: &RenderContext<'_>) -> Result<Value, Problem> {
-        render_node(&self.root, ctx, &mut String::new())
+        let mut budget = Budget { left: ctx.max_bytes };
+        render_node(&self.root, ctx, &mut String::new(), &mut budget)
     }
 }
 
@@ -464,26 +475,101 @@ fn collect_templated(node: &Node, pointer: &mut String, out: &mut Vec<String>) {
     }
 }
 
-fn render_node(node: &Node, ctx: &RenderContext<'_>, pointer: &mut String) -> Result<Value, Problem> {
+/// What is left of the size limit while a value is rendered.
+struct Budget {
+    left: usize,
+}
+
+impl Budget {
+    /// Takes `n` bytes, or says that they are not there.
+    fn take(&mut self, n: usize) -> bool {
+        match self.left.checked_sub(n) {
+            Some(left) => {
+                self.left = left;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Takes what `value` takes as compact JSON.
+    fn take_value(&mut self, value: &Value) -> bool {
+        /// Counts bytes, and stops the serializer past `cap`.
+        struct Counter {
+            bytes: usize,
+            cap: usize,
+        }
+        impl std::io::Write for Counter {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.bytes += buf.len();
+                if self.bytes > self.cap { Err(std::io::Error::other("over the limit")) } else { Ok(buf.len()) }
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut counter = Counter { bytes: 0, cap: self.left };
+        serde_json::to_writer(&mut counter, value).is_ok() && self.take(counter.bytes)
+    }
+
+    /// Takes a string's JSON form (quotes and escapes included).
+    fn take_str(&mut self, text: &str) -> bool {
+        // Most strings need no escapes: count them without building a value.
+        if text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+            return self.take(text.len() + 2);
+        }
+        self.take_value(&Value::String(text.to_owned()))
+    }
+}
+
+fn too_large(pointer: &str, ctx: &RenderContext<'_>) -> Problem {
+    Issue {
+        location: pointer_to_location(pointer),
+        message: format!(
+            "the rendered value is larger than {} bytes, the limit of rendered params ({MAX_BYTES_KEY})",
+            ctx.max_bytes
+        ),
+    }
+}
+
+fn render_node(
+    node: &Node,
+    ctx: &RenderContext<'_>,
+    pointer: &mut String,
+    budget: &mut Budget,
+) -> Result<Value, Problem> {
     match node {
-        Node::Literal(v) => Ok(v.clone()),
+        Node::Literal(v) => {
+            if !budget.take_value(v) {
+                return Err(too_large(pointer, ctx));
+            }
+            Ok(v.clone())
+        }
         Node::Array(items) => {
+            // Brackets and commas.
+            if !budget.take(items.len().max(1) + 1) {
+                return Err(too_large(pointer, ctx));
+            }
             let mut out = Vec::with_capacity(items.len());
             for (i, n) in items.iter().enumerate() {
                 let len = pointer.len();
                 pointer.push_str(&format!("/{i}"));
-                out.push(render_node(n, ctx, pointer)?);
+                out.push(render_node(n, ctx, pointer, budget)?);
                 pointer.truncate(len);
             }
             Ok(Value::Array(out))
         }
         Node::Object(entries) => {
+            // Braces, commas and colons, then the keys.
+            if !budget.take((2 * entries.len()).max(1) + 1) || !entries.iter().all(|(k, _)| budget.take_str(k)) {
+                return Err(too_large(pointer, ctx));
+            }
             let mut out = Map::new();
             for (k, n) in entries {
                 let len = pointer.len();
                 pointer.push('/');
                 pointer.push_str(&escape_pointer(k));
-                out.insert(k.clone(), render_node(n, ctx, pointer)?);
+                out.insert(k.clone(), render_node(n, ctx, pointer, budget)?);
                 pointer.truncate(len);
             }
             Ok(Value::Object(out))
@@ -491,17 +577,29 @@ fn render_node(node: &Node, ctx: &RenderContext<'_>, pointer: &mut String) -> Re
         Node::Text(segments) => {
             let fail = |message: String| Issue { location: pointer_to_location(pointer), message };
             if let [Segment::Expr(expr)] = segments.as_slice() {
-                return eval(expr, ctx).map_err(fail);
+                let value = eval(expr, ctx).map_err(fail)?;
+                if !budget.take_value(&value) {
+                    return Err(too_large(pointer, ctx));
+                }
+                return Ok(value);
             }
             let mut out = String::new();
             for s in segments {
-                match s {
-                    Segment::Text(t) => out.push_str(t),
+                let piece = match s {
+                    Segment::Text(t) => std::borrow::Cow::Borrowed(t.as_str()),
                     Segment::Expr(expr) => match eval(expr, ctx).map_err(fail)? {
-                        Value::String(s) => out.push_str(&s),
-                        other => out.push_str(&other.to_string()),
+                        Value::String(s) => std::borrow::Cow::Owned(s),
+                        other => std::borrow::Cow::Owned(other.to_string()),
                     },
+                };
+                // The text alone is never more than its JSON form.
+                if out.len() + piece.len() > budget.left {
+                    return Err(too_large(pointer, ctx));
                 }
+                out.push_str(&piece);
+            }
+            if !budget.take_str(&out) {
+                return Err(too_large(pointer, ctx));
             }
             Ok(Value::String(out))
         }
@@ -606,6 +704,7 @@ mod tests {
             workflow: "wf",
             task: "t",
             tenant: "acme",
+            max_bytes: 1 << 20,
         }
     }
 
@@ -631,6 +730,32 @@ mod tests {
         assert_eq!(out["missing"], json!(0));
         assert_eq!(out["fixed"], json!([1, 2]));
         assert!(out["obj"].as_str().unwrap().contains("\"n\":41"));
+    }
+
+    #[test]
+    fn rendering_stops_at_the_size_limit() {
+        // A few bytes of template that splice a large input many times:
+        // found by the template property (rendered size within the limit).
+        let params = BTreeMap::new();
+        let inputs = json!({"big": "x".repeat(4096)}).as_object().unwrap().clone();
+        let many = "{{ inputs.big }}".repeat(300);
+        let tpl = Template::parse(&json!({"a": {"b": many}})).unwrap();
+        let err = tpl.render(&ctx(&params, &inputs)).unwrap_err();
+        assert_eq!(err.location, ".a.b");
+        assert!(err.message.contains("larger than 1048576 bytes") && err.message.contains("[limits] max_params"));
+        // Exactly at the limit is fine; a byte less is not.
+        let tpl = Template::parse(&json!({"v": "{{ inputs.big }}"})).unwrap();
+        let size = tpl.render(&ctx(&params, &inputs)).unwrap().to_string().len();
+        let at = RenderContext { max_bytes: size, ..ctx(&params, &inputs) };
+        assert!(tpl.render(&at).is_ok());
+        let below = RenderContext { max_bytes: size - 1, ..ctx(&params, &inputs) };
+        assert!(tpl.render(&below).is_err());
+        // Escapes count: a string of quotes takes twice its length.
+        let quotes = Template::parse(&json!("{{ params.q }}-")).unwrap();
+        let params = BTreeMap::from([("q".to_owned(), json!("\"".repeat(100)))]);
+        let exact = json!(format!("{}-", "\"".repeat(100))).to_string().len();
+        assert!(quotes.render(&RenderContext { max_bytes: exact, ..ctx(&params, &inputs) }).is_ok());
+        assert!(quotes.render(&RenderContext { max_bytes: exact - 1, ..ctx(&params, &inputs) }).is_err());
     }
 
     #[test]

@@ -14,10 +14,11 @@ use dagr_coord::{Coordinator, Membership, Role};
 use dagr_protocol::control::{CommandOutcome, Control};
 use dagr_protocol::sharding::SlotMap;
 use dagr_protocol::wire::{
-    AdoptRequest, AdoptResponse, AttemptKey, AttemptSpec, CancelRequest, ClusterSecret, DispatchBatch,
-    DispatchResponse, ResultAcks, ResultBatch, Verdict,
+    AdoptRequest, AdoptResponse, AttemptKey, AttemptSpec, CancelRequest, DispatchBatch, DispatchResponse, ResultAcks,
+    ResultBatch, Verdict,
 };
 use dagr_store::Store;
+use dagr_transport::Internal;
 use serde::Deserialize;
 use tokio::sync::watch;
 
@@ -25,7 +26,8 @@ use crate::rebalance::{RebalanceConfig, Rebalancer};
 use crate::{Accepted, Adoption, DispatchError, EngineHandle, EngineMetrics, Transport, WorkerInfo};
 
 /// Reaches workers over HTTP: their internal endpoints, found in the
-/// membership, with the cluster secret.
+/// membership, with the cluster secret (over mutual TLS when the cluster
+/// has certificates).
 pub struct HttpTransport {
     me: String,
     membership: watch::Receiver<Membership>,
@@ -33,12 +35,12 @@ pub struct HttpTransport {
 }
 
 impl HttpTransport {
-    pub fn new(me: String, membership: watch::Receiver<Membership>, secret: &ClusterSecret) -> Self {
+    pub fn new(me: String, membership: watch::Receiver<Membership>, internal: &Internal) -> Self {
         HttpTransport {
             me,
             membership,
-            http: reqwest::Client::builder()
-                .default_headers(secret.headers())
+            http: internal
+                .client()
                 .timeout(Duration::from_secs(10))
                 .connect_timeout(Duration::from_secs(2))
                 .build()
@@ -325,15 +327,11 @@ pub struct ClusterControl {
 }
 
 impl ClusterControl {
-    pub fn new(store: Arc<dyn Store>, membership: watch::Receiver<Membership>, secret: &ClusterSecret) -> Self {
+    pub fn new(store: Arc<dyn Store>, membership: watch::Receiver<Membership>, internal: &Internal) -> Self {
         ClusterControl {
             store,
             membership,
-            http: reqwest::Client::builder()
-                .default_headers(secret.headers())
-                .timeout(Duration::from_secs(2))
-                .build()
-                .unwrap_or_default(),
+            http: internal.client().timeout(Duration::from_secs(2)).build().unwrap_or_default(),
         }
     }
 

@@ -132,6 +132,9 @@ pub struct EngineConfig {
     pub max_memory: u64,
     pub max_output_bytes: u64,
     pub max_log_bytes: u64,
+    /// The most a task's rendered params may be, as JSON (`[limits]
+    /// max_params`); more fails the task.
+    pub max_params_bytes: u64,
     /// How often the engine looks for commands even when not woken.
     pub poll_interval: Duration,
     /// Check the ownership epoch in every write (cluster mode). A single
@@ -164,6 +167,7 @@ impl Default for EngineConfig {
             max_memory: 1 << 30,
             max_output_bytes: 1 << 20,
             max_log_bytes: 1 << 20,
+            max_params_bytes: 4 << 20,
             poll_interval: Duration::from_secs(1),
             fence_writes: true,
             policy: Arc::new(Unlimited),

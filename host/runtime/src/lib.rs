@@ -1038,25 +1038,11 @@ fn check_output(
     limits: &Limits,
     max_depth: usize,
 ) -> std::result::Result<String, Failure> {
-    if output.len() > limits.max_output_bytes {
-        return Err(Failure::new(
-            FailureKind::OutputTooLarge,
-            format!("output of {} bytes exceeds the limit of {} bytes", output.len(), limits.max_output_bytes),
-        ));
-    }
-    // Before anything parses it: serde_json's `IgnoredAny` below walks any
-    // depth, but dependents, templates and the API parse outputs into
-    // values, which nest only so deep.
-    let depth =
-        dagr_core::document::DocumentLimits { max_depth, depth_key: "[worker] max_output_depth", ..Default::default() };
-    if let Err(e) = dagr_core::document::check_json(output.as_bytes(), &depth) {
-        return Err(Failure::new(FailureKind::OutputTooLarge, format!("the task's output: {e}")));
-    }
-    let output = log.redact_text(&output);
-    if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&output) {
-        return Err(Failure::new(FailureKind::InvalidOutput, format!("the task's output is not JSON: {e}")));
-    }
-    Ok(output)
+    let output_limits = dagr_core::output::OutputLimits { max_bytes: limits.max_output_bytes, max_depth };
+    dagr_core::output::accept(output, &log.redactions(), &output_limits).map_err(|e| {
+        let kind = if e.is_limit() { FailureKind::OutputTooLarge } else { FailureKind::InvalidOutput };
+        Failure::new(kind, e.to_string())
+    })
 }
 
 fn classify_error(error: &wasmtime::Error, limits: &Limits, log: &AttemptLog, language: GuestLanguage) -> Failure {

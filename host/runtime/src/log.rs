@@ -192,10 +192,15 @@ impl AttemptLog {
         let mut out = text.to_owned();
         for secret in &state.redactions {
             if out.contains(secret.as_str()) {
-                out = out.replace(secret.as_str(), "[REDACTED]");
+                out = out.replace(secret.as_str(), dagr_core::output::REDACTED);
             }
         }
         out
+    }
+
+    /// The values redacted so far, longest first.
+    pub(crate) fn redactions(&self) -> Vec<String> {
+        self.lock().redactions.clone()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, LogState> {

@@ -264,6 +264,36 @@ async fn tenancy(store: &dyn Store, p: &str) -> Result<()> {
     check(store.delete_secret(&name, "db").await?, "secret deleted")?;
     check(store.tenant_secrets(&other).await? == vec![("db".into(), "theirs".into())], "secrets are per tenant")?;
 
+    // Every tenant's secrets, a page at a time, and re-sealing them.
+    store.put_secret(&name, "b", "two-b", 34).await?;
+    let mut seen = Vec::new();
+    let mut after: Option<(String, String)> = Some((p.to_owned(), String::new()));
+    loop {
+        let page = store.secrets_page(after.as_ref().map(|(t, n)| (t.as_str(), n.as_str())), 2).await?;
+        check(page.len() <= 2, "a page holds at most its limit")?;
+        let ours: Vec<_> = page.iter().filter(|(t, _, _)| t.starts_with(p)).cloned().collect();
+        seen.extend(ours.iter().cloned());
+        match page.last() {
+            Some((t, n, _)) if ours.len() == page.len() => after = Some((t.clone(), n.clone())),
+            _ => break,
+        }
+    }
+    let expected: Vec<(String, String, String)> = vec![
+        (name.clone(), "api".into(), "two".into()),
+        (name.clone(), "b".into(), "two-b".into()),
+        (other.clone(), "db".into(), "theirs".into()),
+    ];
+    check(seen == expected, "every tenant's secrets in (tenant, name) order, paged")?;
+    check(store.reseal_secret(&name, "api", "two", "two-sealed").await?, "a secret re-sealed")?;
+    check(!store.reseal_secret(&name, "api", "two", "again").await?, "no re-seal over a value that changed")?;
+    check(!store.reseal_secret(&name, "nope", "x", "y").await?, "no re-seal of a missing secret")?;
+    let metas = store.list_secrets(&name).await?;
+    check(metas.iter().any(|m| m.name == "api" && m.updated_at == 31), "re-sealing keeps the last write time")?;
+    check(
+        store.tenant_secrets(&name).await?.contains(&("api".into(), "two-sealed".into())),
+        "the re-sealed value is stored",
+    )?;
+
     let entry = |tenant: &str, action: &str| NewAudit {
         tenant: tenant.into(),
         at: 40,

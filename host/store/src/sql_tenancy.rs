@@ -172,6 +172,41 @@ impl TenancyStore for SqlStore {
         rows.iter().map(|r| Ok((r.try_get("name")?, r.try_get("value")?))).collect()
     }
 
+    async fn secrets_page(&self, after: Option<(&str, &str)>, limit: i64) -> Result<Vec<(String, String, String)>> {
+        let rows = match after {
+            None => {
+                sqlx::query("SELECT tenant, name, value FROM secrets ORDER BY tenant, name LIMIT $1")
+                    .bind(limit)
+                    .fetch_all(&self.read)
+                    .await?
+            }
+            Some((tenant, name)) => {
+                sqlx::query(
+                    "SELECT tenant, name, value FROM secrets WHERE tenant > $1 OR (tenant = $1 AND name > $2) \
+                     ORDER BY tenant, name LIMIT $3",
+                )
+                .bind(tenant)
+                .bind(name)
+                .bind(limit)
+                .fetch_all(&self.read)
+                .await?
+            }
+        };
+        rows.iter().map(|r| Ok((r.try_get("tenant")?, r.try_get("name")?, r.try_get("value")?))).collect()
+    }
+
+    async fn reseal_secret(&self, tenant: &str, name: &str, expected: &str, value: &str) -> Result<bool> {
+        let n = sqlx::query("UPDATE secrets SET value = $4 WHERE tenant = $1 AND name = $2 AND value = $3")
+            .bind(tenant)
+            .bind(name)
+            .bind(expected)
+            .bind(value)
+            .execute(&self.write)
+            .await?
+            .rows_affected();
+        Ok(n > 0)
+    }
+
     async fn append_audit(&self, entry: NewAudit) -> Result<i64> {
         let row = sqlx::query(
             "INSERT INTO audit (tenant, at, token_id, action, target, detail) VALUES ($1, $2, $3, $4, $5, $6) \

@@ -114,6 +114,14 @@ pub trait TenancyStore: Send + Sync {
     async fn list_secrets(&self, tenant: &str) -> Result<Vec<SecretMeta>>;
     /// Every secret of a tenant, name and value (for the tenant's attempts).
     async fn tenant_secrets(&self, tenant: &str) -> Result<Vec<(String, String)>>;
+    /// The secrets of every tenant after `after` (a tenant and a name), in
+    /// that order, at most `limit`: tenant, name and value (for re-sealing
+    /// them all, a page at a time).
+    async fn secrets_page(&self, after: Option<(&str, &str)>, limit: i64) -> Result<Vec<(String, String, String)>>;
+    /// Replaces a secret's value if it still is `expected` (a write in
+    /// between wins), keeping its last write time: re-sealing changes how
+    /// it is stored, not what it is. False if it changed or is gone.
+    async fn reseal_secret(&self, tenant: &str, name: &str, expected: &str, value: &str) -> Result<bool>;
 
     // Audit ----------------------------------------------------------------
 

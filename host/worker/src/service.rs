@@ -23,10 +23,11 @@ use axum::routing::{get, post};
 use dagr_coord::{Membership, Role};
 use dagr_protocol::sharding::SlotMap;
 use dagr_protocol::wire::{
-    self, Ack, AdoptRequest, AdoptResponse, AttemptKey, AttemptResult, AttemptSpec, CancelRequest, ClusterSecret,
-    DispatchBatch, DispatchResponse, ResultAcks, ResultBatch, Verdict,
+    self, Ack, AdoptRequest, AdoptResponse, AttemptKey, AttemptResult, AttemptSpec, CancelRequest, DispatchBatch,
+    DispatchResponse, ResultAcks, ResultBatch, Verdict,
 };
 use dagr_store::Store;
+use dagr_transport::Internal;
 use tokio::sync::{Notify, watch};
 
 use crate::{Reporter, Worker};
@@ -50,17 +51,13 @@ struct ReporterState {
 }
 
 impl ClusterReporter {
-    pub fn start(membership: watch::Receiver<Membership>, secret: &ClusterSecret) -> Arc<ClusterReporter> {
+    pub fn start(membership: watch::Receiver<Membership>, internal: &Internal) -> Arc<ClusterReporter> {
         let reporter = Arc::new(ClusterReporter {
             state: Mutex::new(ReporterState::default()),
             notify: Notify::new(),
             membership,
             slot_map: Mutex::new((Vec::new(), Arc::new(SlotMap::default()))),
-            http: reqwest::Client::builder()
-                .default_headers(secret.headers())
-                .timeout(Duration::from_secs(10))
-                .build()
-                .unwrap_or_default(),
+            http: internal.client().timeout(Duration::from_secs(10)).build().unwrap_or_default(),
         });
         tokio::spawn(reporter.clone().deliver_forever());
         reporter

@@ -35,7 +35,7 @@ impl EngineState {
         let inputs = task_inputs(run, task);
 
         if let Some(condition) = &spec.when {
-            let holds = match render(run, task, condition, &inputs) {
+            let holds = match render(run, task, condition, &inputs, self.settings.max_params_bytes) {
                 Ok(value) => Ok(truthy(&value)),
                 Err(problem) => Err(format!("when: {}", problem.message)),
             };
@@ -92,7 +92,7 @@ impl EngineState {
             TaskKind::Plugin => Activation::Worker,
             TaskKind::Switch(switch) => {
                 let Some(run) = self.runs.get(run_id) else { return Activation::Done };
-                match render(run, task, &switch.on, &inputs) {
+                match render(run, task, &switch.on, &inputs, self.settings.max_params_bytes) {
                     Ok(value) => {
                         let skip = switch.not_chosen(&value);
                         let chosen = match &value {
@@ -130,7 +130,7 @@ impl EngineState {
             return self.abort(effects, run_id, task, format!("workflow `{name}` does not exist (any more)"), now);
         };
         let spec = &run.machine.workflow().tasks[task];
-        let overrides = match render(run, task, &spec.params, inputs) {
+        let overrides = match render(run, task, &spec.params, inputs, self.settings.max_params_bytes) {
             Ok(Value::Object(map)) => map,
             Ok(other) => {
                 return self.abort(

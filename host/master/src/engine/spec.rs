@@ -27,7 +27,7 @@ pub(crate) fn build_spec(
         .map_err(|message| (FailureKind::PluginUnavailable, message))?;
     let inputs = task_inputs(run, task);
     let logical_time = logical_time_of(run);
-    let params = render(run, task, &t.params, &inputs)
+    let params = render(run, task, &t.params, &inputs, settings.max_params_bytes)
         .map_err(|p| (FailureKind::BadParams, format!("params{}: {}", p.location, p.message)))?;
     let deadline_ms = {
         let asked = t.timeout.unwrap_or(settings.default_timeout).as_millis() as u64;
@@ -110,6 +110,7 @@ pub(crate) fn render(
     task: usize,
     template: &Template,
     inputs: &Map<String, Value>,
+    max_bytes: usize,
 ) -> Result<Value, dagr_core::template::Problem> {
     let context = RenderContext {
         params: &run.params,
@@ -120,6 +121,7 @@ pub(crate) fn render(
         workflow: &run.row.workflow,
         task: &run.machine.workflow().tasks[task].name,
         tenant: &run.row.tenant,
+        max_bytes,
     };
     template.render(&context)
 }

@@ -27,6 +27,8 @@ pub(crate) struct Settings {
     pub max_memory: u64,
     pub max_output_bytes: u64,
     pub max_log_bytes: u64,
+    /// The most a task's rendered params (or condition) may be, as JSON.
+    pub max_params_bytes: usize,
     pub fence_writes: bool,
     pub attempt_check: Option<Duration>,
     pub max_lost_attempts: u32,
@@ -43,6 +45,7 @@ impl Settings {
             max_memory: config.max_memory,
             max_output_bytes: config.max_output_bytes,
             max_log_bytes: config.max_log_bytes,
+            max_params_bytes: usize::try_from(config.max_params_bytes).unwrap_or(usize::MAX),
             fence_writes: config.fence_writes,
             attempt_check: config.attempt_check,
             max_lost_attempts: config.max_lost_attempts,

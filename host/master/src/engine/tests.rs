@@ -521,3 +521,23 @@ fn kill_cancels_running_attempts_and_pause_holds_new_ones() {
     assert_eq!(effects.cancels.len(), 1, "b's attempt is cancelled");
     assert_eq!(effects.finished, vec![(run, RunState::Killed)]);
 }
+
+#[test]
+fn params_that_render_past_max_params_fail_the_task_naming_the_limit() {
+    // A few bytes of definition that splice an upstream output many times
+    // must not render into the master's memory.
+    let mut env = TestEnv::with(|c| c.max_params_bytes = 1000, vec![worker("w1", 8)]);
+    env.apply(
+        "name: amp\ntasks:\n- {name: a, plugin: echo}\n- name: b\n  plugin: echo\n  depends_on: [a]\n  \
+         params: {x: \"{{ inputs.a.s }}{{ inputs.a.s }}{{ inputs.a.s }}\"}\n- name: c\n  plugin: echo\n  \
+         depends_on: [a]\n  params: {x: \"{{ inputs.a.s }}\"}\n",
+    );
+    let run = env.trigger("amp");
+    env.step(vec![]);
+    let a = env.in_flight("a");
+    let effects = env.succeed(&a, &format!(r#"{{"s": "{}"}}"#, "y".repeat(400)));
+    assert_eq!(names(&effects), ["c"], "within the limit, c runs");
+    assert_eq!(env.task_state(&run, "b"), TaskState::Failed);
+    let error = env.store.tasks[&run].iter().find(|t| t.name == "b").unwrap().error.clone().unwrap();
+    assert!(error.contains("params.x") && error.contains("[limits] max_params"), "{error}");
+}
