@@ -186,7 +186,7 @@ pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
             strategy,
         };
         let engine = Engine::start(config, store.clone(), transport, plugins).await?;
-        engine.wake_peers_with(Arc::new(ClusterControl::new(store.clone(), coordinator.membership(), &secret)));
+        engine.wake_peers_with(Arc::new(ClusterControl::new(store.clone(), coordinator.membership(), &internal)));
         let ownership = OwnershipConfig {
             check_interval: settings.rebalance_interval,
             rebalance: RebalanceConfig { overloads: settings.overloads.max(1), ..RebalanceConfig::default() },

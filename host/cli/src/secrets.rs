@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use dagr_protocol::sealed::SecretKey;
 use dagr_runtime::SecretSource;
-use dagr_store::{Store, TenancyStore as _};
+use dagr_store::Store;
 use dagr_worker::SecretResolver;
 
 /// How long a guest waits for its tenant's secrets.

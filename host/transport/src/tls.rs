@@ -9,7 +9,6 @@ use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 use rustls::server::WebPkiClientVerifier;
-use rustls::server::danger::ClientCertVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 
 /// The PEM files of a node's TLS setup.
