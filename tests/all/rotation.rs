@@ -122,7 +122,8 @@ async fn rotation_on_postgres_survives_kill_9_and_resumes() {
 fn rotation_needs_the_new_key_configured() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c.toml");
-    std::fs::write(&path, "[store]\nurl = \"sqlite::memory:\"\n").unwrap();
+    let url = format!("sqlite://{}/dagr.db?mode=rwc", dir.path().display());
+    std::fs::write(&path, format!("[store]\nurl = \"{url}\"\n")).unwrap();
     let out = Command::new(support::dagr_binary()).args(["secret", "rotate", "--config"]).arg(&path).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("previous_keys"), "{out:?}");
