@@ -161,7 +161,9 @@ restart() {
   if alive "$name"; then
     kill -CONT "$(cat "$DIR/$name.pid")" 2>/dev/null || true
     # PostgreSQL stops cleanly on SIGINT (fast shutdown); the others are killed.
-    if [ "$role" = postgres ]; then kill -INT "$(cat "$DIR/$name.pid")"; else kill -9 "$(cat "$DIR/$name.pid")"; fi
+    # It may have died since `alive` looked (a node killed just before).
+    if [ "$role" = postgres ]; then kill -INT "$(cat "$DIR/$name.pid")" 2>/dev/null || true
+    else kill -9 "$(cat "$DIR/$name.pid")" 2>/dev/null || true; fi
     for _ in $(seq 1 100); do alive "$name" || break; sleep 0.1; done
   fi
   case $role in
