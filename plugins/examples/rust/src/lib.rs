@@ -66,9 +66,10 @@ impl Task for CsvSummary {
         let (_, header) = lines.next().ok_or_else(|| TaskError::fatal("the CSV is empty"))?;
         let columns: Vec<String> = header.split(delimiter).map(|c| c.trim().to_owned()).collect();
         let find = |name: &str| {
-            columns.iter().position(|c| c == name).ok_or_else(|| {
-                TaskError::fatal(format!("no column `{name}` (the columns are {})", columns.join(", ")))
-            })
+            columns
+                .iter()
+                .position(|c| c == name)
+                .ok_or_else(|| TaskError::fatal(format!("no column `{name}` (the columns are {})", columns.join(", "))))
         };
         let value_at = find(&params.column)?;
         let group_at = params.group_by.as_deref().map(find).transpose()?;
