@@ -2,9 +2,25 @@
 
 use async_trait::async_trait;
 use sqlx::Row;
+use sqlx::any::AnyRow;
 
 use crate::outer::{CycleRun, EdgeRow, OuterStore};
 use crate::{Error, Result, RunState, SqlStore, TaskState};
+
+/// The edges of live (not deleted) workflows; callers add the `WHERE`.
+const EDGES: &str = "SELECT e.tenant, e.workflow, e.upstream, e.task, e.past, e.kind FROM workflow_edges e \
+     JOIN workflows w ON w.tenant = e.tenant AND w.name = e.workflow AND w.deleted = 0";
+
+fn edge_from(r: &AnyRow) -> Result<EdgeRow> {
+    Ok(EdgeRow {
+        tenant: r.try_get("tenant")?,
+        workflow: r.try_get("workflow")?,
+        upstream: r.try_get("upstream")?,
+        task: r.try_get("task")?,
+        past: r.try_get::<i64, _>("past")? != 0,
+        kind: r.try_get("kind")?,
+    })
+}
 
 #[async_trait]
 impl OuterStore for SqlStore {
@@ -33,79 +49,38 @@ impl OuterStore for SqlStore {
     }
 
     async fn workflow_edges(&self, tenant: &str) -> Result<Vec<EdgeRow>> {
-        let rows = sqlx::query(
-            "SELECT e.tenant, e.workflow, e.upstream, e.task, e.past, e.kind FROM workflow_edges e \
-             JOIN workflows w ON w.tenant = e.tenant AND w.name = e.workflow AND w.deleted = 0 \
-             WHERE e.tenant = $1 ORDER BY e.workflow, e.upstream",
-        )
-        .bind(tenant)
-        .fetch_all(&self.read)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(EdgeRow {
-                    tenant: r.try_get("tenant")?,
-                    workflow: r.try_get("workflow")?,
-                    upstream: r.try_get("upstream")?,
-                    task: r.try_get("task")?,
-                    past: r.try_get::<i64, _>("past")? != 0,
-                    kind: r.try_get("kind")?,
-                })
-            })
-            .collect()
+        let rows = sqlx::query(&format!("{EDGES} WHERE e.tenant = $1 ORDER BY e.workflow, e.upstream"))
+            .bind(tenant)
+            .fetch_all(&self.read)
+            .await?;
+        rows.iter().map(edge_from).collect()
     }
 
     async fn edges_from(&self, tenant: &str, workflows: &[String]) -> Result<Vec<EdgeRow>> {
         let mut out = Vec::new();
         for chunk in workflows.chunks(500) {
             let marks: Vec<String> = (0..chunk.len()).map(|i| format!("${}", i + 2)).collect();
-            let sql = format!(
-                "SELECT e.tenant, e.workflow, e.upstream, e.task, e.past, e.kind FROM workflow_edges e \
-                 JOIN workflows w ON w.tenant = e.tenant AND w.name = e.workflow AND w.deleted = 0 \
-                 WHERE e.tenant = $1 AND e.workflow IN ({})",
-                marks.join(", ")
-            );
+            let sql = format!("{EDGES} WHERE e.tenant = $1 AND e.workflow IN ({})", marks.join(", "));
             let mut query = sqlx::query(&sql).bind(tenant);
             for w in chunk {
                 query = query.bind(w);
             }
             for r in query.fetch_all(&self.read).await? {
-                out.push(EdgeRow {
-                    tenant: r.try_get("tenant")?,
-                    workflow: r.try_get("workflow")?,
-                    upstream: r.try_get("upstream")?,
-                    task: r.try_get("task")?,
-                    past: r.try_get::<i64, _>("past")? != 0,
-                    kind: r.try_get("kind")?,
-                });
+                out.push(edge_from(&r)?);
             }
         }
         Ok(out)
     }
 
     async fn edges_to(&self, tenant: &str, workflow: &str, limit: i64) -> Result<Vec<EdgeRow>> {
-        let rows = sqlx::query(
-            "SELECT e.tenant, e.workflow, e.upstream, e.task, e.past, e.kind FROM workflow_edges e \
-             JOIN workflows w ON w.tenant = e.tenant AND w.name = e.workflow AND w.deleted = 0 \
-             WHERE e.tenant = $1 AND e.upstream = $2 ORDER BY e.workflow LIMIT $3",
-        )
-        .bind(tenant)
-        .bind(workflow)
-        .bind(limit)
-        .fetch_all(&self.read)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(EdgeRow {
-                    tenant: r.try_get("tenant")?,
-                    workflow: r.try_get("workflow")?,
-                    upstream: r.try_get("upstream")?,
-                    task: r.try_get("task")?,
-                    past: r.try_get::<i64, _>("past")? != 0,
-                    kind: r.try_get("kind")?,
-                })
-            })
-            .collect()
+        let rows =
+            sqlx::query(&format!("{EDGES} WHERE e.tenant = $1 AND e.upstream = $2 ORDER BY e.workflow LIMIT $3"))
+                .bind(tenant)
+                .bind(workflow)
+                .bind(limit)
+                .fetch_all(&self.read)
+                .await?;
+        rows.iter().map(edge_from).collect()
     }
 
     async fn watched(&self) -> Result<Vec<(String, String, Option<String>)>> {

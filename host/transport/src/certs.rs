@@ -27,6 +27,16 @@ pub enum CertError {
     Make(#[from] rcgen::Error),
 }
 
+/// Certificate parameters for `name` of organisation dagr.
+fn named(name: &str) -> CertificateParams {
+    let mut params = CertificateParams::default();
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, name);
+    dn.push(DnType::OrganizationName, "dagr");
+    params.distinguished_name = dn;
+    params
+}
+
 fn validity(params: &mut CertificateParams, days: u32) {
     let now = time::OffsetDateTime::now_utc();
     // A little slack for clocks that disagree.
@@ -37,11 +47,7 @@ fn validity(params: &mut CertificateParams, days: u32) {
 /// A new CA named `name`, valid for `days`.
 pub fn make_ca(name: &str, days: u32) -> Result<Pem, CertError> {
     let key = KeyPair::generate()?;
-    let mut params = CertificateParams::default();
-    let mut dn = DistinguishedName::new();
-    dn.push(DnType::CommonName, name);
-    dn.push(DnType::OrganizationName, "dagr");
-    params.distinguished_name = dn;
+    let mut params = named(name);
     params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
     validity(&mut params, days);
@@ -59,11 +65,7 @@ pub fn make_node(ca: &Pem, name: &str, ips: &[IpAddr], dns: &[String], days: u32
     let ca_cert = ca_params.self_signed(&ca_key)?;
 
     let key = KeyPair::generate()?;
-    let mut params = CertificateParams::default();
-    let mut dn = DistinguishedName::new();
-    dn.push(DnType::CommonName, name);
-    dn.push(DnType::OrganizationName, "dagr");
-    params.distinguished_name = dn;
+    let mut params = named(name);
     let mut names: Vec<SanType> = ips.iter().map(|ip| SanType::IpAddress(*ip)).collect();
     for d in dns {
         let ia5 = d.as_str().try_into().map_err(|_| CertError::BadName(d.clone()))?;
