@@ -92,11 +92,13 @@ ETCD_PID=$!
 export DAGR_TEST_ETCD="http://127.0.0.1:$ETCD_CLIENT"
 
 # DAGR_DENY_WARNINGS=1 (CI sets it) makes every rustc warning in the
-# workspace an error, on the very build the tests use: no second build.
-DENY=()
-if [ "${DAGR_DENY_WARNINGS:-}" = 1 ]; then DENY=(--config 'build.rustflags=["-D","warnings"]'); fi
-log "cargo test --workspace ${DENY[*]} $*"
-cargo test --workspace "${DENY[@]}" "$@"
+# workspace an error, on the very build the tests use: no second build. It
+# goes through the environment, not `--config`: the tests' own `cargo build
+# -p dagr` (tests/all/support.rs) must see the same flags, or it rebuilds
+# every crate with other flags (a second full build, ~15 minutes cold).
+if [ "${DAGR_DENY_WARNINGS:-}" = 1 ]; then export CARGO_BUILD_RUSTFLAGS="-D warnings"; fi
+log "cargo test --workspace $* ${CARGO_BUILD_RUSTFLAGS:+(CARGO_BUILD_RUSTFLAGS=$CARGO_BUILD_RUSTFLAGS)}"
+cargo test --workspace "$@"
 
 if [ $# -eq 0 ] && [ -n "${DAGR_FUZZ_SECONDS:-}" ]; then
   # Coverage-guided fuzzing of the parsers, DAGR_FUZZ_SECONDS per target.

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::api::Api;
 use crate::support;
 
 /// Cluster tests are heavy (several processes each): one at a time.
@@ -32,7 +33,9 @@ fn now_ms() -> i64 {
 pub struct Cluster {
     pub dir: PathBuf,
     pub api: String,
-    http: reqwest::Client,
+    /// The `default` tenant's token.
+    token: String,
+    client: Api,
 }
 
 impl Cluster {
@@ -54,12 +57,11 @@ impl Cluster {
         // The API node made the tenant `default` and its first token at its
         // first start (local-cluster.sh sets auth.default_tenant).
         let token = std::fs::read_to_string(dir.join("api/token"))
-            .unwrap_or_else(|e| panic!("the API node wrote no token in {}: {e}", dir.display()));
-        let mut headers = reqwest::header::HeaderMap::new();
-        headers.insert(reqwest::header::AUTHORIZATION, format!("Bearer {}", token.trim()).parse().unwrap());
-        let http =
-            reqwest::Client::builder().default_headers(headers).timeout(Duration::from_secs(30)).build().unwrap();
-        Cluster { dir, api, http }
+            .unwrap_or_else(|e| panic!("the API node wrote no token in {}: {e}", dir.display()))
+            .trim()
+            .to_owned();
+        let client = Api::at(&api, &token);
+        Cluster { dir, api, token, client }
     }
 
     fn run(&self, args: &[&str]) -> String {
@@ -106,27 +108,27 @@ impl Cluster {
             .expect("the cluster's config has a secret")
     }
 
+    /// A master's metrics (`null` while it does not answer).
     pub async fn metrics(&self, master: &str) -> Value {
-        match self.http.get(format!("{}/metrics", self.addr(master))).send().await {
-            Ok(r) => r.json().await.unwrap_or(Value::Null),
-            Err(_) => Value::Null,
+        match Api::at(&self.addr(master), &self.token).try_get("/metrics").await {
+            Some((status, body)) if status.is_success() => body,
+            _ => Value::Null,
         }
     }
 
     pub async fn post(&self, path: &str, body: Value) -> Value {
-        let r = self.http.post(format!("{}{path}", self.api)).json(&body).send().await.unwrap();
-        let status = r.status();
-        let v: Value = r.json().await.unwrap();
+        let (status, v) = self.client.post(path, body).await;
         assert!(status.is_success(), "POST {path}: {status} {v}");
         v
     }
 
+    /// A GET that must succeed within ~5 s (an API node may be restarting).
     pub async fn get(&self, path: &str) -> Value {
         for _ in 0..20 {
-            if let Ok(r) = self.http.get(format!("{}{path}", self.api)).send().await
-                && r.status().is_success()
+            if let Some((status, body)) = self.client.try_get(path).await
+                && status.is_success()
             {
-                return r.json().await.unwrap();
+                return body;
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
@@ -134,8 +136,8 @@ impl Cluster {
     }
 
     pub async fn apply(&self, spec: &Value) {
-        let r = self.http.post(format!("{}/v1/workflows", self.api)).json(spec).send().await.unwrap();
-        assert!(r.status().is_success(), "apply: {}", r.text().await.unwrap());
+        let (status, body) = self.client.post("/v1/workflows", spec.clone()).await;
+        assert!(status.is_success(), "apply: {status} {body}");
     }
 
     pub async fn trigger(&self, workflow: &str) -> String {
@@ -423,34 +425,22 @@ async fn tenants_stay_apart_in_a_cluster() {
     let _one = exclusive().await;
     let cluster = Cluster::up(2, 1, "3s").await;
     let admin = std::fs::read_to_string(cluster.dir.join("api/admin.token")).unwrap().trim().to_owned();
-    let http = reqwest::Client::new();
-    let api = cluster.api.clone();
-    let call = |method: reqwest::Method, path: &str, token: &str, body: Option<Value>| {
-        let mut request = http.request(method, format!("{api}{path}")).bearer_auth(token);
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        async move {
-            let response = request.send().await.unwrap();
-            let status = response.status();
-            (status, response.json::<Value>().await.unwrap_or(Value::Null))
-        }
-    };
+    let admin = Api::at(&cluster.api, &admin);
     let mut tokens = HashMap::new();
     for (tenant, limits) in [("alpha", json!({})), ("beta", json!({"max_memory": 32 << 20}))] {
         let body = json!({"name": tenant, "limits": limits});
-        let (status, answer) = call(reqwest::Method::POST, "/v1/tenants", &admin, Some(body)).await;
+        let (status, answer) = admin.post("/v1/tenants", body).await;
         assert_eq!(status, reqwest::StatusCode::CREATED, "{answer}");
         let body = json!({"scopes": ["read", "write"], "label": "test"});
         let path = format!("/v1/tenants/{tenant}/tokens");
-        let (status, answer) = call(reqwest::Method::POST, &path, &admin, Some(body)).await;
+        let (status, answer) = admin.post(&path, body).await;
         assert_eq!(status, reqwest::StatusCode::CREATED, "{answer}");
-        tokens.insert(tenant, answer["token"].as_str().unwrap().to_owned());
+        tokens.insert(tenant, Api::at(&cluster.api, answer["token"].as_str().unwrap()));
     }
     let (alpha, beta) = (&tokens["alpha"], &tokens["beta"]);
 
     let job = json!({"plugin": "echo", "params": {"private": "alpha's"}});
-    let (status, answer) = call(reqwest::Method::POST, "/v1/jobs?wait=true", alpha, Some(job)).await;
+    let (status, answer) = alpha.post("/v1/jobs?wait=true", job).await;
     assert_eq!(status, reqwest::StatusCode::OK, "{answer}");
     assert_eq!(answer["state"], "succeeded", "{answer}");
     let run = answer["run_id"].as_str().unwrap().to_owned();
@@ -462,20 +452,20 @@ async fn tenants_stay_apart_in_a_cluster() {
         format!("/v1/runs/{run}/tasks/{task}"),
         format!("/v1/runs/{run}/tasks/{task}/logs"),
     ] {
-        let (status, _) = call(reqwest::Method::GET, &path, alpha, None).await;
+        let (status, _) = alpha.get(&path).await;
         assert!(status.is_success(), "alpha reads {path}: {status}");
-        let (status, answer) = call(reqwest::Method::GET, &path, beta, None).await;
+        let (status, answer) = beta.get(&path).await;
         assert_eq!(status, reqwest::StatusCode::NOT_FOUND, "beta reads {path}: {answer}");
         assert!(!answer.to_string().contains("alpha's"), "{answer}");
     }
-    let (status, answer) = call(reqwest::Method::POST, &format!("/v1/runs/{run}/kill"), beta, Some(json!({}))).await;
+    let (status, answer) = beta.post(&format!("/v1/runs/{run}/kill"), json!({})).await;
     assert_eq!(status, reqwest::StatusCode::NOT_FOUND, "beta kills alpha's run: {answer}");
-    let (_, listed) = call(reqwest::Method::GET, "/v1/runs", beta, None).await;
+    let (_, listed) = beta.get("/v1/runs").await;
     assert!(!listed.to_string().contains(&run), "beta lists alpha's run: {listed}");
 
     // Beta's cap on memory holds here too.
     let job = json!({"tasks": [{"name": "t", "plugin": "echo", "memory": "64MiB"}]});
-    let (status, answer) = call(reqwest::Method::POST, "/v1/jobs", beta, Some(job)).await;
+    let (status, answer) = beta.post("/v1/jobs", job).await;
     assert_eq!(status, reqwest::StatusCode::BAD_REQUEST, "{answer}");
     assert!(answer["message"].as_str().unwrap_or("").contains("max_memory"), "{answer}");
 
@@ -484,13 +474,13 @@ async fn tenants_stay_apart_in_a_cluster() {
     // else's; PostgreSQL holds it sealed.
     let value = format!("alpha-secret-{}", std::process::id());
     let body = json!({"value": value});
-    let (status, answer) = call(reqwest::Method::PUT, "/v1/secrets/k", alpha, Some(body)).await;
+    let (status, answer) = alpha.put("/v1/secrets/k", body).await;
     assert_eq!(status, reqwest::StatusCode::OK, "{answer}");
     let reads = json!({"plugin": "script", "params": {"script": "let v = secret(\"k\"); if v == () { \"none\" } else { v.len() }"}});
-    let (status, answer) = call(reqwest::Method::POST, "/v1/jobs?wait=true", alpha, Some(reads.clone())).await;
+    let (status, answer) = alpha.post("/v1/jobs?wait=true", reads.clone()).await;
     assert_eq!(status, reqwest::StatusCode::OK, "{answer}");
     assert_eq!(answer["output"], json!(value.len()), "alpha's task reads alpha's secret: {answer}");
-    let (status, answer) = call(reqwest::Method::POST, "/v1/jobs?wait=true", beta, Some(reads)).await;
+    let (status, answer) = beta.post("/v1/jobs?wait=true", reads).await;
     assert_eq!(status, reqwest::StatusCode::OK, "{answer}");
     assert_eq!(answer["output"], "none", "beta's task does not see alpha's secret: {answer}");
     let dump = pg_dump_table(&cluster, "secrets");

@@ -20,11 +20,9 @@ use chrono::{DateTime, Utc};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
+use crate::api::{Api, PATIENCE, state, task_of, task_state, time_of};
 use crate::server::DagrServer;
 use crate::support::workspace_root;
-
-/// How long any wait for the server may take before the test fails.
-pub(crate) const PATIENCE: Duration = Duration::from_secs(120);
 
 // Servers ---------------------------------------------------------------------------
 
@@ -57,171 +55,20 @@ async fn shared() -> Arc<DagrServer> {
     server
 }
 
-/// The last lines of a server's log.
-fn log_tail(server: &DagrServer, lines: usize) -> String {
-    let log = server.log();
-    let all: Vec<&str> = log.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
-
-// A client ----------------------------------------------------------------------------
-
-/// A client of one server. Each test has its own (a reqwest client belongs
-/// to the tokio runtime it first ran on).
-pub(crate) struct Api {
-    base: String,
-    http: reqwest::Client,
-    /// Keeps the shared server up while the test runs.
-    shared: Option<Arc<DagrServer>>,
-}
-
 impl Api {
+    /// A client of the server most tests share.
     pub(crate) async fn shared() -> Api {
         let server = shared().await;
         let mut api = Api::of(&server);
         api.shared = Some(server);
         api
     }
-
-    /// A client of a server the test owns.
-    pub(crate) fn of(server: &DagrServer) -> Api {
-        Api { base: server.base_url(), http: crate::server::client_with_token(&server.token()), shared: None }
-    }
-
-    pub(crate) async fn answer(&self, request: reqwest::RequestBuilder, what: &str) -> (StatusCode, Value) {
-        let response = request.send().await.unwrap_or_else(|e| panic!("{what}: no answer: {e}"));
-        let status = response.status();
-        let text = response.text().await.unwrap_or_default();
-        let body = if text.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{what}: {status}, not JSON ({e}): {text}"))
-        };
-        (status, body)
-    }
-
-    pub(crate) async fn get(&self, path: &str) -> (StatusCode, Value) {
-        self.answer(self.http.get(format!("{}{path}", self.base)), path).await
-    }
-
-    pub(crate) async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
-        self.answer(self.http.post(format!("{}{path}", self.base)).json(&body), path).await
-    }
-
-    pub(crate) async fn post_text(&self, path: &str, body: &str) -> (StatusCode, Value) {
-        self.answer(self.http.post(format!("{}{path}", self.base)).body(body.to_owned()), path).await
-    }
-
-    /// GET that must succeed.
-    pub(crate) async fn get_ok(&self, path: &str) -> Value {
-        let (status, body) = self.get(path).await;
-        assert_eq!(status, StatusCode::OK, "GET {path}: {body}");
-        body
-    }
-
-    /// Applies a definition (YAML or JSON text) that must be valid.
-    pub(crate) async fn apply(&self, definition: &str) -> Value {
-        let (status, body) = self.post_text("/v1/workflows", definition).await;
-        assert!(status == StatusCode::CREATED || status == StatusCode::OK, "apply: {status} {body}\n{definition}");
-        body
-    }
-
-    /// Triggers a run of `workflow`; returns its id.
-    pub(crate) async fn trigger(&self, workflow: &str, request: Value) -> String {
-        let (status, body) = self.post(&format!("/v1/workflows/{workflow}/runs"), request).await;
-        assert_eq!(status, StatusCode::CREATED, "trigger {workflow}: {body}");
-        body["id"].as_str().unwrap().to_owned()
-    }
-
-    pub(crate) async fn run(&self, id: &str) -> Value {
-        self.get_ok(&format!("/v1/runs/{id}")).await
-    }
-
-    pub(crate) async fn task(&self, run: &str, task: &str) -> Value {
-        self.get_ok(&format!("/v1/runs/{run}/tasks/{task}")).await
-    }
-
-    /// Polls the run until `done` holds; fails after [`PATIENCE`].
-    pub(crate) async fn wait_run(&self, id: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let run = self.run(id).await;
-            if done(&run) {
-                return run;
-            }
-            assert!(Instant::now() < deadline, "waited {PATIENCE:?} for {what}; the run is:\n{run:#}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    /// Waits until the run has finished (succeeded, failed or killed).
-    pub(crate) async fn finished(&self, id: &str) -> Value {
-        self.wait_run(id, "the run to finish", |r| matches!(state(r), "succeeded" | "failed" | "killed")).await
-    }
-
-    /// Waits until a task of the run is in `want`.
-    pub(crate) async fn wait_task(&self, id: &str, task: &str, want: &str) -> Value {
-        self.wait_run(id, &format!("task {task} to be {want}"), |r| task_state(r, task) == want).await
-    }
-
-    /// A run action (`kill`, `pause`, …): (status, body).
-    pub(crate) async fn act(&self, id: &str, action: &str) -> (StatusCode, Value) {
-        self.post(&format!("/v1/runs/{id}/{action}"), json!({})).await
-    }
-
-    /// A run action that must be applied.
-    pub(crate) async fn act_ok(&self, id: &str, action: &str) -> Value {
-        let (status, body) = self.act(id, action).await;
-        assert_eq!(status, StatusCode::OK, "{action}: {body}");
-        assert_eq!(body["ok"], json!(true), "{action}: {body}");
-        body
-    }
-
-    /// The runs of a workflow, of one kind, oldest logical time first.
-    pub(crate) async fn runs_of(&self, workflow: &str, kind: &str) -> Vec<Value> {
-        let body = self.get_ok(&format!("/v1/workflows/{workflow}/runs?kind={kind}&limit=1000")).await;
-        let mut runs = body["runs"].as_array().unwrap().clone();
-        runs.sort_by_key(|r| time_of(&r["logical_time"]));
-        runs
-    }
-}
-
-impl Drop for Api {
-    fn drop(&mut self) {
-        // The shared server outlives a failed test; show what it said.
-        if std::thread::panicking()
-            && let Some(server) = &self.shared
-        {
-            eprintln!("--- the last lines of the shared dagr serve's log ({}):\n{}", self.base, log_tail(server, 40));
-        }
-    }
 }
 
 // Reading answers ----------------------------------------------------------------------
 
-pub(crate) fn state(run: &Value) -> &str {
-    run["state"].as_str().unwrap_or_default()
-}
-
-/// A task of a run detail, by name.
-pub(crate) fn task_of<'a>(run: &'a Value, name: &str) -> &'a Value {
-    run["tasks"]
-        .as_array()
-        .and_then(|tasks| tasks.iter().find(|t| t["name"] == name))
-        .unwrap_or_else(|| panic!("the run has no task {name}: {run:#}"))
-}
-
-pub(crate) fn task_state<'a>(run: &'a Value, name: &str) -> &'a str {
-    task_of(run, name)["state"].as_str().unwrap_or_default()
-}
-
 fn attempts(run: &Value, name: &str) -> i64 {
     task_of(run, name)["attempts"].as_i64().unwrap()
-}
-
-pub(crate) fn time_of(value: &Value) -> DateTime<Utc> {
-    let text = value.as_str().unwrap_or_else(|| panic!("not a time: {value}"));
-    DateTime::parse_from_rfc3339(text).unwrap_or_else(|e| panic!("not a time ({e}): {text}")).with_timezone(&Utc)
 }
 
 /// The attempts of a task detail as (state, failure kind, charged).
@@ -1322,7 +1169,8 @@ tasks:
     api.wait_task(&id, "slow", "running").await;
 
     // Follow the running attempt: the stream ends when the attempt does.
-    let response = api.http.get(format!("{}/v1/runs/{id}/tasks/slow/logs?follow=true", api.base)).send().await.unwrap();
+    let follow = format!("/v1/runs/{id}/tasks/slow/logs?follow=true");
+    let response = api.request(reqwest::Method::GET, &follow).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     let content_type = response.headers()[reqwest::header::CONTENT_TYPE].to_str().unwrap().to_owned();
     assert_eq!(content_type, "application/x-ndjson");

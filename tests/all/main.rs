@@ -2,7 +2,8 @@
 //!
 //! - `support`: helpers every module may use (runtimes, plugins, a local
 //!   HTTP server, the `dagr` binary, reading attempt reports); `server`: a
-//!   real `dagr serve` process.
+//!   real `dagr serve` process; `api`: the one HTTP client of dagr's API
+//!   (requests, answers, waiting on runs).
 //! - `runtime`: loading, the code cache, limits, the hostile suite, secrets,
 //!   concurrency and cancellation, with real components.
 //! - `plugins`: each built-in plugin's happy path and error cases.
@@ -26,7 +27,9 @@
 //!   lines PostgreSQL cannot hold, against a real `dagr serve`.
 //! - `polyglot`: plugin projects in Rust, Python and JavaScript from `dagr
 //!   plugin new` to a workflow; the examples; all languages in one DAG.
-//! - `hostile_guests`: the hostile suite in Python and JavaScript.
+//! - `hostile_guests`: the hostile suite in Python and JavaScript;
+//!   `hostile_host`: what a guest can make the host hold (deep directory
+//!   chains, descriptors, HTTP header resources, files), within limits.
 //! - `sdks`: the Python and JS SDKs' own tests and their WIT contract.
 //! - `projects`: helpers for Python and JS projects (toolchains, builds).
 //! - `tls`: mutual TLS between a cluster's nodes, and `dagr cert`.
@@ -39,6 +42,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod api;
 mod projects;
 mod server;
 mod support;
@@ -51,6 +55,7 @@ mod e2e;
 mod fuzz_api;
 mod hostile_api;
 mod hostile_guests;
+mod hostile_host;
 mod outer;
 mod outer_control;
 mod plugins;

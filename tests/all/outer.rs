@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::e2e::{Api, PATIENCE, own_server, state, task_state, time_of};
+use crate::api::{Api, PATIENCE, state, task_state, time_of};
+use crate::e2e::own_server;
 use crate::server::DagrServer;
 
 /// Waits until every run of `workflow` (of `kind`) has finished; returns them.

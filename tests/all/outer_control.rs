@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::e2e::{Api, PATIENCE, own_server, state, task_of, task_state, time_of};
+use crate::api::{Api, PATIENCE, state, task_of, task_state, time_of};
+use crate::e2e::own_server;
 use crate::server::DagrServer;
 
 /// An HTTP endpoint whose answer the test sets: `GET /` answers `status`.

@@ -22,92 +22,24 @@ use dagr_runtime::sha256_hex;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::server::{DagrServer, client_with_token};
+use crate::api::Api;
+use crate::server::DagrServer;
+use crate::support::with_custom_section;
 
-const PATIENCE: Duration = Duration::from_secs(120);
 const V1: &str = "1.20250401.0";
 const V2: &str = "1.20250402.0";
 
-/// A client of one server.
-struct Api {
-    base: String,
-    http: reqwest::Client,
-}
-
 impl Api {
-    /// A client of the server's `default` tenant.
-    fn of(server: &DagrServer) -> Api {
-        Api { base: server.base_url(), http: server.client() }
-    }
-
-    /// A client with another token.
-    fn with_token(server: &DagrServer, token: &str) -> Api {
-        Api { base: server.base_url(), http: client_with_token(token) }
-    }
-
-    async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
-        self.answer(self.http.post(format!("{}{path}", self.base)).json(&body), path).await
-    }
-
-    async fn answer(&self, request: reqwest::RequestBuilder, what: &str) -> (StatusCode, Value) {
-        self.read(request.send().await, what).await
-    }
-
-    async fn read(&self, sent: reqwest::Result<reqwest::Response>, what: &str) -> (StatusCode, Value) {
-        let response = sent.unwrap_or_else(|e| panic!("{what}: no answer: {e}"));
-        let status = response.status();
-        let text = response.text().await.unwrap_or_default();
-        let body = if text.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{what}: {status}, not JSON ({e}): {text}"))
-        };
-        (status, body)
-    }
-
-    async fn get(&self, path: &str) -> (StatusCode, Value) {
-        self.answer(self.http.get(format!("{}{path}", self.base)), path).await
-    }
-
-    async fn delete(&self, path: &str) -> (StatusCode, Value) {
-        self.answer(self.http.delete(format!("{}{path}", self.base)), path).await
-    }
-
-    async fn upload(&self, bytes: &[u8]) -> (StatusCode, Value) {
-        // An upload over the limit is answered (413) before it is read.
-        let url = format!("{}/v1/plugins", self.base);
-        let make = || self.http.post(&url).header("content-type", "application/wasm").body(bytes.to_vec());
-        self.read(crate::support::send_upload(make).await, "POST /v1/plugins").await
-    }
-
-    async fn apply(&self, definition: &str) {
-        let request = self.http.post(format!("{}/v1/workflows", self.base)).body(definition.to_owned());
-        let (status, body) = self.answer(request, "apply").await;
-        assert!(status == StatusCode::CREATED || status == StatusCode::OK, "apply: {status} {body}\n{definition}");
-    }
-
-    /// Triggers a run of `workflow`, waits for it to end, returns it.
+    /// Triggers a run of `workflow` and waits for it to end.
     async fn run_to_end(&self, workflow: &str) -> Value {
-        let request = self.http.post(format!("{}/v1/workflows/{workflow}/runs", self.base)).json(&json!({}));
-        let (status, body) = self.answer(request, "trigger").await;
-        assert_eq!(status, StatusCode::CREATED, "trigger {workflow}: {body}");
-        let id = body["id"].as_str().unwrap().to_owned();
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let (_, run) = self.get(&format!("/v1/runs/{id}")).await;
-            if matches!(run["state"].as_str(), Some("succeeded" | "failed" | "killed")) {
-                return run;
-            }
-            assert!(Instant::now() < deadline, "the run of {workflow} did not end: {run:#}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let id = self.trigger(workflow, json!({})).await;
+        self.finished(&id).await
     }
 
     /// The output of task `task` of a finished run that must have succeeded.
     async fn output(&self, run: &Value, task: &str) -> Value {
         assert_eq!(run["state"], "succeeded", "{run:#}");
-        let (_, detail) = self.get(&format!("/v1/runs/{}/tasks/{task}", run["id"].as_str().unwrap())).await;
-        detail["output"].clone()
+        self.task(run["id"].as_str().unwrap(), task).await["output"].clone()
     }
 }
 
@@ -148,30 +80,6 @@ fn versioned(version: &str) -> Vec<u8> {
     assert_eq!(at.len(), 1, "the version string should occur once in the component");
     bytes[at[0]..at[0] + V1.len()].copy_from_slice(version.as_bytes());
     bytes
-}
-
-/// `bytes` with a custom section appended: other bytes, same behaviour.
-fn with_custom_section(bytes: &[u8], name: &str, payload: &[u8]) -> Vec<u8> {
-    fn leb(mut n: usize, out: &mut Vec<u8>) {
-        loop {
-            let byte = (n & 0x7f) as u8;
-            n >>= 7;
-            if n == 0 {
-                out.push(byte);
-                return;
-            }
-            out.push(byte | 0x80);
-        }
-    }
-    let mut content = Vec::new();
-    leb(name.len(), &mut content);
-    content.extend_from_slice(name.as_bytes());
-    content.extend_from_slice(payload);
-    let mut out = bytes.to_vec();
-    out.push(0);
-    leb(content.len(), &mut out);
-    out.extend_from_slice(&content);
-    out
 }
 
 fn names(list: &Value) -> Vec<(String, String, bool)> {
@@ -367,11 +275,8 @@ async fn another_tenant_neither_sees_nor_uses_a_tenants_plugin() {
     assert_eq!(status, StatusCode::NOT_FOUND);
     let (status, body) = other.delete(&format!("/v1/plugins/versioned/{v9}")).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
-    let request = other
-        .http
-        .post(format!("{}/v1/workflows", other.base))
-        .body(format!("name: reg-theirs\ntasks:\n- name: t\n  plugin: versioned@{v9}\n"));
-    let (status, body) = other.answer(request, "apply").await;
+    let definition = format!("name: reg-theirs\ntasks:\n- name: t\n  plugin: versioned@{v9}\n");
+    let (status, body) = other.post_text("/v1/workflows", &definition).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert!(body["message"].as_str().unwrap().contains("unknown plugin `versioned`"), "{body}");
     let (status, body) = other.post("/v1/jobs?wait=true", json!({"plugin": format!("versioned@{v9}")})).await;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dagr_builtins as builtins;
-use dagr_runtime::{CodeSource, Error, FailureKind, LogSource, NetworkPolicy, Runtime};
+use dagr_runtime::{CodeSource, Error, FailureKind, LogSource, NetworkPolicy, Runtime, RuntimeConfig};
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
@@ -86,6 +86,36 @@ async fn second_runtime_loads_compiled_code_from_the_cache() {
     assert_eq!(plugin.code_source(), CodeSource::Cached);
     let report = second.execute(&plugin, execution(json!({"cached": true}))).await;
     assert_eq!(output_json(&report)["params"], json!({"cached": true}));
+}
+
+/// The child that checks uploads compiles with a small pool (one slot) and
+/// a node's other settings; the node, with many slots and another memory
+/// cap, must load that machine code as it is (issue 12, item 8).
+#[tokio::test]
+async fn a_node_loads_what_the_upload_check_compiled() {
+    let _serial = serial().await; // compiles
+    let cache = tempfile::tempdir().unwrap();
+    let bytes = std::fs::read(builtins::ECHO_PATH).unwrap();
+    let child = Runtime::new(RuntimeConfig {
+        guest_threads: 1,
+        max_concurrent_attempts: 1,
+        pooling: true,
+        cache_dir: Some(cache.path().to_path_buf()),
+        ..Default::default()
+    })
+    .unwrap();
+    let node = runtime_with(|config| {
+        config.cache_dir = Some(cache.path().to_path_buf());
+        config.max_concurrent_attempts = 64;
+        config.max_memory_bytes = 256 << 20;
+    });
+    assert!(!node.is_cached(&bytes));
+    assert_eq!(child.load(&bytes).unwrap().code_source(), CodeSource::Compiled);
+    assert!(node.is_cached(&bytes), "the node does not find the child's machine code");
+    let plugin = node.load(&bytes).unwrap();
+    assert_eq!(plugin.code_source(), CodeSource::Cached);
+    let report = node.execute(&plugin, execution(json!({"compiled": "elsewhere"}))).await;
+    assert_eq!(output_json(&report)["params"], json!({"compiled": "elsewhere"}));
 }
 
 #[tokio::test]

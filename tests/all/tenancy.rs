@@ -16,92 +16,13 @@ use std::time::{Duration, Instant};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
+use crate::api::{Answer, Api, Auth, Body, Call, PATIENCE};
+use crate::e2e::own_server;
 use crate::server::{DagrServer, write_file};
 use crate::support::serial;
 
-const PATIENCE: Duration = Duration::from_secs(120);
-
-async fn own_server() -> DagrServer {
-    tokio::task::spawn_blocking(DagrServer::start).await.unwrap()
-}
-
-/// One request: method, path, token (none: no Authorization header) and
-/// body (JSON, or text/bytes for the routes that take those).
-struct Call<'a> {
-    method: Method,
-    path: String,
-    auth: Auth<'a>,
-    body: Body,
-    tenant_header: Option<&'a str>,
-}
-
-#[derive(Clone, Copy)]
-enum Auth<'a> {
-    None,
-    Raw(&'a str),
-    Token(&'a str),
-}
-
-#[derive(Clone)]
-enum Body {
-    None,
-    Json(Value),
-    Text(String),
-    Bytes(Vec<u8>),
-}
-
-struct Answer {
-    status: StatusCode,
-    retry_after: Option<String>,
-    text: String,
-}
-
-impl Answer {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.text).unwrap_or(Value::Null)
-    }
-}
-
-struct Client {
-    base: String,
-    http: reqwest::Client,
-}
-
-impl Client {
-    fn of(server: &DagrServer) -> Client {
-        Client { base: server.base_url(), http: reqwest::Client::builder().timeout(PATIENCE).build().unwrap() }
-    }
-
-    async fn call(&self, call: Call<'_>) -> Answer {
-        let make = || {
-            let mut request = self.http.request(call.method.clone(), format!("{}{}", self.base, call.path));
-            match call.auth {
-                Auth::None => {}
-                Auth::Raw(value) => request = request.header("authorization", value),
-                Auth::Token(token) => request = request.bearer_auth(token),
-            }
-            if let Some(tenant) = call.tenant_header {
-                request = request.header("x-dagr-tenant", tenant);
-            }
-            match call.body.clone() {
-                Body::None => request,
-                Body::Json(value) => request.json(&value),
-                Body::Text(text) => request.header("content-type", "application/yaml").body(text),
-                Body::Bytes(bytes) => request.header("content-type", "application/wasm").body(bytes),
-            }
-        };
-        // A refused upload (401, 413) is answered before it is read.
-        let sent = match call.body {
-            Body::Bytes(_) => crate::support::send_upload(make).await,
-            _ => make().send().await,
-        };
-        let response = sent.unwrap_or_else(|e| panic!("{} {}: no answer: {e}", call.method, call.path));
-        let status = response.status();
-        let retry_after = response.headers().get("retry-after").map(|v| v.to_str().unwrap_or_default().to_owned());
-        let text = response.text().await.unwrap_or_default();
-        Answer { status, retry_after, text }
-    }
-
+/// The isolation matrix's calls: each names the token it sends.
+impl Api {
     async fn send(&self, method: Method, path: &str, token: &str, body: Body) -> Answer {
         self.call(Call { method, path: path.into(), auth: Auth::Token(token), body, tenant_header: None }).await
     }
@@ -113,7 +34,7 @@ impl Client {
         answer.json()
     }
 
-    async fn wait_run(&self, token: &str, id: &str) -> Value {
+    async fn wait_run_as(&self, token: &str, id: &str) -> Value {
         let deadline = Instant::now() + PATIENCE;
         loop {
             let run = self.expect(Method::GET, &format!("/v1/runs/{id}"), token, Body::None, StatusCode::OK).await;
@@ -127,7 +48,7 @@ impl Client {
 }
 
 /// Creates a tenant (with the admin token) and a token of it with `scopes`.
-async fn tenant_with_token(client: &Client, admin: &str, name: &str, limits: Value) -> String {
+async fn tenant_with_token(client: &Api, admin: &str, name: &str, limits: Value) -> String {
     client
         .expect(
             Method::POST,
@@ -141,7 +62,7 @@ async fn tenant_with_token(client: &Client, admin: &str, name: &str, limits: Val
 }
 
 /// A new token of `tenant`: (token, id).
-async fn token_of(client: &Client, admin: &str, tenant: &str, scopes: &[&str]) -> (String, String) {
+async fn token_of(client: &Api, admin: &str, tenant: &str, scopes: &[&str]) -> (String, String) {
     let path = format!("/v1/tenants/{tenant}/tokens");
     let body = Body::Json(json!({"scopes": scopes, "label": "test"}));
     let created = client.expect(Method::POST, &path, admin, body, StatusCode::CREATED).await;
@@ -250,7 +171,7 @@ fn needs_more_than_read(method: &str, route: &str) -> bool {
 async fn isolation_matrix_covers_every_route() {
     let _serial = serial().await;
     let server = own_server().await;
-    let client = Client::of(&server);
+    let client = Api::anonymous(&server.base_url());
     let admin = server.admin_token();
 
     // Without a token, only the health check answers.
@@ -279,7 +200,7 @@ async fn isolation_matrix_covers_every_route() {
     let path = format!("/v1/workflows/{workflow}/runs");
     let run = client.expect(Method::POST, &path, &a_token, Body::Json(json!({})), StatusCode::CREATED).await;
     let run = run["id"].as_str().unwrap().to_owned();
-    let run_before = client.wait_run(&a_token, &run).await;
+    let run_before = client.wait_run_as(&a_token, &run).await;
     assert_eq!(run_before["state"], "succeeded", "{run_before}");
     let body = Body::Json(json!({"workflow": workflow, "from": "2024-01-01", "to": "2024-01-02"}));
     let backfill = client.expect(Method::POST, "/v1/backfills", &a_token, body, StatusCode::CREATED).await;
@@ -423,7 +344,7 @@ async fn isolation_matrix_covers_every_route() {
 async fn admin_routes_refuse_tenant_tokens_and_the_admin_token_names_its_tenant() {
     let _serial = serial().await;
     let server = own_server().await;
-    let client = Client::of(&server);
+    let client = Api::anonymous(&server.base_url());
     let admin = server.admin_token();
     let own = server.token();
 
@@ -504,7 +425,7 @@ async fn admin_routes_refuse_tenant_tokens_and_the_admin_token_names_its_tenant(
 async fn a_secret_never_comes_back_out_even_when_a_plugin_logs_it() {
     let _serial = serial().await;
     let server = own_server().await;
-    let client = Client::of(&server);
+    let client = Api::anonymous(&server.base_url());
     let token = server.token();
     let value = format!("hunter2-{}-{}", std::process::id(), dagr_api::auth::generate_token().id);
 
@@ -517,7 +438,7 @@ async fn a_secret_never_comes_back_out_even_when_a_plugin_logs_it() {
         .expect(Method::POST, "/v1/workflows/leaky/runs", &token, Body::Json(json!({})), StatusCode::CREATED)
         .await;
     let run = run["id"].as_str().unwrap().to_owned();
-    let finished = client.wait_run(&token, &run).await;
+    let finished = client.wait_run_as(&token, &run).await;
     assert_eq!(finished["state"], "succeeded", "{finished}");
 
     let logs = client
@@ -590,7 +511,7 @@ async fn a_secret_never_comes_back_out_even_when_a_plugin_logs_it() {
 async fn runs_per_minute_answers_429_with_retry_after() {
     let _serial = serial().await;
     let server = own_server().await;
-    let client = Client::of(&server);
+    let client = Api::anonymous(&server.base_url());
     let admin = server.admin_token();
     let token = tenant_with_token(&client, &admin, "busy", json!({"runs_per_minute": 2})).await;
     client
@@ -765,7 +686,7 @@ fn contains(haystack: &[u8], needle: &str) -> bool {
 async fn tokens_and_secrets_are_not_stored_in_plain_text() {
     let _serial = serial().await;
     let server = own_server().await;
-    let client = Client::of(&server);
+    let client = Api::anonymous(&server.base_url());
     let admin = server.admin_token();
     let team = tenant_with_token(&client, &admin, "hashed", json!({})).await;
     let (read, _) = token_of(&client, &admin, "hashed", &["read"]).await;
@@ -800,7 +721,7 @@ async fn tokens_and_secrets_are_not_stored_in_plain_text() {
 // Quotas ----------------------------------------------------------------------------------
 
 /// Uploads one of the test components as the tenant's plugin.
-async fn upload(client: &Client, token: &str, path: &str) -> (String, String) {
+async fn upload(client: &Api, token: &str, path: &str) -> (String, String) {
     let bytes = std::fs::read(path).unwrap();
     let answer = client.send(Method::POST, "/v1/plugins", token, Body::Bytes(bytes)).await;
     assert!(answer.status == StatusCode::CREATED || answer.status == StatusCode::OK, "upload {path}: {}", answer.text);
@@ -810,7 +731,7 @@ async fn upload(client: &Client, token: &str, path: &str) -> (String, String) {
 
 /// Runs a one-plugin job to its end; returns its single task's last
 /// attempt (`failure_kind`, `message`) and the job's answer.
-async fn job_failure(client: &Client, token: &str, job: Value) -> (String, String, Value) {
+async fn job_failure(client: &Api, token: &str, job: Value) -> (String, String, Value) {
     let answer = client.expect(Method::POST, "/v1/jobs?wait=true", token, Body::Json(job), StatusCode::OK).await;
     let run = answer["run_id"].as_str().unwrap();
     let detail = client.expect(Method::GET, &format!("/v1/runs/{run}"), token, Body::None, StatusCode::OK).await;
@@ -825,7 +746,7 @@ async fn job_failure(client: &Client, token: &str, job: Value) -> (String, Strin
 async fn each_tenant_limit_fails_with_an_error_that_names_it() {
     let _serial = serial().await;
     let server = own_server().await;
-    let client = Client::of(&server);
+    let client = Api::anonymous(&server.base_url());
     let admin = server.admin_token();
     let web = crate::support::TestServer::start().await;
     let allowed = web.host();
@@ -893,7 +814,7 @@ async fn each_tenant_limit_fails_with_an_error_that_names_it() {
 async fn concurrent_attempts_stay_within_the_tenants_cap() {
     let _serial = serial().await;
     let server = own_server().await;
-    let client = Client::of(&server);
+    let client = Api::anonymous(&server.base_url());
     let admin = server.admin_token();
     let token = tenant_with_token(&client, &admin, "narrow", json!({"max_concurrent": 2})).await;
     let mut definition = String::from("name: wide\ntasks:\n");
@@ -904,7 +825,7 @@ async fn concurrent_attempts_stay_within_the_tenants_cap() {
     let run = client
         .expect(Method::POST, "/v1/workflows/wide/runs", &token, Body::Json(json!({})), StatusCode::CREATED)
         .await;
-    let finished = client.wait_run(&token, run["id"].as_str().unwrap()).await;
+    let finished = client.wait_run_as(&token, run["id"].as_str().unwrap()).await;
     assert_eq!(finished["state"], "succeeded", "{finished}");
 
     // The attempts' intervals: at no instant more than two overlap.
@@ -931,7 +852,7 @@ async fn concurrent_attempts_stay_within_the_tenants_cap() {
 async fn a_tenants_plugin_cannot_read_another_tenants_scratch_files() {
     let _serial = serial().await;
     let server = own_server().await;
-    let client = Client::of(&server);
+    let client = Api::anonymous(&server.base_url());
     let admin = server.admin_token();
     let a = tenant_with_token(&client, &admin, "scratch-a", json!({})).await;
     let b = tenant_with_token(&client, &admin, "scratch-b", json!({})).await;
@@ -963,7 +884,7 @@ async fn a_tenants_plugin_cannot_read_another_tenants_scratch_files() {
         assert!(read.get("error").is_some(), "B read {path}: {answer}");
         assert!(!answer.to_string().contains("A's data"), "B read {path}: {answer}");
     }
-    let run = client.wait_run(&a, &run_a).await;
+    let run = client.wait_run_as(&a, &run_a).await;
     assert_eq!(run["state"], "succeeded", "{run}");
 }
 
@@ -994,7 +915,7 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 async fn a_noisy_tenant_does_not_delay_another_tenants_task() {
     let _serial = serial().await;
     let server = tokio::task::spawn_blocking(|| DagrServer::start_with(&[("DAGR_WORKER__SLOTS", "4")])).await.unwrap();
-    let client = Client::of(&server);
+    let client = Api::anonymous(&server.base_url());
     let admin = server.admin_token();
     let noisy = tenant_with_token(&client, &admin, "noisy", json!({})).await;
     let quiet = tenant_with_token(&client, &admin, "quiet", json!({})).await;

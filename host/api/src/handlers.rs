@@ -570,7 +570,10 @@ pub async fn task_logs(
                 }
                 // Nothing new: is the attempt over?
                 let finished = match store.attempts(&id, Some(idx)).await {
-                    Ok(attempts) => attempts.iter().find(|a| a.number == attempt).is_some_and(|a| a.state != "running"),
+                    Ok(attempts) => attempts
+                        .iter()
+                        .find(|a| a.number == attempt)
+                        .is_some_and(|a| a.state != dagr_store::AttemptState::Running),
                     Err(_) => true,
                 };
                 let task_waiting = match store.run_task(&id, &task).await {

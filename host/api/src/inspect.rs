@@ -8,8 +8,9 @@
 //! and reads an [`InspectOutcome`] from its stdout. The child runs with
 //!
 //! - `RLIMIT_CPU`: the kernel stops it (SIGXCPU) after so much CPU time;
-//! - `RLIMIT_AS`: allocations past so much address space fail, and the
-//!   child aborts;
+//! - `RLIMIT_DATA`: allocations past so much memory fail, and the child
+//!   aborts (address space reserved but inaccessible, as wasmtime's pool
+//!   reserves it, does not count: the child compiles with a node's engine);
 //! - a wall-clock timeout, after which the API kills it (for a child that
 //!   sleeps or blocks instead of computing);
 //! - a lower scheduling priority, no core dumps, and an empty environment.
@@ -31,7 +32,7 @@ use tokio::sync::Semaphore;
 pub struct InspectLimits {
     /// CPU time (every thread of the child together); rounded up to seconds.
     pub cpu: Duration,
-    /// Address space of the child, bytes.
+    /// Memory of the child (its data: heap and writable mappings), bytes.
     pub memory: u64,
     /// Wall-clock time before the child is killed.
     pub wall: Duration,
@@ -162,7 +163,7 @@ impl Inspector {
 #[allow(unsafe_code)]
 fn limit_child(command: &mut tokio::process::Command, cpu_seconds: u64, memory: u64) {
     let cpu = libc::rlimit { rlim_cur: cpu_seconds as libc::rlim_t, rlim_max: (cpu_seconds + 1) as libc::rlim_t };
-    let address_space = libc::rlimit { rlim_cur: memory as libc::rlim_t, rlim_max: memory as libc::rlim_t };
+    let data = libc::rlimit { rlim_cur: memory as libc::rlim_t, rlim_max: memory as libc::rlim_t };
     let no_core = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: the closure runs in the forked child before exec, where only
     // async-signal-safe functions may be called. It makes three `setrlimit`
@@ -171,7 +172,7 @@ fn limit_child(command: &mut tokio::process::Command, cpu_seconds: u64, memory: 
     unsafe {
         command.pre_exec(move || {
             for (resource, limit) in
-                [(libc::RLIMIT_CPU, &cpu), (libc::RLIMIT_AS, &address_space), (libc::RLIMIT_CORE, &no_core)]
+                [(libc::RLIMIT_CPU, &cpu), (libc::RLIMIT_DATA, &data), (libc::RLIMIT_CORE, &no_core)]
             {
                 if libc::setrlimit(resource, limit) != 0 {
                     return Err(std::io::Error::last_os_error());

@@ -46,8 +46,8 @@ pub fn task_view(row: &TaskRow, workflow: Option<&Workflow>) -> TaskView {
 pub fn attempt_view(row: &AttemptRow) -> AttemptView {
     AttemptView {
         number: row.number,
-        state: row.state.clone(),
-        failure_kind: row.failure_kind.clone(),
+        state: row.state.as_str().into(),
+        failure_kind: row.failure_kind.map(|k| k.as_str().into()),
         message: row.message.clone(),
         charged: row.charged,
         worker: row.worker.clone(),

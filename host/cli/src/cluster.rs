@@ -182,6 +182,7 @@ pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
             attempt_check: Some((settings.ttl * 2).max(Duration::from_secs(4))),
             max_lost_attempts: settings.max_lost_attempts,
             max_catch_up: settings.max_catch_up,
+            catch_up_per_second: settings.catch_up_per_second,
             max_in_flight: settings.max_in_flight as usize,
             strategy,
         };
@@ -237,6 +238,7 @@ pub fn worker(args: RoleArgs) -> anyhow::Result<ExitCode> {
             Some(Arc::new(crate::secrets::StoreSecrets::new(store.clone(), secrets_key))),
             logs,
         );
+        worker.precompile_with(Arc::new(crate::node::ChildCompiler(crate::node::inspector(&settings)?)));
         for plugin in plugins.builtins().plugins() {
             worker.preload(plugin.clone());
         }
@@ -298,7 +300,7 @@ pub fn api(args: RoleArgs) -> anyhow::Result<ExitCode> {
             store: store.clone(),
             control,
             plugins,
-            config: Arc::new(api_config(&settings, secrets_key)?),
+            config: Arc::new(api_config(&settings, secrets_key, crate::node::inspector(&settings)?)?),
             versions: Default::default(),
         });
         announce(Role::Api, &id, &url);

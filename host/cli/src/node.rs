@@ -49,6 +49,8 @@ impl Node {
         let plugins = load_plugins(&runtime, settings, store.clone()).await?;
         let logs = LogWriter::start(store.clone());
         let worker = Worker::new("local", runtime, plugins.clone(), Some(secrets), logs);
+        let inspector = inspector(settings)?;
+        worker.precompile_with(Arc::new(ChildCompiler(inspector.clone())));
         for plugin in plugins.builtins().plugins() {
             worker.preload(plugin.clone());
         }
@@ -70,6 +72,7 @@ impl Node {
             policy,
             max_lost_attempts: settings.max_lost_attempts,
             max_catch_up: settings.max_catch_up,
+            catch_up_per_second: settings.catch_up_per_second,
             max_in_flight: worker.slots(),
             ..EngineConfig::default()
         };
@@ -91,7 +94,7 @@ impl Node {
             store: store.clone(),
             control: Arc::new(engine.clone()),
             plugins,
-            config: Arc::new(api_config(settings, key)?),
+            config: Arc::new(api_config(settings, key, inspector)?),
             versions: Default::default(),
         });
         let listener = tokio::net::TcpListener::bind(settings.listen)
@@ -235,6 +238,8 @@ pub fn make_runtime(settings: &Settings, slots: u32, runs_attempts: bool) -> any
         extra_ca_file: settings.extra_ca_file.clone(),
         scratch_max_entries: settings.scratch_max_entries,
         scratch_max_depth: settings.scratch_max_depth,
+        max_handles: settings.max_handles,
+        http_field_bytes: usize::try_from(settings.http_field_bytes).unwrap_or(usize::MAX),
         max_output_depth: settings.max_output_depth,
         scratch_exclusive: runs_attempts,
         ..RuntimeConfig::default()
@@ -258,17 +263,46 @@ pub async fn load_plugins(
     Ok(registry)
 }
 
-/// The API's settings: body limits, and plugin uploads checked by this very
-/// binary (`dagr plugin inspect`) in a limited child process.
-pub fn api_config(settings: &Settings, secrets: SecretKey) -> anyhow::Result<dagr_api::ApiConfig> {
-    let program = std::env::current_exe().context("cannot find the dagr binary (to compile uploads with)")?;
+/// Checks and compiles components with this very binary (`dagr plugin
+/// inspect`) in a limited child process, which leaves the machine code in
+/// this node's code cache. One per process: uploads and a worker's first
+/// loads share its turns (`[plugins] concurrent_compiles`).
+pub fn inspector(settings: &Settings) -> anyhow::Result<dagr_api::Inspector> {
+    let program = std::env::current_exe().context("cannot find the dagr binary (to compile components with)")?;
     let limits = dagr_api::InspectLimits {
         cpu: settings.compile_cpu,
         memory: settings.compile_memory,
         wall: settings.compile_timeout,
         concurrent: settings.concurrent_compiles as usize,
     };
-    let inspector = dagr_api::Inspector::new(program, vec!["plugin".into(), "inspect".into()], limits);
+    let args = ["plugin", "inspect", "--cache-dir"].map(String::from).into_iter();
+    let args = args.chain([settings.cache_dir.display().to_string()]).collect();
+    Ok(dagr_api::Inspector::new(program, args, limits))
+}
+
+/// A worker's compiles, in the inspection child (see [`inspector`]).
+pub struct ChildCompiler(pub dagr_api::Inspector);
+
+#[async_trait]
+impl dagr_worker::Precompile for ChildCompiler {
+    async fn precompile(&self, bytes: Vec<u8>) -> Result<(), String> {
+        use dagr_api::inspect::InspectError;
+        use dagr_protocol::plugins::InspectOutcome;
+        match self.0.inspect(bytes.into()).await {
+            Ok(InspectOutcome::Valid { .. }) => Ok(()),
+            Ok(InspectOutcome::Invalid { message }) => Err(message),
+            Err(InspectError::Invalid(m) | InspectError::Limit(m) | InspectError::Failed(m)) => Err(m),
+        }
+    }
+}
+
+/// The API's settings: body limits, and plugin uploads checked (and
+/// compiled into this node's cache) by `inspector`.
+pub fn api_config(
+    settings: &Settings,
+    secrets: SecretKey,
+    inspector: dagr_api::Inspector,
+) -> anyhow::Result<dagr_api::ApiConfig> {
     Ok(dagr_api::ApiConfig {
         max_body_bytes: settings.max_body as usize,
         max_depth: settings.max_depth,

@@ -85,7 +85,12 @@ pub enum PluginCommand {
     /// outcome as JSON. The API runs this in a child process under CPU and
     /// memory limits for every upload.
     #[command(hide = true)]
-    Inspect,
+    Inspect {
+        /// Keep the machine code in this code cache (a node's), so that
+        /// the node loads it instead of compiling the component itself.
+        #[arg(long)]
+        cache_dir: Option<std::path::PathBuf>,
+    },
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -102,7 +107,7 @@ pub fn run(server: &str, cmd: PluginCommand) -> anyhow::Result<ExitCode> {
             run_one(&file, params, inputs, timeout, memory, allow_hosts, secrets, quiet)
         }
         PluginCommand::List { builtin: true } => list(),
-        PluginCommand::Inspect => inspect(),
+        PluginCommand::Inspect { cache_dir } => inspect(cache_dir),
         PluginCommand::New(args) => crate::plugin_project::new(args).map(|()| ExitCode::SUCCESS),
         PluginCommand::Build(args) => crate::plugin_project::build_verb(args).map(|()| ExitCode::SUCCESS),
         PluginCommand::Test(args) => crate::plugin_test::run(args),
@@ -201,7 +206,7 @@ fn list() -> anyhow::Result<ExitCode> {
 /// `dagr plugin inspect`: the component on stdin, an [`InspectOutcome`] on
 /// stdout. An invalid component is an outcome (exit 0); a crash or a limit
 /// (the parent sets them) ends the process, and the parent reports that.
-fn inspect() -> anyhow::Result<ExitCode> {
+fn inspect(cache_dir: Option<std::path::PathBuf>) -> anyhow::Result<ExitCode> {
     use std::io::Read as _;
 
     use dagr_protocol::plugins::InspectOutcome;
@@ -209,15 +214,16 @@ fn inspect() -> anyhow::Result<ExitCode> {
     test_hog();
     let mut bytes = Vec::new();
     std::io::stdin().read_to_end(&mut bytes).context("cannot read the component from stdin")?;
-    // No pool: it reserves far more address space than the limit allows.
-    // No code cache: this engine compiles for bounds-checked memories,
-    // which the workers' engines do not load.
+    // The same engine as a node's (a pool, with its per-component limits):
+    // a component the pool cannot hold fails here, at upload, and the
+    // machine code, written to the node's cache, is what the node loads.
+    // The pool's reservations are address space only; the parent limits
+    // this process's data (`RLIMIT_DATA`), not its address space.
     let runtime = Runtime::new(RuntimeConfig {
         guest_threads: 1,
         max_concurrent_attempts: 1,
-        max_memory_bytes: 64 << 20,
-        pooling: false,
-        cache_dir: None,
+        pooling: true,
+        cache_dir,
         ..Default::default()
     })?;
     let outcome = match runtime.load(&bytes) {
@@ -316,7 +322,7 @@ async fn server_verb_async(server: &str, verb: PluginCommand) -> anyhow::Result<
             println!("deleted {}@{} sha256:{}", plugin.name, plugin.version, plugin.sha256);
         }
         PluginCommand::Run { .. }
-        | PluginCommand::Inspect
+        | PluginCommand::Inspect { .. }
         | PluginCommand::New(_)
         | PluginCommand::Build(_)
         | PluginCommand::Test(_) => {}

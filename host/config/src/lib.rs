@@ -21,6 +21,8 @@
 //! slots = 256
 //! scratch_max_entries = 10000  # files and directories in one attempt's scratch
 //! scratch_max_depth = 64       # directory nesting in one attempt's scratch
+//! max_handles = 1024           # open files, streams, HTTP resources one attempt holds at once
+//! http_field_bytes = "16KiB"   # one HTTP headers resource in the host's memory
 //! max_output_depth = 64        # nesting of a task's output (JSON), at most 120
 //! # extra_ca_file = "/etc/dagr/internal-ca.pem"  # plugins' HTTPS also trusts these CAs
 //!
@@ -174,6 +176,9 @@ pub struct MasterConfig {
     /// Missed cycles a schedule with `catch_up` makes up for at most; older
     /// ones are skipped (and an event says which).
     pub max_catch_up: u32,
+    /// Runs a catching-up schedule creates per second at most (the rest of
+    /// its backlog follows a second later, and so on).
+    pub catch_up_per_second: u32,
 }
 
 impl Default for MasterConfig {
@@ -187,6 +192,7 @@ impl Default for MasterConfig {
             overloads: 3,
             max_lost_attempts: 3,
             max_catch_up: 100,
+            catch_up_per_second: dagr_core::schedule::MAX_RUNS_PER_STEP as u32,
         }
     }
 }
@@ -287,6 +293,11 @@ pub struct WorkerConfig {
     pub scratch_max_entries: u64,
     /// How deep one attempt may nest directories in its scratch directory.
     pub scratch_max_depth: u64,
+    /// The most resources one attempt may hold at once: open files (each a
+    /// descriptor of the node), streams, HTTP fields and requests.
+    pub max_handles: usize,
+    /// The most host memory one HTTP headers (`fields`) resource may take.
+    pub http_field_bytes: String,
     /// How deeply a task's output (JSON) may nest arrays and objects; a
     /// deeper one fails the attempt. At most 120.
     pub max_output_depth: usize,
@@ -303,6 +314,8 @@ impl Default for WorkerConfig {
             extra_ca_file: String::new(),
             scratch_max_entries: 10_000,
             scratch_max_depth: 64,
+            max_handles: 1024,
+            http_field_bytes: "16KiB".into(),
             max_output_depth: dagr_core::document::DEFAULT_MAX_DEPTH,
         }
     }
@@ -387,9 +400,12 @@ pub struct Settings {
     pub extra_ca_file: Option<PathBuf>,
     pub scratch_max_entries: u64,
     pub scratch_max_depth: u64,
+    pub max_handles: usize,
+    pub http_field_bytes: u64,
     pub max_output_depth: usize,
     pub max_lost_attempts: u32,
     pub max_catch_up: u32,
+    pub catch_up_per_second: u32,
     pub default_timeout: Duration,
     pub default_memory: u64,
     pub max_memory: u64,
@@ -500,6 +516,12 @@ impl Config {
         if self.worker.scratch_max_entries == 0 {
             return Err(err("worker.scratch_max_entries", "must be at least 1".into()));
         }
+        if self.worker.max_handles < 16 {
+            return Err(err(
+                "worker.max_handles",
+                "must be at least 16 (stdio and the scratch directory take some)".into(),
+            ));
+        }
         let cap = dagr_core::document::MAX_DEPTH_CAP;
         for (field, depth) in
             [("api.max_depth", self.api.max_depth), ("worker.max_output_depth", self.worker.max_output_depth)]
@@ -513,6 +535,9 @@ impl Config {
         }
         if self.master.max_lost_attempts == 0 {
             return Err(err("master.max_lost_attempts", "must be at least 1".into()));
+        }
+        if self.master.catch_up_per_second == 0 {
+            return Err(err("master.catch_up_per_second", "must be at least 1".into()));
         }
         let settings = Settings {
             listen,
@@ -530,9 +555,12 @@ impl Config {
             extra_ca_file: (!self.worker.extra_ca_file.is_empty()).then(|| PathBuf::from(&self.worker.extra_ca_file)),
             scratch_max_entries: self.worker.scratch_max_entries,
             scratch_max_depth: self.worker.scratch_max_depth,
+            max_handles: self.worker.max_handles,
+            http_field_bytes: bytes("worker.http_field_bytes", &self.worker.http_field_bytes)?,
             max_output_depth: self.worker.max_output_depth,
             max_lost_attempts: self.master.max_lost_attempts,
             max_catch_up: self.master.max_catch_up,
+            catch_up_per_second: self.master.catch_up_per_second,
             default_timeout: duration("limits.default_timeout", &self.limits.default_timeout)?,
             default_memory: bytes("limits.default_memory", &self.limits.default_memory)?,
             max_memory: bytes("limits.max_memory", &self.limits.max_memory)?,

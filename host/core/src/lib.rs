@@ -22,6 +22,7 @@
 //! - [`slots`]: the hash slots runs are sharded into.
 //! - [`units`]: durations and sizes as people write them.
 
+pub mod attempt;
 pub mod control;
 mod dates;
 pub mod definition;

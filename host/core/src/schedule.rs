@@ -21,9 +21,10 @@ pub struct Schedule {
     pub catch_up: bool,
 }
 
-/// The most runs one materialisation step creates for one schedule; the
-/// rest of a catch-up follows a second later, and so on (a fast schedule's
-/// backlog arrives at a bounded rate, never all at once).
+/// The most runs one materialisation step creates for one schedule by
+/// default (`[master] catch_up_per_second`); the rest of a catch-up follows
+/// a second later, and so on (a fast schedule's backlog arrives at a
+/// bounded rate, never all at once).
 pub const MAX_RUNS_PER_STEP: usize = 100;
 
 /// The cycles a schedule owes at some moment.

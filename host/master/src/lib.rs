@@ -156,6 +156,9 @@ pub struct EngineConfig {
     /// Missed cycles a catching-up schedule makes up for at most
     /// (`[master] max_catch_up`).
     pub max_catch_up: u32,
+    /// Runs a catching-up schedule creates per engine step, a second apart
+    /// (`[master] catch_up_per_second`).
+    pub catch_up_per_second: u32,
 }
 
 impl Default for EngineConfig {
@@ -176,6 +179,7 @@ impl Default for EngineConfig {
             strategy: Strategy::LeastLoaded,
             max_lost_attempts: dagr_core::run::DEFAULT_MAX_LOST,
             max_catch_up: 100,
+            catch_up_per_second: dagr_core::schedule::MAX_RUNS_PER_STEP as u32,
         }
     }
 }

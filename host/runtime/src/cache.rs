@@ -82,6 +82,12 @@ impl CodeCache {
 
     /// Returns a cached artifact for the component with this hash, if one
     /// exists and this host wrote it.
+    /// Whether an artifact for the component with this hash is on disk
+    /// (its MAC is checked when it is loaded).
+    pub(crate) fn contains(&self, sha256: &str) -> bool {
+        self.artifact_path(sha256).is_file()
+    }
+
     pub(crate) fn get(&self, engine: &Engine, sha256: &str) -> Option<Component> {
         let path = self.artifact_path(sha256);
         let mut bytes = fs::read(&path).ok()?;

@@ -55,7 +55,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
-use wasmtime::component::{HasSelf, Linker, ResourceTable};
+use wasmtime::component::{HasSelf, Linker, ResourceTable, ResourceTableError};
 use wasmtime::{Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap, UpdateDeadline};
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 use wasmtime_wasi_http::WasiHttpCtx;
@@ -140,6 +140,15 @@ pub struct RuntimeConfig {
     pub scratch_max_entries: u64,
     /// How deep an attempt may nest directories in its scratch directory.
     pub scratch_max_depth: u64,
+    /// The most resources an attempt may hold at once: open files and
+    /// directories (each a real descriptor of the node), streams,
+    /// pollables, HTTP fields, requests and responses. The WASI context's
+    /// own (stdio, preopens) count too.
+    pub max_handles: usize,
+    /// The most bytes one HTTP `fields` resource (a request's or response's
+    /// headers) may take in the host's memory. With `max_handles` it bounds
+    /// what a guest can make the host hold outside its memory cap.
+    pub http_field_bytes: usize,
     /// How deeply a task's output may nest JSON arrays and objects (a
     /// deeper output fails the attempt: dependents and the API could not
     /// parse it).
@@ -170,6 +179,8 @@ impl Default for RuntimeConfig {
             extra_ca_file: None,
             scratch_max_entries: 10_000,
             scratch_max_depth: 64,
+            max_handles: DEFAULT_MAX_HANDLES,
+            http_field_bytes: DEFAULT_HTTP_FIELD_BYTES,
             max_output_depth: dagr_core::document::DEFAULT_MAX_DEPTH,
             scratch_exclusive: false,
             memory_keep_resident: KEEP_RESIDENT,
@@ -317,6 +328,9 @@ pub enum FailureKind {
     Cancelled,
     /// The scratch directory grew past [`Limits::scratch_bytes`].
     ScratchQuota,
+    /// The guest held more resources at once than
+    /// [`RuntimeConfig::max_handles`] allows.
+    HandleLimit,
     /// Something went wrong in dagr (e.g. no pool slot, a scratch directory
     /// that could not be created). Not the plugin's fault.
     Internal,
@@ -336,6 +350,7 @@ impl FailureKind {
             FailureKind::InvalidOutput => "invalid-output",
             FailureKind::Cancelled => "cancelled",
             FailureKind::ScratchQuota => "scratch-quota",
+            FailureKind::HandleLimit => "handle-limit",
             FailureKind::Internal => "internal",
         }
     }
@@ -658,6 +673,12 @@ impl Runtime {
     /// This compiles the component (unless the cache has it), which can take
     /// a while for big components: call it from a blocking context or
     /// `spawn_blocking`.
+    /// Whether loading `bytes` would take the machine code from the on-disk
+    /// cache instead of compiling (false without a cache).
+    pub fn is_cached(&self, bytes: &[u8]) -> bool {
+        self.inner.cache.as_ref().is_some_and(|cache| cache.contains(&sha256_hex(bytes)))
+    }
+
     pub fn load(&self, bytes: &[u8]) -> Result<Plugin> {
         check_header(bytes)?;
         let sha256 = sha256_hex(bytes);
@@ -739,8 +760,16 @@ impl Runtime {
         let state = StoreState {
             _ticking: Ticking::new(&self.inner.ticker),
             wasi: wasi.build(),
-            http: WasiHttpCtx::new(),
-            table: ResourceTable::new(),
+            http: {
+                let mut http = WasiHttpCtx::new();
+                http.set_field_size_limit(self.inner.config.http_field_bytes);
+                http
+            },
+            table: {
+                let mut table = ResourceTable::new();
+                table.set_max_capacity(self.inner.config.max_handles);
+                table
+            },
             hooks: HttpPolicyHooks {
                 policy: Arc::new(network),
                 log: log.clone(),
@@ -934,7 +963,7 @@ impl Runtime {
                 Err(Failure::new(FailureKind::Retryable, log.redact_text(&m)))
             }
             Ok(Err(bindings::TaskError::Fatal(m))) => Err(Failure::new(FailureKind::Fatal, log.redact_text(&m))),
-            Err(e) => Err(classify_error(&e, &limits, &log, plugin.inner.language)),
+            Err(e) => Err(classify_error(&e, &limits, &log, plugin.inner.language, &self.inner.config)),
         };
         if cancelled {
             result = Err(cancelled_failure(result));
@@ -1045,7 +1074,13 @@ fn check_output(
     })
 }
 
-fn classify_error(error: &wasmtime::Error, limits: &Limits, log: &AttemptLog, language: GuestLanguage) -> Failure {
+fn classify_error(
+    error: &wasmtime::Error,
+    limits: &Limits,
+    log: &AttemptLog,
+    language: GuestLanguage,
+    config: &RuntimeConfig,
+) -> Failure {
     for cause in error.chain() {
         if let Some(interrupted) = cause.downcast_ref::<Interrupted>() {
             return match interrupted {
@@ -1062,6 +1097,28 @@ fn classify_error(error: &wasmtime::Error, limits: &Limits, log: &AttemptLog, la
         }
         if let Some(exceeded) = cause.downcast_ref::<MemoryLimitExceeded>() {
             return Failure::new(FailureKind::MemoryLimit, exceeded.to_string());
+        }
+        if let Some(ResourceTableError::Full) = cause.downcast_ref::<ResourceTableError>() {
+            return Failure::new(
+                FailureKind::HandleLimit,
+                format!(
+                    "the task held too many open files, streams or HTTP resources at once \
+                     (limit [worker] max_handles = {})",
+                    config.max_handles
+                ),
+            );
+        }
+        if let Some(wasmtime_wasi_http::FieldMapError::TotalSizeTooBig) =
+            cause.downcast_ref::<wasmtime_wasi_http::FieldMapError>()
+        {
+            return Failure::new(
+                FailureKind::MemoryLimit,
+                format!(
+                    "a set of HTTP headers (fields) grew past what the host holds for one \
+                     (limit [worker] http_field_bytes = {} bytes)",
+                    config.http_field_bytes
+                ),
+            );
         }
         if let Some(trap) = cause.downcast_ref::<Trap>() {
             // The wasm backtrace helps plugin authors; it goes to the log only.
@@ -1130,6 +1187,21 @@ fn explain_export_error(error: &wasmtime::Error) -> String {
     }
 }
 
+/// The most bytes of a plugin-info's `version` (the WIT says so).
+const MAX_VERSION_BYTES: usize = 64;
+/// The most bytes of a plugin-info's `description` (the WIT says so): it is
+/// kept by every node and listed by `GET /v1/plugins`.
+const MAX_DESCRIPTION_BYTES: usize = 4 << 10;
+/// The most bytes of a plugin-info's `params-schema` (the WIT says so).
+const MAX_SCHEMA_BYTES: usize = 64 << 10;
+/// How deeply a params schema may nest (the WIT says so).
+const SCHEMA_LIMITS: dagr_core::document::DocumentLimits = dagr_core::document::DocumentLimits {
+    max_depth: dagr_core::document::DEFAULT_MAX_DEPTH,
+    depth_key: "plugin-info params-schema",
+    max_bytes: MAX_SCHEMA_BYTES,
+    bytes_key: "plugin-info params-schema",
+};
+
 fn validate_info(info: bindings::PluginInfo) -> Result<PluginInfo> {
     let name_ok = !info.name.is_empty()
         && info.name.len() <= 64
@@ -1141,6 +1213,18 @@ fn validate_info(info: bindings::PluginInfo) -> Result<PluginInfo> {
             info.name
         )));
     }
+    if info.version.len() > MAX_VERSION_BYTES {
+        return Err(Error::BadInfo(format!(
+            "version is {} bytes long, more than the {MAX_VERSION_BYTES} a plugin-info version may have",
+            info.version.len()
+        )));
+    }
+    if info.description.len() > MAX_DESCRIPTION_BYTES {
+        return Err(Error::BadInfo(format!(
+            "description is {} bytes long, more than the {MAX_DESCRIPTION_BYTES} a plugin-info description may have",
+            info.description.len()
+        )));
+    }
     let core = info.version.split(['-', '+']).next().unwrap_or("");
     let parts: Vec<&str> = core.split('.').collect();
     if parts.len() != 3 || parts.iter().any(|p| p.is_empty() || !p.chars().all(|c| c.is_ascii_digit())) {
@@ -1148,13 +1232,24 @@ fn validate_info(info: bindings::PluginInfo) -> Result<PluginInfo> {
     }
     let params_schema = match info.params_schema {
         None => None,
-        Some(text) => match serde_json::from_str::<serde_json::Value>(&text) {
-            Ok(schema @ (serde_json::Value::Object(_) | serde_json::Value::Bool(_))) => Some(schema),
-            Ok(_) => {
-                return Err(Error::BadInfo("params schema must be a JSON object or boolean".into()));
+        Some(text) if text.len() > MAX_SCHEMA_BYTES => {
+            return Err(Error::BadInfo(format!(
+                "params schema is {} bytes long, more than the {MAX_SCHEMA_BYTES} a plugin-info params-schema may have",
+                text.len()
+            )));
+        }
+        Some(text) => {
+            if let Err(e) = dagr_core::document::check_json(text.as_bytes(), &SCHEMA_LIMITS) {
+                return Err(Error::BadInfo(format!("params schema: {e}")));
             }
-            Err(e) => return Err(Error::BadInfo(format!("params schema is not JSON: {e}"))),
-        },
+            match serde_json::from_str::<serde_json::Value>(&text) {
+                Ok(schema @ (serde_json::Value::Object(_) | serde_json::Value::Bool(_))) => Some(schema),
+                Ok(_) => {
+                    return Err(Error::BadInfo("params schema must be a JSON object or boolean".into()));
+                }
+                Err(e) => return Err(Error::BadInfo(format!("params schema is not JSON: {e}"))),
+            }
+        }
     };
     Ok(PluginInfo { name: info.name, version: info.version, description: info.description, params_schema })
 }
@@ -1170,6 +1265,17 @@ fn imports_preopens(engine: &Engine, component: &wasmtime::component::Component)
 /// Bytes of each linear memory kept resident between the attempts that use
 /// its pool slot, by default ([`RuntimeConfig::memory_keep_resident`]).
 const KEEP_RESIDENT: usize = 1 << 20;
+
+/// Resources an attempt may hold at once by default
+/// ([`RuntimeConfig::max_handles`]): as many descriptors as a process gets
+/// by default, well under what wasmtime allows (a million).
+pub const DEFAULT_MAX_HANDLES: usize = 1024;
+
+/// Bytes one HTTP `fields` resource may take by default
+/// ([`RuntimeConfig::http_field_bytes`]): twice what HTTP servers commonly
+/// accept as a request's whole header, so that `max_handles` of them stay
+/// at 16 MiB.
+pub const DEFAULT_HTTP_FIELD_BYTES: usize = 16 << 10;
 
 fn build_engine(config: &RuntimeConfig) -> Result<Engine> {
     // Headroom for `describe` calls and loads that run beside attempts.
@@ -1251,5 +1357,36 @@ mod tests {
         assert!(validate_info(info("echo", "1.0", None)).is_err());
         assert!(validate_info(info("echo", "1.0.0-rc.1", Some("{\"type\":\"object\"}"))).is_ok());
         assert!(validate_info(info("echo", "1.0.0", Some("[1]"))).is_err());
+    }
+
+    #[test]
+    fn every_field_of_plugin_info_has_a_limit_that_the_error_names() {
+        let message = |info: bindings::PluginInfo| match validate_info(info) {
+            Err(Error::BadInfo(message)) => message,
+            other => panic!("accepted or refused for another reason: {other:?}"),
+        };
+        let base = || bindings::PluginInfo {
+            name: "echo".into(),
+            version: "1.0.0".into(),
+            description: "fine".into(),
+            params_schema: None,
+        };
+        let long_version = format!("1.0.0-{}", "a".repeat(100));
+        let m = message(bindings::PluginInfo { version: long_version, ..base() });
+        assert!(m.contains("version") && m.contains("64"), "{m}");
+        let m = message(bindings::PluginInfo { description: "d".repeat(30 << 20), ..base() });
+        assert!(m.contains("description") && m.contains("4096"), "{m}");
+        let big = format!("{{\"description\": \"{}\"}}", "x".repeat(70 << 10));
+        let m = message(bindings::PluginInfo { params_schema: Some(big), ..base() });
+        assert!(m.contains("params schema") && m.contains("65536"), "{m}");
+        let deep = format!("{}{}", "[".repeat(100), "]".repeat(100));
+        let m = message(bindings::PluginInfo { params_schema: Some(format!("{{\"a\": {deep}}}")), ..base() });
+        assert!(m.contains("params schema") && m.contains("64 levels"), "{m}");
+        let at_limits = bindings::PluginInfo {
+            version: format!("1.0.0-{}", "a".repeat(58)),
+            description: "d".repeat(4 << 10),
+            ..base()
+        };
+        assert!(validate_info(at_limits).is_ok());
     }
 }

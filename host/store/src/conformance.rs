@@ -422,12 +422,12 @@ async fn runs_and_batches(store: &dyn Store, p: &str) -> Result<()> {
         finished_at: None,
         child_run: None,
     };
-    let attempt = |state: &str| AttemptRow {
+    let attempt = |state: AttemptState| AttemptRow {
         run_id: id.clone(),
         task_idx: 0,
         number: 1,
         task: "a".into(),
-        state: state.into(),
+        state,
         failure_kind: None,
         message: None,
         charged: true,
@@ -445,7 +445,7 @@ async fn runs_and_batches(store: &dyn Store, p: &str) -> Result<()> {
             updated_at: 1001,
         }],
         tasks: vec![task(TaskState::Queued, 0), task(TaskState::Running, 1)],
-        attempts: vec![attempt("running")],
+        attempts: vec![attempt(AttemptState::Running)],
         events: vec![NewEvent {
             tenant: tenant.clone(),
             at: 1001,
@@ -476,7 +476,7 @@ async fn runs_and_batches(store: &dyn Store, p: &str) -> Result<()> {
         "command result kept",
     )?;
 
-    let mut done = attempt("succeeded");
+    let mut done = attempt(AttemptState::Succeeded);
     done.finished_at = Some(1002);
     let mut finished = task(TaskState::Succeeded, 1);
     finished.finished_at = Some(1002);
@@ -491,7 +491,7 @@ async fn runs_and_batches(store: &dyn Store, p: &str) -> Result<()> {
     check(store.outputs(&id, &[0, 1]).await? == vec![(0, "{\"n\":1}".to_owned())], "output stored")?;
     let attempts = store.attempts(&id, Some(0)).await?;
     check(
-        attempts.len() == 1 && attempts[0].state == "succeeded" && attempts[0].finished_at == Some(1002),
+        attempts.len() == 1 && attempts[0].state == AttemptState::Succeeded && attempts[0].finished_at == Some(1002),
         "attempt finished",
     )?;
     store

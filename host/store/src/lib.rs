@@ -37,6 +37,7 @@ pub mod tenancy;
 use std::fmt;
 
 use async_trait::async_trait;
+pub use dagr_core::attempt::{AttemptState, FailureKind};
 pub use dagr_core::{RunState, TaskState};
 use serde::{Deserialize, Serialize};
 
@@ -187,9 +188,8 @@ pub struct AttemptRow {
     pub task_idx: i64,
     pub number: i64,
     pub task: String,
-    /// `running`, `succeeded` or `failed`.
-    pub state: String,
-    pub failure_kind: Option<String>,
+    pub state: AttemptState,
+    pub failure_kind: Option<FailureKind>,
     pub message: Option<String>,
     /// Whether a failure counted against the retry budget.
     pub charged: bool,

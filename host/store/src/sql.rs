@@ -441,8 +441,18 @@ fn attempt_from(row: &AnyRow) -> Result<AttemptRow> {
         task_idx: row.try_get("task_idx")?,
         number: row.try_get("number")?,
         task: row.try_get("task")?,
-        state: row.try_get("state")?,
-        failure_kind: row.try_get("failure_kind")?,
+        state: {
+            let state: String = row.try_get("state")?;
+            AttemptState::parse(&state)
+                .ok_or_else(|| Error::Invalid(format!("unknown attempt state `{state}` in the database")))?
+        },
+        failure_kind: match row.try_get::<Option<String>, _>("failure_kind")? {
+            Some(kind) => Some(
+                FailureKind::parse(&kind)
+                    .ok_or_else(|| Error::Invalid(format!("unknown failure kind `{kind}` in the database")))?,
+            ),
+            None => None,
+        },
         message: row.try_get("message")?,
         charged: row.try_get::<i64, _>("charged")? != 0,
         worker: row.try_get("worker")?,
@@ -1120,8 +1130,8 @@ impl Store for SqlStore {
                         Arg::I64(a.task_idx),
                         Arg::I64(a.number),
                         Arg::Text(a.task.clone()),
-                        Arg::Text(a.state.clone()),
-                        Arg::OptText(a.failure_kind.clone()),
+                        Arg::Text(a.state.as_str().into()),
+                        Arg::OptText(a.failure_kind.map(|k| k.as_str().to_owned())),
                         Arg::OptText(a.message.clone()),
                         Arg::I64(a.charged as i64),
                         Arg::Text(a.worker.clone()),

@@ -47,6 +47,16 @@ pub trait PluginSource: Send + Sync {
     async fn component(&self, sha256: &str) -> Result<Option<Vec<u8>>, String>;
 }
 
+/// Compiles a component into the worker's code cache outside the worker's
+/// process (a child under CPU and memory limits, as uploads are checked),
+/// so that loading it only reads the cache: a component that is expensive
+/// to compile cannot take the node's memory or CPU with it.
+#[async_trait::async_trait]
+pub trait Precompile: Send + Sync {
+    /// `Err` says why the component was not compiled (the limit it hit).
+    async fn precompile(&self, bytes: Vec<u8>) -> Result<(), String>;
+}
+
 /// Receives finished attempts.
 pub trait Reporter: Send + Sync {
     fn report(&self, result: AttemptResult);
@@ -74,6 +84,8 @@ struct Inner {
     abandoned: Mutex<std::collections::HashSet<AttemptKey>>,
     /// "This worker may still act" (its lease is safe), checked by guests.
     keep_going: Mutex<Option<KeepGoing>>,
+    /// Compiles components not in the code cache, outside this process.
+    precompile: Mutex<Option<Arc<dyn Precompile>>>,
     logs: LogWriter,
 }
 
@@ -95,6 +107,7 @@ impl Worker {
                 running: Mutex::new(HashMap::new()),
                 abandoned: Mutex::new(Default::default()),
                 keep_going: Mutex::new(None),
+                precompile: Mutex::new(None),
                 logs,
             }),
         }
@@ -125,6 +138,12 @@ impl Worker {
         *self.inner.keep_going.lock().unwrap_or_else(|e| e.into_inner()) = Some(keep_going);
     }
 
+    /// Compiles components that the code cache lacks with `precompile`
+    /// instead of in this process.
+    pub fn precompile_with(&self, precompile: Arc<dyn Precompile>) {
+        *self.inner.precompile.lock().unwrap_or_else(|e| e.into_inner()) = Some(precompile);
+    }
+
     /// Makes a loaded plugin available without going through the source.
     pub fn preload(&self, plugin: Plugin) {
         let cell = Arc::new(OnceCell::new_with(Some(Ok(plugin.clone()))));
@@ -152,8 +171,17 @@ impl Worker {
                     Err(message) => return Err(PluginError::Source(message)),
                 };
                 let runtime = self.inner.runtime.clone();
+                let precompile = self.inner.precompile.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                if let Some(precompile) = precompile
+                    && !runtime.is_cached(&bytes)
+                {
+                    precompile.precompile(bytes.clone()).await.map_err(PluginError::Load)?;
+                }
                 match tokio::task::spawn_blocking(move || runtime.load(&bytes)).await {
-                    Ok(Ok(plugin)) if plugin.sha256() == sha256 => Ok(plugin),
+                    Ok(Ok(plugin)) if plugin.sha256() == sha256 => {
+                        tracing::info!(sha256, name = %plugin.info().name, code = ?plugin.code_source(), "plugin loaded");
+                        Ok(plugin)
+                    }
                     Ok(Ok(plugin)) => Err(PluginError::Mismatch { asked: sha256.into(), got: plugin.sha256().into() }),
                     Ok(Err(e)) => Err(PluginError::Load(e.to_string())),
                     Err(e) => Err(PluginError::Load(format!("loading the component failed: {e}"))),
@@ -368,6 +396,7 @@ fn map_kind(kind: dagr_runtime::FailureKind) -> FailureKind {
         R::Cancelled => FailureKind::Cancelled,
         // The limit is the tenant's, and deterministic enough not to retry.
         R::ScratchQuota => FailureKind::Fatal,
+        R::HandleLimit => FailureKind::HandleLimit,
         R::Internal => FailureKind::Internal,
     }
 }

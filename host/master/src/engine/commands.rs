@@ -110,6 +110,8 @@ impl EngineState {
             return fail(format!("run {run_id} is not loaded"));
         };
         let id = id.clone();
+        let span = run.span();
+        let _entered = span.enter();
         let task_named = |name: &str| {
             run.machine.workflow().task_index(name).ok_or_else(|| fail(format!("the run has no task `{name}`")))
         };

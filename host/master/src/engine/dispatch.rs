@@ -8,7 +8,7 @@ use std::sync::Arc;
 use dagr_core::run::TaskState;
 use dagr_protocol::plugins::PluginDirectory;
 use dagr_protocol::wire::{AttemptKey, AttemptResult, Outcome};
-use dagr_store::{AttemptRow, OutputWrite};
+use dagr_store::{AttemptRow, AttemptState, OutputWrite};
 
 use crate::engine::control::Activation;
 use crate::engine::effects::{Effects, Need};
@@ -168,14 +168,16 @@ impl EngineState {
         let key = AttemptKey { run_id: run.row.id.clone(), task: item.task as u32, number: attempt };
         let task_name = run.machine.workflow().tasks[item.task].name.clone();
         let epoch = run.row.epoch;
-        tracing::debug!(run = %key.run_id, task = %task_name, attempt, %worker, "attempt starts");
+        let span = tracing::debug_span!(parent: &run.span(), "attempt", task = %task_name, attempt);
+        let _entered = span.enter();
+        tracing::debug!(%worker, "attempt starts");
         self.absorb(effects, &item.run, actions, now);
         let started = AttemptRow {
             run_id: key.run_id.clone(),
             task_idx: item.task as i64,
             number: attempt as i64,
             task: task_name.clone(),
-            state: "running".into(),
+            state: AttemptState::Running,
             failure_kind: None,
             message: None,
             charged: false,

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use dagr_core::run::{FailureClass, Input as RunInput, TaskState};
 use dagr_protocol::wire::{Ack, AttemptKey, AttemptResult, FailureKind, Outcome};
-use dagr_store::{AttemptRow, OutputWrite};
+use dagr_store::{AttemptRow, AttemptState, OutputWrite};
 
 use crate::engine::effects::{Accepted, Effects, Need, Probe};
 use crate::engine::runs::CACHED_OUTPUT;
@@ -91,7 +91,7 @@ impl EngineState {
                 },
             },
         };
-        let span = tracing::debug_span!("attempt", run = %id, task = %result.task_name, attempt);
+        let span = tracing::debug_span!(parent: &run.span(), "attempt", task = %result.task_name, attempt);
         let _entered = span.enter();
         let not_ready = matches!(input, RunInput::NotReady { .. });
         match run.machine.apply(input, now) {
@@ -260,7 +260,7 @@ impl EngineState {
                         task_idx: task as i64,
                         number: key.number as i64,
                         task: run.machine.workflow().tasks[task].name.clone(),
-                        state: "running".into(),
+                        state: AttemptState::Running,
                         failure_kind: None,
                         message: None,
                         charged: false,
@@ -367,17 +367,15 @@ pub(crate) fn lost_result(attempt: &AttemptRow, epoch: i64, now: i64, why: &str)
 /// The attempt row of a result.
 pub(crate) fn attempt_row(result: &AttemptResult) -> AttemptRow {
     let (state, failure_kind, message, charged) = match &result.outcome {
-        Outcome::Succeeded { .. } => ("succeeded", None, None, false),
-        Outcome::Failed { kind, message } => {
-            ("failed", Some(kind.as_str().to_owned()), Some(message.clone()), kind.charged())
-        }
+        Outcome::Succeeded { .. } => (AttemptState::Succeeded, None, None, false),
+        Outcome::Failed { kind, message } => (AttemptState::Failed, Some(*kind), Some(message.clone()), kind.charged()),
     };
     AttemptRow {
         run_id: result.key.run_id.clone(),
         task_idx: result.key.task as i64,
         number: result.key.number as i64,
         task: result.task_name.clone(),
-        state: state.into(),
+        state,
         failure_kind,
         message,
         charged,

@@ -57,6 +57,14 @@ pub(crate) struct ActiveRun {
 }
 
 impl ActiveRun {
+    /// The span of what the engine does for this run: commands, state
+    /// changes, dispatches. Debug level, so a busy engine at the default
+    /// level pays for it only by a check (`RUST_LOG=dagr_master=debug`
+    /// follows one run: `grep 'run{id=…}'`).
+    pub fn span(&self) -> tracing::Span {
+        tracing::debug_span!("run", id = %self.row.id, workflow = %self.row.workflow, tenant = %self.tenant)
+    }
+
     pub fn workflow_key(&self) -> WorkflowKey {
         (self.row.tenant.clone(), self.row.workflow.clone())
     }
@@ -368,6 +376,8 @@ impl EngineState {
         let mut wakes: Vec<dagr_store::Wake> = Vec::new();
         let mut timeouts: Vec<(i64, String)> = Vec::new();
         let mut pauses: Vec<(Arc<str>, Command)> = Vec::new();
+        let span = self.runs.get(run_id).map(ActiveRun::span).unwrap_or_else(tracing::Span::none);
+        let _entered = span.enter();
         for action in actions {
             let Some(run) = self.runs.get_mut(run_id) else {
                 return;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use chrono::{TimeZone, Utc};
 use dagr_core::Workflow;
-use dagr_core::schedule::{MAX_RUNS_PER_STEP, Schedule};
+use dagr_core::schedule::Schedule;
 use dagr_protocol::commands::Command;
 use dagr_store::{EncodedCommand, NewEvent, NewRun, RunKind, RunOrigin};
 use serde_json::json;
@@ -135,7 +135,8 @@ impl EngineState {
         let to_time = |ms: i64| Utc.timestamp_millis_opt(ms).single().unwrap_or_default();
         let now_time = to_time(now);
         let cursor = entry.cursor.map(to_time);
-        let due = entry.schedule.due(cursor, to_time(entry.since), now_time, max_catch_up, MAX_RUNS_PER_STEP);
+        let due =
+            entry.schedule.due(cursor, to_time(entry.since), now_time, max_catch_up, self.settings.catch_up_per_step);
         if let Some((first, last)) = due.skipped {
             tracing::warn!(workflow = %key.1, %first, %last, max_catch_up, "schedule: skipping missed cycles");
             effects.batch.events.push(NewEvent {

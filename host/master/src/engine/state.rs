@@ -33,6 +33,7 @@ pub(crate) struct Settings {
     pub attempt_check: Option<Duration>,
     pub max_lost_attempts: u32,
     pub max_catch_up: u32,
+    pub catch_up_per_step: usize,
     pub max_in_flight: usize,
 }
 
@@ -50,6 +51,7 @@ impl Settings {
             attempt_check: config.attempt_check,
             max_lost_attempts: config.max_lost_attempts,
             max_catch_up: config.max_catch_up,
+            catch_up_per_step: (config.catch_up_per_second as usize).max(1),
             max_in_flight: config.max_in_flight.max(1),
         }
     }

@@ -26,7 +26,8 @@ use dagr_protocol::plugins::{PluginDescriptor, PluginDirectory, TrustedCatalog};
 use dagr_protocol::tenancy::TenantLimits;
 use dagr_protocol::wire::{AttemptKey, AttemptResult, AttemptSpec, FailureKind, Outcome};
 use dagr_store::{
-    AttemptRow, Committed, OutputWrite, RunKind, RunOrigin, RunRow, RunState, TaskRow, TaskState, WriteBatch,
+    AttemptRow, AttemptState, Committed, OutputWrite, RunKind, RunOrigin, RunRow, RunState, TaskRow, TaskState,
+    WriteBatch,
 };
 
 use crate::EngineConfig;
@@ -500,8 +501,13 @@ impl TestEnv {
             self.workflows.get(&row.workflow).cloned().ok_or_else(|| LoadError::Invalid("no workflow".into()))?;
         let fresh = row.epoch == 1 && row.state == RunState::Queued;
         let tasks = (!fresh).then(|| self.store.tasks.get(id).cloned().unwrap_or_default());
-        let running =
-            self.store.attempts.values().filter(|a| a.run_id == id && a.state == "running").cloned().collect();
+        let running = self
+            .store
+            .attempts
+            .values()
+            .filter(|a| a.run_id == id && a.state == AttemptState::Running)
+            .cloned()
+            .collect();
         Ok(LoadedRun { row, tasks, workflow, backfill_parallel: None, running })
     }
 

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use dagr_protocol::commands::Command;
 use dagr_protocol::tenancy::TenantLimits;
 use dagr_protocol::wire::{Ack, FailureKind};
-use dagr_store::{RunState, TaskState};
+use dagr_store::{AttemptState, RunState, TaskState};
 
 use crate::Adoption;
 use crate::engine::effects::{Accepted, Input, LoadError, Need};
@@ -40,7 +40,7 @@ fn a_run_is_admitted_its_roots_dispatched_and_outputs_flow_downstream() {
     let batch = &effects.batch;
     assert!(batch.runs.iter().any(|r| r.id == run && r.state == RunState::Running));
     assert!(batch.tasks.iter().any(|t| t.name == "a" && t.state == TaskState::Running));
-    assert!(batch.attempts.iter().any(|a| a.task == "a" && a.state == "running" && a.worker == "w1"));
+    assert!(batch.attempts.iter().any(|a| a.task == "a" && a.state == AttemptState::Running && a.worker == "w1"));
     assert_eq!(batch.commands_done.len(), 1);
     assert_eq!(effects.replies.len(), 1);
     assert!(batch.fences.iter().any(|(id, epoch)| *id == run && *epoch == 1), "writes are fenced by the claim's epoch");
@@ -253,6 +253,35 @@ fn the_leader_materialises_cycles_and_catches_up_within_bounds() {
 }
 
 #[test]
+fn a_backlog_arrives_at_the_configured_rate() {
+    let mut env = TestEnv::with(
+        |c| {
+            c.max_catch_up = 5;
+            c.catch_up_per_second = 2;
+        },
+        vec![worker("w1", 8)],
+    );
+    let minute = 60_000;
+    let start = (env.now / minute - 10) * minute;
+    env.apply(&format!(
+        "name: cron\nschedule: {{cron: \"* * * * *\", catch_up: true, start: \"{}\"}}\ntasks:\n- {{name: t, plugin: echo}}\n",
+        rfc3339(start)
+    ));
+    let newest = (env.now / minute) * minute;
+    let effects = env.lead();
+    let times: Vec<i64> = effects.batch.new_runs.iter().map(|r| r.run.logical_time).collect();
+    assert_eq!(times, [newest - 4 * minute, newest - 3 * minute], "the oldest two of the newest five");
+    // The rest a second later, two at a time.
+    assert_eq!(env.state.next_wake(env.now), Some(env.now + 1000));
+    env.advance(1000);
+    let times: Vec<i64> = env.step(vec![]).batch.new_runs.iter().map(|r| r.run.logical_time).collect();
+    assert_eq!(times, [newest - 2 * minute, newest - minute]);
+    env.advance(1000);
+    let times: Vec<i64> = env.step(vec![]).batch.new_runs.iter().map(|r| r.run.logical_time).collect();
+    assert_eq!(times, [newest], "the backlog is made up; the next cycle comes from its own timer");
+}
+
+#[test]
 fn rerun_from_failed_and_force_success_come_through_commands() {
     let mut env = TestEnv::new();
     env.apply(PLAIN);
@@ -338,7 +367,7 @@ fn a_takeover_asks_workers_about_running_attempts_instead_of_restarting_them() {
         epoch,
         adoption: Adoption::Running,
     }]);
-    assert!(effects.batch.attempts.iter().any(|a| a.epoch == epoch && a.state == "running"));
+    assert!(effects.batch.attempts.iter().any(|a| a.epoch == epoch && a.state == AttemptState::Running));
     assert_eq!(env.state.counters().attempts_adopted, 1);
     // Its result reaches the new owner and is applied.
     let effects = env.succeed(&probe.key, r#"{"v":1}"#);
@@ -360,7 +389,7 @@ fn a_takeover_loses_attempts_whose_worker_forgot_them_or_is_gone() {
     }]);
     assert_eq!(dispatched_names(&effects), ["a"], "lost: it goes again");
     let attempt = &env.store.attempts[&(run.clone(), 0, 1)];
-    assert_eq!(attempt.failure_kind.as_deref(), Some("worker-lost"));
+    assert_eq!(attempt.failure_kind, Some(FailureKind::WorkerLost));
     assert!(!attempt.charged, "not charged to the retry budget");
 
     // A worker that is not a member any more: lost at once, no probe.
@@ -454,7 +483,7 @@ fn a_missing_plugin_is_looked_up_again_before_the_attempt_fails() {
     let effects = env.step(vec![]);
     assert!(effects.dispatches.is_empty());
     assert_eq!(env.task_state(&run, "t"), TaskState::Failed);
-    assert_eq!(env.store.attempts[&(run, 0, 1)].failure_kind.as_deref(), Some("plugin-unavailable"));
+    assert_eq!(env.store.attempts[&(run, 0, 1)].failure_kind, Some(FailureKind::PluginUnavailable));
 }
 
 #[test]
@@ -491,7 +520,7 @@ fn a_refused_dispatch_goes_again_uncharged_and_rests_the_worker() {
     assert_eq!(effects.dispatches.len(), 1, "the attempt never ran: it goes again");
     assert_ne!(effects.dispatches[0].1, to, "to another worker while the first rests");
     let attempt = &env.store.attempts[&(run.clone(), 0, 1)];
-    assert_eq!(attempt.failure_kind.as_deref(), Some("dispatch-failed"));
+    assert_eq!(attempt.failure_kind, Some(FailureKind::DispatchFailed));
     assert_eq!(env.store.tasks[&run][0].failures, 0);
     assert_eq!(env.store.tasks[&run][0].lost, 0, "a dispatch that never ran is not a loss");
     // An answer that reaches the worker ends its rest.

@@ -7,6 +7,9 @@
 //! - `bytes`: then write a file of this many bytes at the bottom;
 //! - `files`: create this many empty files in the scratch directory;
 //! - `open`: open the same file this many times and keep every descriptor;
+//! - `fields`: make this many HTTP `fields` resources (no network needed)
+//!   and keep them, appending headers of 1 KiB to each until it holds
+//!   `field_bytes` (the host traps a guest whose fields grow too large);
 //! - `hold_ms`: then wait this long before returning (holding what it made).
 //!
 //! Output: how far each step got, and the error that stopped it, if any.
@@ -16,6 +19,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use wasip2::filesystem::preopens::get_directories;
 use wasip2::filesystem::types::{Descriptor, DescriptorFlags, OpenFlags, PathFlags};
+use wasip2::http::types::Fields;
 
 pub struct DeepDir;
 
@@ -26,6 +30,8 @@ pub struct Params {
     bytes: u64,
     files: u64,
     open: u64,
+    fields: u64,
+    field_bytes: u64,
     hold_ms: u64,
 }
 
@@ -35,6 +41,12 @@ fn scratch() -> Result<Descriptor, TaskError> {
         .find(|(_, path)| path == "/scratch")
         .map(|(dir, _)| dir)
         .ok_or_else(|| TaskError::fatal("no /scratch preopen"))
+}
+
+/// A directory is opened for reading and changing its entries (never
+/// `WRITE`: that is refused as `EISDIR`).
+fn dir_flags() -> DescriptorFlags {
+    DescriptorFlags::READ | DescriptorFlags::MUTATE_DIRECTORY
 }
 
 fn rw() -> DescriptorFlags {
@@ -78,6 +90,27 @@ impl Task for DeepDir {
         }
         out.insert("open".into(), json!({"held": held.len(), "error": open_error}));
 
+        let mut fields = Vec::new();
+        let mut largest = 0u64;
+        let mut fields_error = None;
+        let value = vec![b'v'; 1024];
+        for _ in 0..params.fields {
+            let headers = Fields::new();
+            let mut bytes = 0u64;
+            while bytes < params.field_bytes {
+                match headers.append(&format!("x-h{bytes}"), &value) {
+                    Ok(()) => bytes += value.len() as u64,
+                    Err(e) => {
+                        fields_error = Some(format!("{e:?}"));
+                        break;
+                    }
+                }
+            }
+            largest = largest.max(bytes);
+            fields.push(headers);
+        }
+        out.insert("fields".into(), json!({"made": fields.len(), "largest": largest, "error": fields_error}));
+
         let mut current: Option<Descriptor> = None;
         let mut depth = 0;
         let mut depth_error = None;
@@ -85,7 +118,7 @@ impl Task for DeepDir {
             let parent = current.as_ref().unwrap_or(&root);
             let step = parent
                 .create_directory_at("d")
-                .and_then(|()| parent.open_at(PathFlags::empty(), "d", OpenFlags::DIRECTORY, rw()));
+                .and_then(|()| parent.open_at(PathFlags::empty(), "d", OpenFlags::DIRECTORY, dir_flags()));
             match step {
                 Ok(child) => {
                     current = Some(child);
@@ -125,6 +158,7 @@ impl Task for DeepDir {
             pollable.block();
         }
         drop(held);
+        drop(fields);
         Ok(Value::Object(out))
     }
 }
