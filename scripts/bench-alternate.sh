@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Two dagr binaries, alternated round by round on the same DAGs (issue 11's
-# "no regression"): a chain of 40 `echo` and a fan-out of 10,000, each run
+# "no regression"): a chain of 40 `fib` (n = 1) and a fan-out of 10,000 `echo`, each run
 # on a fresh embedded node by `dagr bench`. Alternating spreads the shared
 # machine's load over both binaries instead of favouring whichever ran
 # while it was quiet.
@@ -16,9 +16,12 @@ trap 'rm -f "$OUT"' EXIT
 for round in $(seq 1 "$ROUNDS"); do
   for which in old new; do
     bin=$OLD; [ "$which" = new ] && bin=$NEW
-    for spec in "chain:40 5" "fanout:10000 2"; do
+    # The chain runs `fib` with n = 1 (no work, a small output): `echo`
+    # returns its inputs, so a chain of 40 nests its output 40 deep and
+    # passes [worker] max_output_depth (64) at task 32.
+    for spec in "chain:40 5 fib" "fanout:10000 2 echo"; do
       set -- $spec
-      "$bin" bench --dag "$1" --runs "$2" --json 2>/dev/null |
+      "$bin" bench --dag "$1" --runs "$2" --plugin "$3" --fib-n 1 --json 2>/dev/null |
         python3 -c 'import json,sys
 for line in sys.stdin:
     d = json.loads(line); d["binary"] = sys.argv[1]; d["round"] = int(sys.argv[2]); print(json.dumps(d))' "$which" "$round" |
