@@ -225,6 +225,17 @@ pub async fn open_store(settings: &Settings) -> anyhow::Result<Arc<SqlStore>> {
 /// under its data directory is its own; masters and API nodes only load
 /// plugins and leave it alone.
 pub fn make_runtime(settings: &Settings, slots: u32, runs_attempts: bool) -> anyhow::Result<Runtime> {
+    if runs_attempts && let Err((have, need)) = dagr_runtime::reserve_descriptors(slots, settings.max_handles) {
+        tracing::warn!(
+            have,
+            need,
+            "open files: this process may open {have}, but [worker] slots ({slots}) x max_handles ({}) + {} for \
+             the node come to {need}; tasks together could exhaust the node's descriptors (raise the hard limit, \
+             LimitNOFILE, or lower slots or max_handles)",
+            settings.max_handles,
+            dagr_runtime::NODE_DESCRIPTORS
+        );
+    }
     Ok(Runtime::new(RuntimeConfig {
         max_concurrent_attempts: slots,
         guest_threads: if settings.guest_threads == 0 {

@@ -1266,6 +1266,37 @@ fn imports_preopens(engine: &Engine, component: &wasmtime::component::Component)
 /// its pool slot, by default ([`RuntimeConfig::memory_keep_resident`]).
 const KEEP_RESIDENT: usize = 1 << 20;
 
+/// Descriptors a node keeps for itself beyond its guests' (sockets, the
+/// database, logs, the code cache): see [`reserve_descriptors`].
+pub const NODE_DESCRIPTORS: u64 = 4096;
+
+/// Raises this process's soft limit of open files towards what `slots`
+/// attempts of `max_handles` resources each, plus [`NODE_DESCRIPTORS`] for
+/// the node itself, may need, so that tenants' open files cannot exhaust
+/// the node's. Returns `Err((have, need))` when the hard limit is lower
+/// than that (the node runs; its operator should raise `LimitNOFILE` or
+/// lower `[worker] slots` or `max_handles`).
+pub fn reserve_descriptors(slots: u32, max_handles: usize) -> std::result::Result<u64, (u64, u64)> {
+    let need = u64::from(slots).saturating_mul(max_handles as u64).saturating_add(NODE_DESCRIPTORS);
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit and setrlimit only read and write `limit`, a valid,
+    // initialised struct on this stack.
+    #[allow(unsafe_code)]
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return Err((0, need));
+        }
+        let want = (need as libc::rlim_t).min(limit.rlim_max);
+        if limit.rlim_cur < want {
+            limit.rlim_cur = want;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+        }
+    }
+    let have = limit.rlim_cur as u64;
+    if have >= need { Ok(have) } else { Err((have, need)) }
+}
+
 /// Resources an attempt may hold at once by default
 /// ([`RuntimeConfig::max_handles`]): as many descriptors as a process gets
 /// by default, well under what wasmtime allows (a million).
@@ -1357,6 +1388,29 @@ mod tests {
         assert!(validate_info(info("echo", "1.0", None)).is_err());
         assert!(validate_info(info("echo", "1.0.0-rc.1", Some("{\"type\":\"object\"}"))).is_ok());
         assert!(validate_info(info("echo", "1.0.0", Some("[1]"))).is_err());
+    }
+
+    #[test]
+    fn the_open_file_limit_is_raised_as_far_as_the_hard_limit_allows() {
+        let read = || {
+            let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+            // SAFETY: getrlimit writes into the valid struct it is given.
+            #[allow(unsafe_code)]
+            let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+            assert_eq!(rc, 0);
+            (limit.rlim_cur as u64, limit.rlim_max as u64)
+        };
+        let need = 2 * 16 + NODE_DESCRIPTORS;
+        let result = reserve_descriptors(2, 16);
+        let (soft, hard) = read();
+        assert!(soft >= need.min(hard), "soft {soft}, hard {hard}, need {need}");
+        match result {
+            Ok(have) => assert!(have >= need),
+            Err((have, wanted)) => assert_eq!((have, wanted), (hard, need), "short only when the hard limit is"),
+        }
+        // Far more than any hard limit: reported short, with both numbers.
+        let (have, wanted) = reserve_descriptors(u32::MAX, usize::MAX).unwrap_err();
+        assert_eq!((have, wanted), (hard, u64::MAX));
     }
 
     #[test]
