@@ -14,7 +14,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::api::Api;
-use crate::support::{assert_echo_works, execution, failure, load, output_json, runtime_with};
+use crate::support::{assert_echo_works, execution, failure, load, output_json, runtime_with, write_leb};
 
 /// A runtime whose scratch directories live under `root`, with `adjust`.
 fn runtime_in(root: &Path, adjust: impl FnOnce(&mut dagr_runtime::RuntimeConfig)) -> Runtime {
@@ -260,17 +260,6 @@ fn with_tables_of(component: &[u8], elements: u32) -> Vec<u8> {
             shift += 7;
         }
     }
-    fn put_leb(mut value: u32, out: &mut Vec<u8>) {
-        loop {
-            let byte = (value & 0x7f) as u8;
-            value >>= 7;
-            if value == 0 {
-                out.push(byte);
-                return;
-            }
-            out.push(byte | 0x80);
-        }
-    }
     /// Sections after an 8-byte header, each rewritten by `edit`.
     fn sections(bytes: &[u8], edit: &dyn Fn(u8, &[u8]) -> Vec<u8>) -> Vec<u8> {
         let mut out = bytes[..8].to_vec();
@@ -282,7 +271,7 @@ fn with_tables_of(component: &[u8], elements: u32) -> Vec<u8> {
             let payload = edit(id, &bytes[at..at + len]);
             at += len;
             out.push(id);
-            put_leb(payload.len() as u32, &mut out);
+            write_leb(payload.len(), &mut out);
             out.extend_from_slice(&payload);
         }
         out
@@ -294,17 +283,17 @@ fn with_tables_of(component: &[u8], elements: u32) -> Vec<u8> {
         *at += 2;
         out.push(flags);
         leb(p, at);
-        put_leb(elements, out);
+        write_leb(elements as usize, out);
         if flags & 1 == 1 {
             leb(p, at);
-            put_leb(elements, out);
+            write_leb(elements as usize, out);
         }
     };
     let tables = |p: &[u8]| {
         let mut at = 0;
         let count = leb(p, &mut at);
         let mut out = Vec::new();
-        put_leb(count, &mut out);
+        write_leb(count as usize, &mut out);
         for _ in 0..count {
             table_type(p, &mut at, &mut out);
         }
@@ -315,7 +304,7 @@ fn with_tables_of(component: &[u8], elements: u32) -> Vec<u8> {
         let mut at = 0;
         let count = leb(p, &mut at);
         let mut out = Vec::new();
-        put_leb(count, &mut out);
+        write_leb(count as usize, &mut out);
         for _ in 0..count {
             let start = at;
             for _ in 0..2 {

@@ -291,26 +291,28 @@ impl Drop for TestServer {
     }
 }
 
+/// Appends `n` as unsigned LEB128 (WebAssembly's integer encoding).
+pub fn write_leb(mut n: usize, out: &mut Vec<u8>) {
+    loop {
+        let byte = (n & 0x7f) as u8;
+        n >>= 7;
+        if n == 0 {
+            out.push(byte);
+            return;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
 /// `bytes` with a custom section appended: other bytes, same behaviour.
 pub fn with_custom_section(bytes: &[u8], name: &str, payload: &[u8]) -> Vec<u8> {
-    fn leb(mut n: usize, out: &mut Vec<u8>) {
-        loop {
-            let byte = (n & 0x7f) as u8;
-            n >>= 7;
-            if n == 0 {
-                out.push(byte);
-                return;
-            }
-            out.push(byte | 0x80);
-        }
-    }
     let mut content = Vec::new();
-    leb(name.len(), &mut content);
+    write_leb(name.len(), &mut content);
     content.extend_from_slice(name.as_bytes());
     content.extend_from_slice(payload);
     let mut out = bytes.to_vec();
     out.push(0);
-    leb(content.len(), &mut out);
+    write_leb(content.len(), &mut out);
     out.extend_from_slice(&content);
     out
 }
