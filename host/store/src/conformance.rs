@@ -450,6 +450,7 @@ async fn runs_and_batches(store: &dyn Store, p: &str) -> Result<()> {
             tenant: tenant.clone(),
             at: 1001,
             kind: "task".into(),
+            workflow: None,
             run_id: Some(id.clone()),
             task: Some("a".into()),
             data: "{}".into(),
@@ -620,6 +621,7 @@ async fn commands_logs_events(store: &dyn Store, p: &str) -> Result<()> {
                     tenant: tenant.clone(),
                     at: i,
                     kind: "e".into(),
+                    workflow: Some(if i == 1 { "other".into() } else { "wf".into() }),
                     run_id: Some(run_id.clone()),
                     task: None,
                     data: format!("{{\"i\":{i}}}"),
@@ -630,6 +632,28 @@ async fn commands_logs_events(store: &dyn Store, p: &str) -> Result<()> {
         .await?;
     let events = store.events(&tenant, Some(&run_id), 0, 10).await?;
     check(events.len() == 3 && events[0].seq < events[2].seq, "events in order")?;
+    // The stream: by workflow, from every tenant, and its head.
+    let scope = |tenant: Option<&str>, workflow: Option<&str>| EventScope {
+        tenant: tenant.map(str::to_owned),
+        workflow: workflow.map(str::to_owned),
+        run_id: None,
+    };
+    let of_wf = store.event_page(&scope(Some(&tenant), Some("wf")), 0, 10).await?;
+    check(
+        of_wf.iter().map(|e| e.data.as_str()).collect::<Vec<_>>() == [r#"{"i":0}"#, r#"{"i":2}"#],
+        "a workflow's events only",
+    )?;
+    check(of_wf[0].workflow.as_deref() == Some("wf"), "an event names its workflow")?;
+    let head = store.last_event_seq().await?;
+    check(head >= events[2].seq, "the head is at least the last event's number")?;
+    // (Other tests may write events into the same store meanwhile.)
+    let everyone = store.event_page(&scope(None, None), events[0].seq, 10_000).await?;
+    check(
+        everyone.iter().filter(|e| e.tenant == tenant).map(|e| e.seq).collect::<Vec<_>>()
+            == [events[1].seq, events[2].seq],
+        "every tenant's events after a number",
+    )?;
+    check(store.event_page(&scope(Some("nobody"), None), 0, 10).await?.is_empty(), "no other tenant's events")?;
     let b = BackfillRow {
         id: format!("{p}bf"),
         tenant: tenant.clone(),

@@ -29,6 +29,7 @@ mod reads;
 mod registry;
 mod sql;
 mod sql_api;
+mod sql_events;
 mod sql_outer;
 mod sql_registry;
 mod sql_tenancy;
@@ -217,9 +218,20 @@ pub struct EventRow {
     pub tenant: String,
     pub at: i64,
     pub kind: String,
+    /// The workflow the event is about, if any (its run's, its schedule's).
+    pub workflow: Option<String>,
     pub run_id: Option<String>,
     pub task: Option<String>,
     pub data: String,
+}
+
+/// Which events [`Store::event_page`] reads.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EventScope {
+    /// One tenant's; `None`: every tenant's (the admin's stream).
+    pub tenant: Option<String>,
+    pub workflow: Option<String>,
+    pub run_id: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -227,6 +239,7 @@ pub struct NewEvent {
     pub tenant: String,
     pub at: i64,
     pub kind: String,
+    pub workflow: Option<String>,
     pub run_id: Option<String>,
     pub task: Option<String>,
     pub data: String,
@@ -558,6 +571,16 @@ pub trait Store: TenancyStore + RegistryStore + OuterStore + ReadStore + Send + 
     async fn append_logs(&self, lines: Vec<LogRow>) -> Result<()>;
     async fn logs(&self, run_id: &str, task_idx: i64, attempt: i64, after_seq: i64, limit: i64) -> Result<Vec<LogRow>>;
     async fn events(&self, tenant: &str, run_id: Option<&str>, after_seq: i64, limit: i64) -> Result<Vec<EventRow>>;
+
+    /// Events after `after_seq` in sequence order, of one tenant or of all
+    /// ([`EventScope`]). Sequence numbers only grow, and the events a
+    /// reader sees always form a prefix of the log: an event never becomes
+    /// visible after one with a higher number (the stream's resumption by
+    /// `Last-Event-ID` relies on it).
+    async fn event_page(&self, scope: &EventScope, after_seq: i64, limit: i64) -> Result<Vec<EventRow>>;
+
+    /// The highest event sequence number so far (0 for none).
+    async fn last_event_seq(&self) -> Result<i64>;
 
     // Backfills -----------------------------------------------------------
 

@@ -1151,24 +1151,6 @@ impl Store for SqlStore {
             );
         }
 
-        if !batch.events.is_empty() {
-            let rows = batch
-                .events
-                .into_iter()
-                .map(|e| {
-                    vec![
-                        Arg::Text(e.tenant),
-                        Arg::I64(e.at),
-                        Arg::Text(e.kind),
-                        Arg::OptText(e.run_id),
-                        Arg::OptText(e.task),
-                        Arg::Text(e.data),
-                    ]
-                })
-                .collect();
-            script.rows("INSERT INTO events (tenant, at, kind, run_id, task, data)", "", 6, rows);
-        }
-
         for (id, result) in &batch.commands_done {
             script.push(
                 "UPDATE commands SET done_at = ?, result = ? WHERE id = ?",
@@ -1244,6 +1226,33 @@ impl Store for SqlStore {
                 vec![Arg::I64(*cursor), Arg::Text(tenant.clone()), Arg::Text(workflow.clone())],
             );
         }
+        // Last, so that the lock that orders appends is held only until
+        // COMMIT (see `sql_events`).
+        if !batch.events.is_empty() {
+            if self.backend == Backend::Postgres {
+                script.push(
+                    "SELECT count(*) FROM (SELECT pg_advisory_xact_lock(?)) AS ordered",
+                    vec![Arg::I64(crate::sql_events::EVENT_APPEND_LOCK)],
+                );
+            }
+            let rows = batch
+                .events
+                .into_iter()
+                .map(|e| {
+                    vec![
+                        Arg::Text(e.tenant),
+                        Arg::I64(e.at),
+                        Arg::Text(e.kind),
+                        Arg::OptText(e.workflow),
+                        Arg::OptText(e.run_id),
+                        Arg::OptText(e.task),
+                        Arg::Text(e.data),
+                    ]
+                })
+                .collect();
+            script.rows("INSERT INTO events (tenant, at, kind, workflow, run_id, task, data)", "", 7, rows);
+        }
+
         script.push("COMMIT", Vec::new());
         script.run(&mut *tx).await?;
         conn.release();
@@ -1341,38 +1350,16 @@ impl Store for SqlStore {
     }
 
     async fn events(&self, tenant: &str, run_id: Option<&str>, after_seq: i64, limit: i64) -> Result<Vec<EventRow>> {
-        let rows = match run_id {
-            Some(run) => {
-                sqlx::query("SELECT * FROM events WHERE tenant = $1 AND run_id = $2 AND seq > $3 ORDER BY seq LIMIT $4")
-                    .bind(tenant)
-                    .bind(run)
-                    .bind(after_seq)
-                    .bind(limit)
-                    .fetch_all(&self.read)
-                    .await?
-            }
-            None => {
-                sqlx::query("SELECT * FROM events WHERE tenant = $1 AND seq > $2 ORDER BY seq LIMIT $3")
-                    .bind(tenant)
-                    .bind(after_seq)
-                    .bind(limit)
-                    .fetch_all(&self.read)
-                    .await?
-            }
-        };
-        rows.iter()
-            .map(|r| {
-                Ok(EventRow {
-                    seq: r.try_get("seq")?,
-                    tenant: r.try_get("tenant")?,
-                    at: r.try_get("at")?,
-                    kind: r.try_get("kind")?,
-                    run_id: r.try_get("run_id")?,
-                    task: r.try_get("task")?,
-                    data: r.try_get("data")?,
-                })
-            })
-            .collect()
+        let scope = EventScope { tenant: Some(tenant.to_owned()), workflow: None, run_id: run_id.map(str::to_owned) };
+        self.read_event_page(&scope, after_seq, limit).await
+    }
+
+    async fn event_page(&self, scope: &EventScope, after_seq: i64, limit: i64) -> Result<Vec<EventRow>> {
+        self.read_event_page(scope, after_seq, limit).await
+    }
+
+    async fn last_event_seq(&self) -> Result<i64> {
+        self.read_last_event_seq().await
     }
 
     async fn insert_backfill(&self, b: BackfillRow) -> Result<()> {
@@ -1414,7 +1401,7 @@ mod tests {
     use super::*;
 
     fn event(kind: &str) -> NewEvent {
-        NewEvent { tenant: "script-test".into(), at: 1, kind: kind.into(), run_id: None, task: None, data: "{}".into() }
+        NewEvent { tenant: "script-test".into(), at: 1, kind: kind.into(), workflow: None, run_id: None, task: None, data: "{}".into() }
     }
 
     async fn kinds(store: &SqlStore) -> Vec<String> {

@@ -95,6 +95,7 @@ impl ActiveRun {
             tenant: self.row.tenant.clone(),
             at: now,
             kind: kind.into(),
+            workflow: Some(self.row.workflow.clone()),
             run_id: Some(self.row.id.clone()),
             task: task.map(|t| self.machine.workflow().tasks[t].name.clone()),
             data: data.to_string(),

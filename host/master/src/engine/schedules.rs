@@ -143,6 +143,7 @@ impl EngineState {
                 tenant: key.0.clone(),
                 at: now,
                 kind: "schedule.skipped".into(),
+                workflow: Some(key.1.clone()),
                 run_id: None,
                 task: None,
                 data: json!({

@@ -449,9 +449,12 @@ impl EngineState {
         self.upstream_runs.clear();
         self.released.clear();
         // Evaluations still waiting for data go again at the next step.
+        // The store turns them into commands for whoever waits, this
+        // master's runs among them: read them at once, not at the next poll.
         if !effects.batch.wakes.is_empty() {
             let wake = dagr_protocol::commands::Command::Wake;
             effects.batch.wake_command = Some(dagr_store::EncodedCommand::new(wake.kind(), wake.payload()));
+            effects.read_commands = true;
         }
         let finished: Vec<Arc<str>> = effects.finished.iter().map(|(id, _)| Arc::from(id.as_str())).collect();
         for id in finished.into_iter().chain(std::mem::take(&mut self.retiring)) {

@@ -55,8 +55,10 @@ fn a_daily_run_waits_for_every_cycle_of_its_day_and_starts_when_the_last_ends() 
     assert_eq!(keys.len(), 5);
     keys.sort_by_key(|k| env.store.runs[&k.run_id].logical_time);
     for (i, key) in keys.iter().enumerate() {
-        env.succeed(key, "{}");
-        // The wake-up is a command the store wrote with the change.
+        let ended = env.succeed(key, "{}");
+        // The wake-up is a command the store wrote with the change, and
+        // the engine reads it at once (not at its next poll).
+        assert!(ended.batch.wake_command.is_some() && ended.read_commands, "load {i}: the wake-up is read next");
         let effects = env.step(vec![]);
         let released = dispatched_names(&effects).contains(&"sum".to_owned());
         assert_eq!(released, i == 3, "released by the fourth load of its day only (load {i})");
