@@ -19,6 +19,8 @@
 //! - `cluster`: real masters and workers on PostgreSQL and etcd, with real
 //!   failures (kill -9, SIGSTOP, etcd and PostgreSQL restarts) and the chaos
 //!   soak.
+//! - `events`: the event stream (SSE and pages) followed, resumed across a
+//!   `kill -9`, kept to its tenant; `dagr events`.
 //! - `tenancy`: tokens, the isolation matrix over every route, secrets,
 //!   runs per minute and the tenancy CLI verbs, against a real `dagr serve`.
 //! - `contract`: Schemathesis against `/openapi.json` of a real `dagr
@@ -52,6 +54,7 @@ mod cli_client;
 mod cluster;
 mod contract;
 mod e2e;
+mod events;
 mod fuzz_api;
 mod hostile_api;
 mod hostile_guests;

@@ -154,6 +154,10 @@ pub(crate) enum Needs {
     AnyToken,
 }
 
+/// The one route where the admin token may act for every tenant at once
+/// (without a tenant header): following the event stream.
+const EVERY_TENANT_ROUTE: &str = "/v1/events";
+
 /// The route of the OpenAPI document.
 pub const OPENAPI_ROUTE: &str = "/openapi.json";
 
@@ -231,13 +235,21 @@ pub async fn authenticate(State(state): State<ApiState>, mut request: Request, n
                 return forbidden(format!("this needs the `{needed}` scope; the token has `{scope}`"));
             }
             if caller.is_admin_token() {
-                let Some(asked) = asked.filter(|a| !a.is_empty()) else {
+                let every_tenant = route.as_deref() == Some(EVERY_TENANT_ROUTE);
+                let asked = asked.or_else(|| every_tenant.then(String::new));
+                let Some(asked) = asked.filter(|a| !a.is_empty() || every_tenant) else {
                     return AppError::bad(
                         "tenant_required",
                         format!("the admin token acts for a tenant: name it in the `{TENANT_HEADER}` header"),
                     )
                     .into_response();
                 };
+                if asked.is_empty() {
+                    // The admin's view of every tenant.
+                    request.extensions_mut().insert(Tenant(ADMIN_TENANT.to_owned()));
+                    request.extensions_mut().insert(caller);
+                    return next.run(request).await;
+                }
                 match state.store.get_tenant(&asked).await {
                     Ok(Some(_)) => asked,
                     Ok(None) => return AppError::NotFound(format!("there is no tenant `{asked}`")).into_response(),

@@ -20,7 +20,7 @@ use dagr_protocol::now_ms;
 use dagr_protocol::plugins::TrustedCatalog;
 use dagr_store::{EncodedCommand, NewCommand, NewRun, RunFilter, RunKind, RunOrigin, RunRow};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::auth::Caller;
 pub(crate) use crate::auth::audit;
@@ -443,17 +443,7 @@ pub async fn run_events(
     }
     find_run(&state, &tenant.0, &id).await?;
     let events = state.store.events(&tenant.0, Some(&id), after, limit).await?;
-    ok(events
-        .into_iter()
-        .map(|e| EventView {
-            seq: e.seq,
-            at: time(e.at),
-            kind: e.kind,
-            run_id: e.run_id,
-            task: e.task,
-            data: serde_json::from_str(&e.data).unwrap_or(Value::Null),
-        })
-        .collect())
+    ok(events.into_iter().map(crate::events::view).collect())
 }
 
 /// Reruns one task of a finished run, optionally with everything downstream.

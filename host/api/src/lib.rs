@@ -26,6 +26,7 @@ pub mod auth;
 mod backfills;
 mod contract;
 pub mod error;
+mod events;
 pub mod extract;
 mod handlers;
 pub mod inspect;
@@ -51,6 +52,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::error::AppError;
+pub use crate::events::EventHub;
 pub use crate::inspect::{InspectLimits, Inspector};
 pub use crate::plugins::UploadConfig;
 pub use crate::unread::close_if_unread;
@@ -96,6 +98,10 @@ pub struct ApiConfig {
     pub uploads: UploadConfig,
     /// Seals tenants' secrets before they are stored.
     pub secrets: dagr_protocol::sealed::SecretKey,
+    /// How often the event streams' reader looks for new events.
+    pub event_poll: Duration,
+    /// Event streams open at once.
+    pub max_event_streams: usize,
 }
 
 impl Default for ApiConfig {
@@ -111,6 +117,8 @@ impl Default for ApiConfig {
             // A key that lives as long as the process: only for an API whose
             // secrets nobody will read after it (tests); nodes configure one.
             secrets: dagr_protocol::sealed::SecretKey::generate(),
+            event_poll: Duration::from_millis(50),
+            max_event_streams: 1000,
         }
     }
 }
@@ -137,6 +145,21 @@ pub struct ApiState {
     /// Validated workflow versions, so that a trigger does not parse and
     /// validate its definition again.
     pub versions: Arc<versions::VersionCache>,
+    /// Reads new events for the event streams of this process.
+    pub events: Arc<EventHub>,
+}
+
+impl ApiState {
+    /// The state of an API on `store`, reaching the engine through `control`.
+    pub fn new(
+        store: Arc<dyn Store>,
+        control: Arc<dyn Control>,
+        plugins: Arc<dyn PluginDirectory>,
+        config: ApiConfig,
+    ) -> ApiState {
+        let events = EventHub::new(store.clone(), config.event_poll, config.max_event_streams);
+        ApiState { store, control, plugins, config: Arc::new(config), versions: Default::default(), events }
+    }
 }
 
 #[derive(OpenApi)]
@@ -152,6 +175,7 @@ pub struct ApiState {
         (name = "tokens", description = "The caller's tenant's API tokens (the admin scope)"),
         (name = "secrets", description = "The tenant's secrets: write-only"),
         (name = "audit", description = "Who did what, per tenant"),
+        (name = "events", description = "The tenant's event stream (Server-Sent Events or pages)"),
         (name = "system", description = "Health")
     )
 )]
@@ -178,6 +202,7 @@ fn api_router() -> OpenApiRouter<ApiState> {
         .routes(routes!(rerun_run))
         .routes(routes!(mark_run_failed))
         .routes(routes!(run_events))
+        .routes(routes!(events::events))
         .routes(routes!(tasks::get_task))
         .routes(routes!(rerun_task))
         .routes(routes!(force_success))

@@ -109,6 +109,8 @@ pub enum ClientCommand {
     },
     /// What a run waits for: the upstream instances it needs and their states.
     Why { run: String },
+    /// The tenant's events (every state change), or with -f followed live.
+    Events(crate::events_client::EventsArgs),
     /// Take a workflow's schedule offline or back online.
     Schedule {
         #[command(subcommand)]
@@ -232,6 +234,7 @@ async fn execute(api: &Api, command: ClientCommand) -> anyhow::Result<ExitCode> 
         }
         ClientCommand::Lineage { workflow, depth } => crate::outer_client::lineage(api, &workflow, depth).await,
         ClientCommand::Why { run } => crate::outer_client::why(api, &run).await,
+        ClientCommand::Events(args) => crate::events_client::events(api, args).await,
         ClientCommand::Schedule { action } => match action {
             ScheduleAction::Pause { workflow } => crate::outer_client::schedule(api, &workflow, true).await,
             ScheduleAction::Resume { workflow } => crate::outer_client::schedule(api, &workflow, false).await,

@@ -296,13 +296,12 @@ pub fn api(args: RoleArgs) -> anyhow::Result<ExitCode> {
         };
         let coordinator = join(&settings, node, false).await?;
         let control = Arc::new(ClusterControl::new(store.clone(), coordinator.membership(), &internal));
-        let app = dagr_api::router(dagr_api::ApiState {
-            store: store.clone(),
+        let app = dagr_api::router(dagr_api::ApiState::new(
+            store.clone(),
             control,
             plugins,
-            config: Arc::new(api_config(&settings, secrets_key, crate::node::inspector(&settings)?)?),
-            versions: Default::default(),
-        });
+            api_config(&settings, secrets_key, crate::node::inspector(&settings)?)?,
+        ));
         announce(Role::Api, &id, &url);
         serve_until_signal(listener, app).await;
         coordinator.leave();

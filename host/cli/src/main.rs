@@ -5,6 +5,7 @@ mod bench;
 mod cert;
 mod client;
 mod cluster;
+mod events_client;
 mod node;
 mod outer_client;
 mod plugin;

@@ -90,13 +90,12 @@ impl Node {
         engine.own_slots((0..dagr_protocol::SLOTS).collect());
         engine.lead(Some(dagr_protocol::now_ms()));
 
-        let api = dagr_api::router(dagr_api::ApiState {
-            store: store.clone(),
-            control: Arc::new(engine.clone()),
+        let api = dagr_api::router(dagr_api::ApiState::new(
+            store.clone(),
+            Arc::new(engine.clone()),
             plugins,
-            config: Arc::new(api_config(settings, key, inspector)?),
-            versions: Default::default(),
-        });
+            api_config(settings, key, inspector)?,
+        ));
         let listener = tokio::net::TcpListener::bind(settings.listen)
             .await
             .with_context(|| format!("cannot listen on {}", settings.listen))?;
@@ -319,6 +318,8 @@ pub fn api_config(
         max_depth: settings.max_depth,
         uploads: dagr_api::UploadConfig { max_bytes: settings.max_upload as usize, inspector: Some(inspector) },
         secrets,
+        event_poll: settings.event_poll,
+        max_event_streams: settings.max_event_streams,
         ..Default::default()
     })
 }

@@ -29,6 +29,8 @@
 //! [api]
 //! max_body = "4MiB"          # a request body, and a YAML definition with its aliases expanded
 //! max_depth = 64             # nesting of a body or definition, at most 120
+//! event_poll = "50ms"        # how often the API looks for new events to stream
+//! max_event_streams = 1000   # event streams (GET /v1/events as SSE) open at once
 //!
 //! [limits]
 //! default_timeout = "1h"
@@ -361,11 +363,21 @@ pub struct ApiConfig {
     /// How deeply a request body or definition may nest arrays and objects
     /// (sequences and mappings). At most 120.
     pub max_depth: usize,
+    /// How often the API reads the event log for its event streams: the
+    /// most an event waits before it is streamed.
+    pub event_poll: String,
+    /// Event streams open at once; one more is refused (429).
+    pub max_event_streams: usize,
 }
 
 impl Default for ApiConfig {
     fn default() -> Self {
-        ApiConfig { max_body: "4MiB".into(), max_depth: dagr_core::document::DEFAULT_MAX_DEPTH }
+        ApiConfig {
+            max_body: "4MiB".into(),
+            max_depth: dagr_core::document::DEFAULT_MAX_DEPTH,
+            event_poll: "50ms".into(),
+            max_event_streams: 1000,
+        }
     }
 }
 
@@ -414,6 +426,8 @@ pub struct Settings {
     pub max_params: u64,
     pub max_body: u64,
     pub max_depth: usize,
+    pub event_poll: Duration,
+    pub max_event_streams: usize,
     pub etcd: Vec<String>,
     pub cluster_prefix: String,
     pub ttl: Duration,
@@ -569,6 +583,16 @@ impl Config {
             max_params: bytes("limits.max_params", &self.limits.max_params)?,
             max_body: bytes("api.max_body", &self.api.max_body)?,
             max_depth: self.api.max_depth,
+            event_poll: match duration("api.event_poll", &self.api.event_poll)? {
+                d if d.is_zero() || d > Duration::from_secs(10) => {
+                    return Err(err("api.event_poll", format!("`{}` must be above 0 and at most 10s", self.api.event_poll)));
+                }
+                d => d,
+            },
+            max_event_streams: match self.api.max_event_streams {
+                0 => return Err(err("api.max_event_streams", "must be at least 1".into())),
+                n => n,
+            },
             etcd: self.cluster.etcd.clone(),
             cluster_prefix: self.cluster.prefix.clone(),
             ttl: duration("cluster.ttl", &self.cluster.ttl)?,

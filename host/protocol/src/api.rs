@@ -317,15 +317,29 @@ pub struct LogLineView {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct EventView {
+    /// The event's number: numbers only grow, across every tenant.
     pub seq: i64,
     pub at: String,
     pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task: Option<String>,
     #[schema(value_type = Object)]
     pub data: Value,
+}
+
+/// A page of the event stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct EventPage {
+    pub events: Vec<EventView>,
+    /// Pass as `after` for the next page (the number of the last event
+    /// read, which a filter may have left out).
+    pub next: i64,
 }
 
 /// A workflow's neighbourhood in its tenant's workflow graph.

@@ -1,0 +1,399 @@
+//! The event stream: `GET /v1/events`, as Server-Sent Events or as pages
+//! of JSON.
+//!
+//! Every state change the engine commits is an event in the store's log,
+//! numbered by a sequence that only grows; the number is the SSE event's
+//! `id`, so a client that reconnects with `Last-Event-ID` resumes exactly
+//! after the last event it saw, across restarts of the API, the server or
+//! a master (the log is in the store, not in any process).
+//!
+//! One [`EventHub`] per API process reads the log for everyone: every
+//! `[api] event_poll` it reads what is new across all tenants and
+//! broadcasts it, so a hundred subscribers cost one query, not a hundred.
+//! A subscriber first reads what it missed from the store (up to the
+//! hub's head), then follows the broadcast; one that falls behind the
+//! broadcast's bounded buffer reads from the store again. Events are
+//! delivered in order, each once: a subscriber skips what it has already
+//! passed (the store guarantees that what a reader sees is a prefix of
+//! the log; see `dagr_store::Store::event_page`).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use dagr_protocol::api::{ApiError, EventPage, EventView};
+use dagr_protocol::tenancy::ADMIN_TENANT;
+use dagr_store::{EventRow, EventScope, Store};
+use serde::Deserialize;
+use serde_json::Value;
+use tokio::sync::{OnceCell, broadcast};
+
+use crate::error::AppError;
+use crate::extract::Query;
+use crate::views::time;
+use crate::{ApiState, Tenant};
+
+/// Events read from the store at once.
+const PAGE: i64 = 500;
+/// Batches the broadcast keeps for subscribers that are behind (at most
+/// `BACKLOG * PAGE` events); one further behind reads the store.
+const BACKLOG: usize = 64;
+
+/// Reads new events for every subscriber of this process.
+pub struct EventHub {
+    store: Arc<dyn Store>,
+    poll: Duration,
+    max_streams: usize,
+    tx: broadcast::Sender<Arc<[EventRow]>>,
+    /// The highest sequence number broadcast so far: every event up to it
+    /// is in the store and visible.
+    head: AtomicI64,
+    started: OnceCell<()>,
+    streams: Arc<AtomicUsize>,
+}
+
+impl EventHub {
+    pub fn new(store: Arc<dyn Store>, poll: Duration, max_streams: usize) -> Arc<EventHub> {
+        let (tx, _) = broadcast::channel(BACKLOG);
+        Arc::new(EventHub {
+            store,
+            poll,
+            max_streams,
+            tx,
+            head: AtomicI64::new(0),
+            started: OnceCell::new(),
+            streams: Arc::new(AtomicUsize::new(0)),
+        })
+    }
+
+    /// Event streams open now.
+    pub fn streams(&self) -> usize {
+        self.streams.load(Ordering::Relaxed)
+    }
+
+    /// Starts the reader on the first subscription.
+    async fn start(self: &Arc<Self>) -> Result<(), AppError> {
+        self.started
+            .get_or_try_init(|| async {
+                let head = self.store.last_event_seq().await?;
+                self.head.store(head, Ordering::Release);
+                tokio::spawn(follow(Arc::downgrade(self), head));
+                Ok::<(), AppError>(())
+            })
+            .await
+            .map(|_| ())
+    }
+}
+
+/// The hub's reader: what is new, every `poll`, to every subscriber.
+async fn follow(hub: Weak<EventHub>, mut head: i64) {
+    let scope = EventScope::default();
+    loop {
+        let Some(hub) = hub.upgrade() else { return };
+        let page = match hub.store.event_page(&scope, head, PAGE).await {
+            Ok(page) => page,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the event log; will retry");
+                Vec::new()
+            }
+        };
+        let full = page.len() as i64 == PAGE;
+        if let Some(last) = page.last() {
+            head = last.seq;
+            hub.head.store(head, Ordering::Release);
+            // No subscriber is no error: they read the store when they come.
+            let _ = hub.tx.send(page.into());
+        }
+        let poll = hub.poll;
+        drop(hub);
+        if !full {
+            tokio::time::sleep(poll).await;
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct StreamQuery {
+    /// Events after this number (the SSE form also takes the
+    /// `Last-Event-ID` header). Default: from the start for pages, from now
+    /// for a stream.
+    #[param(minimum = 0)]
+    pub after: Option<i64>,
+    /// Only this workflow's events.
+    pub workflow: Option<String>,
+    /// Only this run's events.
+    pub run: Option<String>,
+    /// Only these kinds, comma-separated; `run.*` stands for every kind
+    /// that starts with `run.`.
+    pub kind: Option<String>,
+    /// Most events in a page, 1–10000 (default 1000; pages only).
+    #[param(minimum = 1, maximum = 10000)]
+    pub limit: Option<i64>,
+}
+
+/// What a subscriber wants.
+#[derive(Debug, Clone)]
+struct Filter {
+    scope: EventScope,
+    kinds: Vec<String>,
+}
+
+impl Filter {
+    fn from_query(tenant: &Tenant, q: &StreamQuery) -> Result<Filter, AppError> {
+        let kinds: Vec<String> = match &q.kind {
+            Some(list) => list.split(',').map(|k| k.trim().to_owned()).filter(|k| !k.is_empty()).collect(),
+            None => Vec::new(),
+        };
+        if let Some(bad) = kinds.iter().find(|k| k.len() > 64 || k.strip_suffix('*').unwrap_or(k).contains('*')) {
+            return Err(AppError::bad_at(
+                "bad_query",
+                "?kind",
+                format!("`{bad}` is not a kind: a kind, or a prefix ending in `*` (e.g. `run.*`), at most 64 bytes"),
+            ));
+        }
+        if kinds.len() > 32 {
+            return Err(AppError::bad_at("bad_query", "?kind", "at most 32 kinds"));
+        }
+        let every_tenant = tenant.0 == ADMIN_TENANT;
+        Ok(Filter {
+            scope: EventScope {
+                tenant: (!every_tenant).then(|| tenant.0.clone()),
+                workflow: q.workflow.clone(),
+                run_id: q.run.clone(),
+            },
+            kinds,
+        })
+    }
+
+    fn wants(&self, e: &EventRow) -> bool {
+        let scope = &self.scope;
+        scope.tenant.as_ref().is_none_or(|t| *t == e.tenant)
+            && scope.workflow.as_ref().is_none_or(|w| e.workflow.as_ref() == Some(w))
+            && scope.run_id.as_ref().is_none_or(|r| e.run_id.as_ref() == Some(r))
+            && (self.kinds.is_empty()
+                || self.kinds.iter().any(|k| match k.strip_suffix('*') {
+                    Some(prefix) => e.kind.starts_with(prefix),
+                    None => e.kind == *k,
+                }))
+    }
+}
+
+pub(crate) fn view(e: EventRow) -> EventView {
+    EventView {
+        seq: e.seq,
+        at: time(e.at),
+        kind: e.kind,
+        tenant: Some(e.tenant),
+        workflow: e.workflow,
+        run_id: e.run_id,
+        task: e.task,
+        data: serde_json::from_str(&e.data).unwrap_or(Value::Null),
+    }
+}
+
+/// The tenant's events: every state change of its runs, tasks and
+/// schedules, numbered in the order they happened. With `Accept:
+/// text/event-stream`, a Server-Sent Events stream (each event's `id` is
+/// its number; reconnect with `Last-Event-ID` to resume without a gap or
+/// a duplicate); otherwise a page of JSON. The admin token without a
+/// tenant header follows every tenant.
+#[utoipa::path(
+    get, path = "/v1/events", tag = "events", params(StreamQuery),
+    responses(
+        (status = 200, body = EventPage, description = "a page, or with `Accept: text/event-stream` a stream of `EventView`s"),
+        (status = 400, body = ApiError),
+        (status = 429, body = ApiError, description = "too many streams open ([api] max_event_streams)")
+    )
+)]
+pub async fn events(
+    State(state): State<ApiState>,
+    tenant: Tenant,
+    headers: HeaderMap,
+    Query(q): Query<StreamQuery>,
+) -> Result<Response, AppError> {
+    let filter = Filter::from_query(&tenant, &q)?;
+    if q.after.is_some_and(|a| a < 0) {
+        return Err(AppError::bad_at("bad_query", "?after", "must be 0 or more"));
+    }
+    let wants_stream = headers
+        .get(axum::http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/event-stream"));
+    if !wants_stream {
+        return page(&state, filter, &q).await;
+    }
+    if q.limit.is_some() {
+        return Err(AppError::bad_at("bad_query", "?limit", "only pages take a limit, not a stream"));
+    }
+    let resume = match headers.get("last-event-id") {
+        None => None,
+        Some(v) => match v.to_str().ok().and_then(|v| v.trim().parse::<i64>().ok()).filter(|n| *n >= 0) {
+            Some(n) => Some(n),
+            None => {
+                return Err(AppError::bad_at("bad_header", "Last-Event-ID", "must be an event number (0 or more)"));
+            }
+        },
+    };
+    stream(&state, filter, resume.or(q.after)).await
+}
+
+async fn page(state: &ApiState, filter: Filter, q: &StreamQuery) -> Result<Response, AppError> {
+    let limit = q.limit.unwrap_or(1000);
+    if !(1..=10_000).contains(&limit) {
+        return Err(AppError::bad_at("bad_query", "?limit", "must be between 1 and 10000"));
+    }
+    let mut cursor = q.after.unwrap_or(0);
+    let rows = state.store.event_page(&filter.scope, cursor, limit).await?;
+    if let Some(last) = rows.last() {
+        cursor = last.seq;
+    }
+    let events = rows.into_iter().filter(|e| filter.wants(e)).map(view).collect();
+    Ok(axum::Json(EventPage { events, next: cursor }).into_response())
+}
+
+/// A subscriber's place in the log.
+struct Follower {
+    hub: Arc<EventHub>,
+    filter: Filter,
+    rx: broadcast::Receiver<Arc<[EventRow]>>,
+    /// Everything up to here was delivered or passed over.
+    cursor: i64,
+    /// Read the store up to here before following the broadcast.
+    catch_up_to: Option<i64>,
+    ready: VecDeque<EventRow>,
+    _open: StreamGuard,
+}
+
+/// Counts an open stream while it lives.
+struct StreamGuard(Arc<AtomicUsize>);
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+async fn stream(state: &ApiState, filter: Filter, after: Option<i64>) -> Result<Response, AppError> {
+    let hub = state.events.clone();
+    let open = hub.streams.fetch_add(1, Ordering::Relaxed) + 1;
+    let guard = StreamGuard(hub.streams.clone());
+    if open > hub.max_streams {
+        return Err(AppError::RateLimited {
+            message: format!("{} event streams are open, the most this server keeps ([api] max_event_streams)", hub.max_streams),
+            retry_after: 5,
+        });
+    }
+    hub.start().await?;
+    // Subscribe first, then read the head: whatever is past the head
+    // comes through the broadcast.
+    let rx = hub.tx.subscribe();
+    let head = hub.head.load(Ordering::Acquire);
+    let cursor = after.unwrap_or(head);
+    let follower = Follower {
+        hub,
+        filter,
+        rx,
+        cursor,
+        catch_up_to: (cursor < head).then_some(head),
+        ready: VecDeque::new(),
+        _open: guard,
+    };
+    let events = futures::stream::unfold(follower, |mut f| async move {
+        let event = f.next().await?;
+        let id = event.seq.to_string();
+        let kind = event.kind.clone();
+        let json = serde_json::to_string(&view(event)).unwrap_or_default();
+        Some((Ok::<_, std::convert::Infallible>(Event::default().id(id).event(kind).data(json)), f))
+    });
+    Ok(Sse::new(events).keep_alive(KeepAlive::default()).into_response())
+}
+
+impl Follower {
+    /// The next event for this subscriber; `None` ends the stream.
+    async fn next(&mut self) -> Option<EventRow> {
+        loop {
+            if let Some(event) = self.ready.pop_front() {
+                return Some(event);
+            }
+            if let Some(target) = self.catch_up_to {
+                match self.hub.store.event_page(&self.filter.scope, self.cursor, PAGE).await {
+                    Ok(rows) => {
+                        let done = rows.len() < PAGE as usize || rows.last().is_some_and(|e| e.seq >= target);
+                        self.take(rows.iter());
+                        if done {
+                            // Everything up to the target was visible and read.
+                            self.cursor = self.cursor.max(target);
+                            self.catch_up_to = None;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "an event stream cannot read the log; will retry");
+                        tokio::time::sleep(self.hub.poll).await;
+                    }
+                }
+                continue;
+            }
+            match self.rx.recv().await {
+                Ok(batch) => self.take(batch.iter()),
+                // Behind the broadcast's buffer: read the store again.
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    self.catch_up_to = Some(self.hub.head.load(Ordering::Acquire));
+                }
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    }
+
+    /// Queues what this subscriber wants of `rows` that it has not passed.
+    fn take<'a>(&mut self, rows: impl Iterator<Item = &'a EventRow>) {
+        for e in rows {
+            if e.seq <= self.cursor {
+                continue;
+            }
+            self.cursor = e.seq;
+            if self.filter.wants(e) {
+                self.ready.push_back(e.clone());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(seq: i64, tenant: &str, kind: &str) -> EventRow {
+        EventRow {
+            seq,
+            tenant: tenant.into(),
+            at: 0,
+            kind: kind.into(),
+            workflow: Some("wf".into()),
+            run_id: Some("r1".into()),
+            task: None,
+            data: "{}".into(),
+        }
+    }
+
+    #[test]
+    fn a_filter_takes_kinds_and_prefixes_of_its_tenant_only() {
+        let q = StreamQuery { kind: Some("run.*, task.state".into()), ..Default::default() };
+        let filter = Filter::from_query(&Tenant("acme".into()), &q).unwrap();
+        assert!(filter.wants(&row(1, "acme", "run.state")));
+        assert!(filter.wants(&row(1, "acme", "run.released")));
+        assert!(filter.wants(&row(1, "acme", "task.state")));
+        assert!(!filter.wants(&row(1, "acme", "task.stateful")));
+        assert!(!filter.wants(&row(1, "other", "run.state")), "another tenant's event");
+        let admin = Filter::from_query(&Tenant(ADMIN_TENANT.into()), &StreamQuery::default()).unwrap();
+        assert!(admin.wants(&row(1, "other", "anything")), "the admin follows every tenant");
+        let bad = StreamQuery { kind: Some("r*n".into()), ..Default::default() };
+        let error = Filter::from_query(&Tenant("acme".into()), &bad).unwrap_err();
+        assert!(format!("{error:?}").contains("r*n"), "{error:?}");
+    }
+}

@@ -1,0 +1,292 @@
+//! The event stream (`GET /v1/events`) against a real `dagr serve`:
+//! followed as Server-Sent Events, resumed with `Last-Event-ID` across a
+//! `kill -9` of the server with no gap and no duplicate, read as pages,
+//! kept to its tenant (the admin follows every tenant), and through
+//! `dagr events`.
+
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+use crate::api::{Api, Auth, Body, Call, PATIENCE};
+use crate::e2e::{own_server, restart};
+use crate::server::{DagrServer, output_within};
+
+/// A Server-Sent Events stream being read.
+struct Stream {
+    response: reqwest::Response,
+    buffer: Vec<u8>,
+}
+
+impl Stream {
+    /// Opens `/v1/events?query` with `token` (and `tenant`'s header),
+    /// resuming after `last` if given.
+    async fn open(base: &str, token: &str, tenant: Option<&str>, query: &str, last: Option<i64>) -> Stream {
+        // No overall timeout: a stream lasts; each read has its own.
+        let http = reqwest::Client::new();
+        let mut request = http
+            .get(format!("{base}/v1/events?{query}"))
+            .bearer_auth(token)
+            .header("accept", "text/event-stream");
+        if let Some(last) = last {
+            request = request.header("last-event-id", last.to_string());
+        }
+        if let Some(tenant) = tenant {
+            request = request.header("x-dagr-tenant", tenant);
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{}", response.text().await.unwrap_or_default());
+        let kind = response.headers()["content-type"].to_str().unwrap().to_owned();
+        assert!(kind.starts_with("text/event-stream"), "{kind}");
+        Stream { response, buffer: Vec::new() }
+    }
+
+    /// The next event: its `id` field and its data.
+    async fn next(&mut self) -> (i64, Value) {
+        tokio::time::timeout(PATIENCE, async {
+            loop {
+                if let Some(end) = self.buffer.windows(2).position(|w| w == b"\n\n") {
+                    let frame: Vec<u8> = self.buffer.drain(..end + 2).collect();
+                    let text = String::from_utf8(frame).unwrap();
+                    let field = |name: &str| text.lines().find_map(|l| l.strip_prefix(name)).map(str::trim);
+                    let (Some(id), Some(data)) = (field("id:"), field("data:")) else { continue };
+                    let event: Value = serde_json::from_str(data).unwrap();
+                    let id: i64 = id.parse().unwrap();
+                    assert_eq!(event["seq"], id, "the id is the event's number");
+                    assert_eq!(text.lines().find_map(|l| l.strip_prefix("event:")).map(str::trim), event["kind"].as_str());
+                    return (id, event);
+                }
+                let chunk = self.response.chunk().await.unwrap().expect("the stream ended");
+                self.buffer.extend_from_slice(&chunk);
+            }
+        })
+        .await
+        .expect("no event came")
+    }
+
+    /// Events until (and with) the first one `last` accepts.
+    async fn until(&mut self, last: impl Fn(&Value) -> bool) -> Vec<Value> {
+        let mut seen = Vec::new();
+        loop {
+            let (_, event) = self.next().await;
+            let done = last(&event);
+            seen.push(event);
+            if done {
+                return seen;
+            }
+        }
+    }
+
+    /// Whether an event arrives within `wait`.
+    async fn quiet_for(&mut self, wait: Duration) -> bool {
+        tokio::time::timeout(wait, self.next()).await.is_err()
+    }
+}
+
+fn ended(run: &str) -> impl Fn(&Value) -> bool + '_ {
+    move |e| e["kind"] == "run.state" && e["run_id"] == run && e["data"]["to"] == "succeeded"
+}
+
+fn seqs(events: &[Value]) -> Vec<i64> {
+    events.iter().map(|e| e["seq"].as_i64().unwrap()).collect()
+}
+
+/// Every event after `after` (of the query), by pages of JSON.
+async fn pages(api: &Api, query: &str, mut after: i64) -> Vec<Value> {
+    let mut all = Vec::new();
+    loop {
+        let page = api.get_ok(&format!("/v1/events?{query}&after={after}&limit=7")).await;
+        let events = page["events"].as_array().unwrap().clone();
+        let next = page["next"].as_i64().unwrap();
+        if next == after {
+            return all;
+        }
+        all.extend(events);
+        after = next;
+    }
+}
+
+const FLOW: &str = "name: evs\ntasks:\n- {name: a, plugin: echo}\n- {name: b, plugin: echo, depends_on: [a]}\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stream_follows_runs_and_resumes_across_a_kill_9_without_gap_or_duplicate() {
+    let server = own_server().await;
+    let api = Api::of(&server);
+    api.apply(FLOW).await;
+
+    // Follow from now; a run's every change arrives, in order.
+    let mut stream = Stream::open(&server.base_url(), &server.token(), None, "", None).await;
+    let first = api.trigger("evs", json!({})).await;
+    let followed = stream.until(ended(&first)).await;
+    let numbers = seqs(&followed);
+    assert!(numbers.windows(2).all(|w| w[0] < w[1]), "in order: {numbers:?}");
+    assert!(followed.iter().all(|e| e["tenant"] == "default" && e["workflow"] == "evs"), "{followed:?}");
+    let kinds: Vec<&str> = followed.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert!(kinds.contains(&"task.state") && kinds.contains(&"run.state"), "{kinds:?}");
+    // The same events as the run's pages say.
+    let paged = pages(&api, &format!("run={first}"), 0).await;
+    assert_eq!(seqs(&paged), numbers, "the stream and the pages agree");
+    drop(stream);
+
+    // kill -9, then a run the client did not see; it resumes after the
+    // last event it saw and gets exactly what came after.
+    let last_seen = *numbers.last().unwrap();
+    let resume_from = numbers[2];
+    let server = restart(server).await;
+    let api = Api::of(&server);
+    let second = api.trigger("evs", json!({})).await;
+    api.finished(&second).await;
+    let expected = pages(&api, "", resume_from).await;
+    assert!(seqs(&expected).contains(&last_seen), "the pages go on past what the stream saw");
+    let mut resumed = Stream::open(&server.base_url(), &server.token(), None, "", Some(resume_from)).await;
+    let mut got = Vec::new();
+    while got.len() < expected.len() {
+        got.push(resumed.next().await.1);
+    }
+    assert_eq!(seqs(&got), seqs(&expected), "after a restart: no gap, no duplicate");
+    assert_eq!(got, expected, "the same events, whole");
+    assert!(got.iter().any(ended(&second)), "the run made while nobody followed");
+
+    // A filtered stream: one kind of one run; a third run's events pass it by.
+    let third = api.trigger("evs", json!({})).await;
+    let query = format!("run={third}&kind=run.*");
+    let mut filtered = Stream::open(&server.base_url(), &server.token(), None, &query, Some(0)).await;
+    let only = filtered.until(ended(&third)).await;
+    assert!(only.iter().all(|e| e["run_id"] == third.as_str() && e["kind"].as_str().unwrap().starts_with("run.")));
+    assert!(filtered.quiet_for(Duration::from_millis(500)).await, "nothing else passes the filter");
+
+    // `dagr events`: a page, and a follow that prints what happens.
+    let out = output_within(server.cli_command(&["events", "--run", &first, "--json", "--limit", "1000"]), PATIENCE);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let printed: Vec<Value> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(seqs(&printed), numbers, "dagr events prints the run's events");
+    let mut follow = server.cli_command(&["events", "-f", "--kind", "run.state", "--json"]);
+    follow.stdout(std::process::Stdio::piped());
+    let mut child = follow.spawn().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let lines = std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .map(|l| serde_json::from_str::<Value>(&l).unwrap())
+            .find(|e| e["data"]["to"] == "succeeded")
+    });
+    // The follower starts from now: give it time to connect, then run.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let fourth = api.trigger("evs", json!({})).await;
+    api.finished(&fourth).await;
+    let seen = tokio::task::spawn_blocking(move || lines.join().unwrap()).await.unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(seen.unwrap()["run_id"], fourth.as_str(), "dagr events -f printed the run's end");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_follows_only_its_own_events_and_the_admin_follows_all() {
+    let server: DagrServer = own_server().await;
+    let admin = server.admin_token();
+    let anyone = Api::anonymous(&server.base_url());
+    let created = anyone
+        .call(Call {
+            method: Method::POST,
+            path: "/v1/tenants".into(),
+            auth: Auth::Token(&admin),
+            body: Body::Json(json!({"name": "ev-b"})),
+            tenant_header: None,
+        })
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    let token = anyone
+        .call(Call {
+            method: Method::POST,
+            path: "/v1/tenants/ev-b/tokens".into(),
+            auth: Auth::Token(&admin),
+            body: Body::Json(json!({"scopes": ["read", "write"], "label": "events"})),
+            tenant_header: None,
+        })
+        .await;
+    let b_token = token.json()["token"].as_str().unwrap().to_owned();
+
+    let a = Api::of(&server);
+    let b = Api::with_token(&server, &b_token);
+    let mut b_stream = Stream::open(&server.base_url(), &b_token, None, "", Some(0)).await;
+    let mut all = Stream::open(&server.base_url(), &admin, None, "", Some(0)).await;
+    a.apply(FLOW).await;
+    let a_run = a.trigger("evs", json!({})).await;
+    a.finished(&a_run).await;
+    b.apply(FLOW).await;
+    let b_run = b.trigger("evs", json!({})).await;
+
+    let b_seen = b_stream.until(ended(&b_run)).await;
+    assert!(b_seen.iter().all(|e| e["tenant"] == "ev-b"), "only B's events: {b_seen:?}");
+    assert!(!b_seen.iter().any(|e| e["run_id"] == a_run.as_str()));
+    let page = b.get_ok("/v1/events?after=0").await;
+    assert!(page["events"].as_array().unwrap().iter().all(|e| e["tenant"] == "ev-b"), "{page}");
+    // A's run, asked for by id: nothing, as for any run that is not B's.
+    let page = b.get_ok(&format!("/v1/events?run={a_run}")).await;
+    assert_eq!(page["events"], json!([]), "{page}");
+
+    // The admin token without a tenant header sees both tenants, in one order.
+    let mut tenants = std::collections::BTreeSet::new();
+    let everything = all.until(ended(&b_run)).await;
+    for e in &everything {
+        tenants.insert(e["tenant"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(tenants.into_iter().collect::<Vec<_>>(), ["default", "ev-b"]);
+    let numbers = seqs(&everything);
+    assert!(numbers.windows(2).all(|w| w[0] < w[1]), "{numbers:?}");
+    // With a tenant header, the admin sees that tenant's only.
+    let mut of_a = Stream::open(&server.base_url(), &admin, Some("default"), "", Some(0)).await;
+    let a_seen = of_a.until(ended(&a_run)).await;
+    assert!(a_seen.iter().all(|e| e["tenant"] == "default"));
+
+    // Bad requests say what is wrong.
+    for (query, location) in [("after=-1", "?after"), ("kind=r*n", "?kind"), ("limit=0", "?limit")] {
+        let (status, body) = a.get(&format!("/v1/events?{query}")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {body}");
+        assert_eq!(body["location"], location, "{query}: {body}");
+    }
+    let refused = a
+        .request(Method::GET, "/v1/events")
+        .header("accept", "text/event-stream")
+        .header("last-event-id", "yesterday")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["location"], "Last-Event-ID", "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_past_the_configured_limit_are_refused_with_429() {
+    let server = tokio::task::spawn_blocking(|| DagrServer::start_with(&[("DAGR_API__MAX_EVENT_STREAMS", "2")]))
+        .await
+        .unwrap();
+    let _one = Stream::open(&server.base_url(), &server.token(), None, "", None).await;
+    let _two = Stream::open(&server.base_url(), &server.token(), None, "", None).await;
+    let api = Api::of(&server);
+    let third = api.request(Method::GET, "/v1/events").header("accept", "text/event-stream").send().await.unwrap();
+    assert_eq!(third.status(), StatusCode::TOO_MANY_REQUESTS);
+    let body: Value = third.json().await.unwrap();
+    assert!(body["message"].as_str().unwrap().contains("[api] max_event_streams"), "{body}");
+    drop(_one);
+    // A closed stream frees its place: the server notices when it next
+    // writes to it, here a run's events.
+    api.apply(FLOW).await;
+    let run = api.trigger("evs", json!({})).await;
+    api.finished(&run).await;
+    let mut reopened = None;
+    for _ in 0..100 {
+        let answer = api.request(Method::GET, "/v1/events").header("accept", "text/event-stream").send().await.unwrap();
+        if answer.status() == StatusCode::OK {
+            reopened = Some(answer);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(reopened.is_some(), "a closed stream's place is given back");
+}
