@@ -33,8 +33,6 @@ fn now_ms() -> i64 {
 pub struct Cluster {
     pub dir: PathBuf,
     pub api: String,
-    /// The `default` tenant's token.
-    token: String,
     client: Api,
 }
 
@@ -61,7 +59,7 @@ impl Cluster {
             .trim()
             .to_owned();
         let client = Api::at(&api, &token);
-        Cluster { dir, api, token, client }
+        Cluster { dir, api, client }
     }
 
     fn run(&self, args: &[&str]) -> String {
@@ -108,10 +106,14 @@ impl Cluster {
             .expect("the cluster's config has a secret")
     }
 
-    /// A master's metrics (`null` while it does not answer).
+    /// A master's load and counters (`null` while it does not answer).
     pub async fn metrics(&self, master: &str) -> Value {
-        match Api::at(&self.addr(master), &self.token).try_get("/metrics").await {
-            Some((status, body)) if status.is_success() => body,
+        let request = reqwest::Client::new()
+            .get(format!("{}/internal/load", self.addr(master)))
+            .header("x-dagr-cluster-secret", self.secret())
+            .timeout(std::time::Duration::from_secs(5));
+        match request.send().await {
+            Ok(response) if response.status().is_success() => response.json().await.unwrap_or(Value::Null),
             _ => Value::Null,
         }
     }
@@ -605,8 +607,23 @@ async fn internal_endpoints_refuse_requests_without_the_cluster_secret() {
             assert_eq!(status, reqwest::StatusCode::UNAUTHORIZED, "{url} with {secret:?}");
         }
     }
-    for url in [format!("{worker}/healthz"), format!("{master}/healthz"), format!("{master}/metrics")] {
+    for url in [format!("{worker}/healthz"), format!("{master}/healthz")] {
         assert!(http.get(&url).send().await.unwrap().status().is_success(), "{url} stays open");
+    }
+    // The metrics take the secret as a bearer token (as Prometheus sends
+    // it), and pass promtool on every node.
+    for node in [&worker, &master] {
+        let url = format!("{node}/metrics");
+        let status = http.get(&url).send().await.unwrap().status();
+        assert_eq!(status, reqwest::StatusCode::UNAUTHORIZED, "{url} without the secret");
+        let response = http.get(&url).bearer_auth(cluster.secret()).send().await.unwrap();
+        assert!(response.status().is_success(), "{url}: {}", response.status());
+        let text = response.text().await.unwrap();
+        if let Some(complaints) = crate::events::promtool_complaints(&text) {
+            panic!("promtool check metrics on {url}:\n{complaints}\n{text}");
+        }
+        let name = if node == &worker { "dagr_worker_slots" } else { "dagr_engine_steps_total" };
+        assert!(text.contains(&format!("# TYPE {name} ")), "{url}: {text}");
     }
     // With the secret, the same endpoint answers.
     let response = http

@@ -2,7 +2,8 @@
 //! followed as Server-Sent Events, resumed with `Last-Event-ID` across a
 //! `kill -9` of the server with no gap and no duplicate, read as pages,
 //! kept to its tenant (the admin follows every tenant), and through
-//! `dagr events`.
+//! `dagr events`; the Prometheus metrics at `/metrics`, checked by
+//! `promtool` and moving as a run proceeds.
 
 use std::time::Duration;
 
@@ -289,4 +290,90 @@ async fn streams_past_the_configured_limit_are_refused_with_429() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert!(reopened.is_some(), "a closed stream's place is given back");
+}
+
+// Metrics ---------------------------------------------------------------------------------
+
+/// `promtool check metrics` on `text`: its complaints, if any.
+pub(crate) fn promtool_complaints(text: &str) -> Option<String> {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian's `prometheus` package; scripts/test.sh installs it)");
+    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (!out.status.success())
+        .then(|| format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+/// The value of the sample `series` (name with its labels, as written).
+pub(crate) fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+async fn scrape(api: &Api, token: Option<&str>) -> (StatusCode, String) {
+    let auth = match token {
+        Some(token) => Auth::Token(token),
+        None => Auth::None,
+    };
+    let answer = api
+        .call(Call { method: Method::GET, path: "/metrics".into(), auth, body: Body::None, tenant_header: None })
+        .await;
+    (answer.status, answer.text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_pass_promtool_and_move_as_a_run_proceeds() {
+    let server = own_server().await;
+    let admin = server.admin_token();
+    let anyone = Api::anonymous(&server.base_url());
+    let (status, _) = scrape(&anyone, None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, body) = scrape(&anyone, Some(&server.token())).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "a tenant's token: {body}");
+    assert!(body.contains("admin token"), "{body}");
+
+    let (status, before) = scrape(&anyone, Some(&admin)).await;
+    assert_eq!(status, StatusCode::OK, "{before}");
+    if let Some(complaints) = promtool_complaints(&before) {
+        panic!("promtool check metrics:\n{complaints}\n{before}");
+    }
+    let succeeded = "dagr_run_transitions_total{tenant=\"default\",state=\"succeeded\"}";
+    let runs_before = sample(&before, succeeded).unwrap_or(0.0);
+    let api = Api::of(&server);
+    api.apply(FLOW).await;
+    let mut stream = Stream::open(&server.base_url(), &server.token(), None, "", None).await;
+    let (_, streaming) = scrape(&anyone, Some(&admin)).await;
+    assert_eq!(sample(&streaming, "dagr_event_streams"), Some(1.0), "{streaming}");
+    let run = api.trigger("evs", json!({})).await;
+    stream.until(ended(&run)).await;
+
+    let (_, after) = scrape(&anyone, Some(&admin)).await;
+    if let Some(complaints) = promtool_complaints(&after) {
+        panic!("promtool check metrics:\n{complaints}\n{after}");
+    }
+    assert_eq!(sample(&after, succeeded), Some(runs_before + 1.0), "{after}");
+    let tasks = "dagr_task_transitions_total{tenant=\"default\",state=\"succeeded\"}";
+    assert!(sample(&after, tasks).unwrap_or(0.0) >= 2.0, "{after}");
+    assert!(sample(&after, "dagr_worker_attempts_total{outcome=\"succeeded\"}").unwrap_or(0.0) >= 2.0, "{after}");
+    assert!(sample(&after, "dagr_task_duration_seconds_count{plugin=\"echo\"}").unwrap_or(0.0) >= 2.0, "{after}");
+    let dispatched = |t: &str| sample(t, "dagr_attempts_dispatched_total").unwrap_or(0.0);
+    assert!(dispatched(&after) >= dispatched(&before) + 2.0, "{after}");
+    assert!(sample(&after, "dagr_store_commit_seconds_count").unwrap_or(0.0) > 0.0, "{after}");
+    for gauge in ["dagr_worker_slots", "dagr_worker_slots_used", "dagr_ready_tasks", "dagr_active_runs"] {
+        assert!(sample(&after, gauge).is_some(), "{gauge} is missing: {after}");
+    }
+    drop(stream);
+
+    // An operator may open them to anyone.
+    let public = tokio::task::spawn_blocking(|| DagrServer::start_with(&[("DAGR_METRICS__PUBLIC", "true")]))
+        .await
+        .unwrap();
+    let (status, text) = scrape(&Api::anonymous(&public.base_url()), None).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert!(text.contains("# TYPE dagr_engine_steps_total counter"), "{text}");
 }

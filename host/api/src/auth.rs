@@ -158,6 +158,10 @@ pub(crate) enum Needs {
 /// (without a tenant header): following the event stream.
 const EVERY_TENANT_ROUTE: &str = "/v1/events";
 
+/// The route of the Prometheus metrics: the admin token's, or anyone's
+/// with `[metrics] public`.
+pub const METRICS_ROUTE: &str = "/metrics";
+
 /// The route of the OpenAPI document.
 pub const OPENAPI_ROUTE: &str = "/openapi.json";
 
@@ -166,6 +170,9 @@ pub(crate) fn needs(method: &Method, route: Option<&str>) -> Needs {
     let route = route.unwrap_or("");
     if route == OPENAPI_ROUTE {
         return Needs::AnyToken;
+    }
+    if route == METRICS_ROUTE {
+        return Needs::AdminToken;
     }
     if route == "/v1/tenants" || route.starts_with("/v1/tenants/") {
         return Needs::AdminToken;
@@ -181,14 +188,16 @@ fn declared(method: &Method, route: &str) -> bool {
     static ROUTES: std::sync::OnceLock<std::collections::HashSet<(String, String)>> = std::sync::OnceLock::new();
     let routes = ROUTES.get_or_init(|| crate::routes().into_iter().collect());
     let method = if method == Method::HEAD { "GET" } else { method.as_str() };
-    route == OPENAPI_ROUTE && method == "GET" || routes.contains(&(method.to_owned(), route.to_owned()))
+    (route == OPENAPI_ROUTE || route == METRICS_ROUTE) && method == "GET" || routes.contains(&(method.to_owned(), route.to_owned()))
 }
 
 /// Checks the bearer token of every request but `/healthz`; sets the
 /// [`Tenant`] and the [`Caller`].
 pub async fn authenticate(State(state): State<ApiState>, mut request: Request, next: Next) -> Response {
     let route = request.extensions().get::<MatchedPath>().map(|p| p.as_str().to_owned());
-    if route.as_deref() == Some("/healthz") {
+    if route.as_deref() == Some("/healthz")
+        || route.as_deref() == Some(METRICS_ROUTE) && state.config.metrics_public
+    {
         return next.run(request).await;
     }
     // A method the route does not take: the router answers 405 with
@@ -226,6 +235,9 @@ pub async fn authenticate(State(state): State<ApiState>, mut request: Request, n
         Needs::AnyToken => caller.tenant.clone(),
         Needs::AdminToken => {
             if !caller.is_admin_token() {
+                if route.as_deref() == Some(METRICS_ROUTE) {
+                    return forbidden("the metrics need the admin token (or [metrics] public = true)");
+                }
                 return forbidden("managing tenants needs the admin token");
             }
             ADMIN_TENANT.to_owned()

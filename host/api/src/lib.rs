@@ -102,6 +102,8 @@ pub struct ApiConfig {
     pub event_poll: Duration,
     /// Event streams open at once.
     pub max_event_streams: usize,
+    /// `/metrics` without a token (`[metrics] public`); else the admin token.
+    pub metrics_public: bool,
 }
 
 impl Default for ApiConfig {
@@ -119,6 +121,7 @@ impl Default for ApiConfig {
             secrets: dagr_protocol::sealed::SecretKey::generate(),
             event_poll: Duration::from_millis(50),
             max_event_streams: 1000,
+            metrics_public: false,
         }
     }
 }
@@ -158,6 +161,10 @@ impl ApiState {
         config: ApiConfig,
     ) -> ApiState {
         let events = EventHub::new(store.clone(), config.event_poll, config.max_event_streams);
+        let hub = events.clone();
+        dagr_metrics::global().gauge_fn("dagr_event_streams", "Event streams (SSE) open on this API.", move || {
+            hub.streams() as f64
+        });
         ApiState { store, control, plugins, config: Arc::new(config), versions: Default::default(), events }
     }
 }
@@ -270,6 +277,13 @@ pub fn router(state: ApiState) -> axum::Router {
     let (router, _) = api_router().split_for_parts();
     let doc = Arc::new(openapi_document());
     router
+        .route(
+            auth::METRICS_ROUTE,
+            axum::routing::get(|| async {
+                let headers = [(axum::http::header::CONTENT_TYPE, dagr_metrics::CONTENT_TYPE)];
+                (headers, dagr_metrics::global().render())
+            }),
+        )
         .route(
             auth::OPENAPI_ROUTE,
             axum::routing::get(move || {

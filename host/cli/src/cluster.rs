@@ -103,10 +103,16 @@ fn cluster_secret(settings: &Settings) -> anyhow::Result<ClusterSecret> {
 }
 
 /// Refuses a node's internal requests that do not carry the cluster's
-/// secret; `/healthz` and `/metrics` stay open.
-fn internal_only(app: axum::Router, secret: ClusterSecret) -> axum::Router {
-    app.layer(axum::middleware::from_fn(move |request: axum::extract::Request, next: axum::middleware::Next| {
-        let admitted = matches!(request.uri().path(), "/healthz" | "/metrics") || secret.admits(request.headers());
+/// secret; `/healthz` stays open, and `/metrics` takes the secret as a
+/// bearer token too (or nothing, with `[metrics] public`).
+fn internal_only(app: axum::Router, secret: ClusterSecret, metrics_public: bool) -> axum::Router {
+    app.route("/metrics", axum::routing::get(|| async { prometheus() })).layer(axum::middleware::from_fn(move |request: axum::extract::Request, next: axum::middleware::Next| {
+        let headers = request.headers();
+        let admitted = match request.uri().path() {
+            "/healthz" => true,
+            "/metrics" => metrics_public || secret.admits(headers) || secret.admits_bearer(headers),
+            _ => secret.admits(headers),
+        };
         async move {
             if admitted {
                 next.run(request).await
@@ -117,6 +123,12 @@ fn internal_only(app: axum::Router, secret: ClusterSecret) -> axum::Router {
         }
     }))
     .layer(axum::middleware::from_fn(dagr_api::close_if_unread))
+}
+
+/// Every metric of this process, in the Prometheus text format.
+pub fn prometheus() -> axum::response::Response {
+    let headers = [(axum::http::header::CONTENT_TYPE, dagr_metrics::CONTENT_TYPE)];
+    (headers, dagr_metrics::global().render()).into_response()
 }
 
 fn node_id(settings: &Settings, role: Role) -> String {
@@ -194,7 +206,7 @@ pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
         };
         let owned = drive_ownership(engine.clone(), coordinator.clone(), store.clone(), ownership);
         let app = dagr_master::cluster::router(MasterService { engine: engine.clone(), owned_slots: owned });
-        let app = internal_only(app, internal.secret().clone());
+        let app = internal_only(app, internal.secret().clone(), settings.metrics_public);
         announce(Role::Master, &id, &url);
         serve_until_signal(listener, app).await;
         coordinator.leave();
@@ -245,6 +257,7 @@ pub fn worker(args: RoleArgs) -> anyhow::Result<ExitCode> {
         let guard = coordinator.lease_guard();
         worker.guard_with(Arc::new(move || guard.is_safe()));
         fence_on_lease_loss(worker.clone(), coordinator.health());
+        dagr_worker::metrics::register(&worker);
         let reporter = ClusterReporter::start(coordinator.membership(), &internal);
         let app = dagr_worker::service::router(WorkerService {
             worker: worker.clone(),
@@ -252,7 +265,7 @@ pub fn worker(args: RoleArgs) -> anyhow::Result<ExitCode> {
             reporter,
             healthy: coordinator.health(),
         });
-        let app = internal_only(app, internal.secret().clone());
+        let app = internal_only(app, internal.secret().clone(), settings.metrics_public);
         announce(Role::Worker, &id, &url);
         serve_until_signal(listener, app).await;
         coordinator.leave();

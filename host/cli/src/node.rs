@@ -78,6 +78,7 @@ impl Node {
         };
         let engine = Engine::start(engine_config, store.clone(), transport, plugins.clone()).await?;
         reporter.connect(engine.clone());
+        dagr_worker::metrics::register(&worker);
         // One worker, in this process, for every group.
         engine.workers(vec![WorkerInfo {
             id: worker.id().to_owned(),
@@ -319,6 +320,7 @@ pub fn api_config(
         uploads: dagr_api::UploadConfig { max_bytes: settings.max_upload as usize, inspector: Some(inspector) },
         secrets,
         event_poll: settings.event_poll,
+        metrics_public: settings.metrics_public,
         max_event_streams: settings.max_event_streams,
         ..Default::default()
     })

@@ -32,6 +32,10 @@
 //! event_poll = "50ms"        # how often the API looks for new events to stream
 //! max_event_streams = 1000   # event streams (GET /v1/events as SSE) open at once
 //!
+//! [metrics]
+//! public = false             # /metrics without a token (else: the admin token on
+//!                            #   the API, the cluster secret as bearer on nodes)
+//!
 //! [limits]
 //! default_timeout = "1h"
 //! default_memory = "128MiB"
@@ -83,6 +87,15 @@ pub struct Config {
     pub plugins: PluginsConfig,
     pub auth: AuthConfig,
     pub secrets: SecretsConfig,
+    pub metrics: MetricsConfig,
+}
+
+/// Prometheus metrics at `/metrics`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Serve `/metrics` without any token.
+    pub public: bool,
 }
 
 /// Tenants' secrets.
@@ -428,6 +441,7 @@ pub struct Settings {
     pub max_depth: usize,
     pub event_poll: Duration,
     pub max_event_streams: usize,
+    pub metrics_public: bool,
     pub etcd: Vec<String>,
     pub cluster_prefix: String,
     pub ttl: Duration,
@@ -593,6 +607,7 @@ impl Config {
                 0 => return Err(err("api.max_event_streams", "must be at least 1".into())),
                 n => n,
             },
+            metrics_public: self.metrics.public,
             etcd: self.cluster.etcd.clone(),
             cluster_prefix: self.cluster.prefix.clone(),
             ttl: duration("cluster.ttl", &self.cluster.ttl)?,

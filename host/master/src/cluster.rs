@@ -160,7 +160,7 @@ pub fn router(service: MasterService) -> axum::Router {
         .route("/internal/wake", post(wake))
         .route("/internal/workflow-changed", post(workflow_changed))
         .route("/internal/tenant-changed", post(tenant_changed))
-        .route("/metrics", get(metrics))
+        .route("/internal/load", get(load))
         .layer(axum::extract::DefaultBodyLimit::max(dagr_protocol::wire::INTERNAL_BODY_LIMIT))
         .with_state(service)
 }
@@ -184,7 +184,7 @@ async fn workflow_changed(State(s): State<MasterService>, Json(w): Json<Workflow
     "ok"
 }
 
-async fn metrics(State(s): State<MasterService>) -> Json<serde_json::Value> {
+async fn load(State(s): State<MasterService>) -> Json<serde_json::Value> {
     Json(metrics_json(&s.engine.metrics, *s.owned_slots.borrow()))
 }
 

@@ -26,6 +26,7 @@
 
 pub mod cluster;
 pub mod engine;
+pub mod metrics;
 pub mod policy;
 mod ready;
 pub mod rebalance;
@@ -206,6 +207,8 @@ pub struct EngineMetrics {
     pub active_runs: AtomicU64,
     /// Attempts in flight now (a gauge).
     pub in_flight: AtomicU64,
+    /// Tasks ready and waiting for a worker slot (a gauge).
+    pub ready: AtomicU64,
 }
 
 impl EngineMetrics {

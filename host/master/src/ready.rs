@@ -94,6 +94,11 @@ impl ReadyQueue {
         self.turn.is_empty()
     }
 
+    /// Tasks waiting in line.
+    pub fn len(&self) -> usize {
+        self.tenants.values().flat_map(|g| g.heaps.iter()).map(BinaryHeap::len).sum()
+    }
+
     /// The next task: the best of the tenant whose turn it is.
     pub fn pop(&mut self, now: i64) -> Option<ReadyTask> {
         let tenant = self.turn.pop_front()?;

@@ -227,7 +227,18 @@ impl ClusterSecret {
     /// time for a given length).
     pub fn admits(&self, headers: &http::HeaderMap) -> bool {
         let Some(presented) = headers.get(Self::HEADER) else { return false };
-        let (a, b) = (presented.as_bytes(), self.0.as_bytes());
+        self.matches(presented.as_bytes())
+    }
+
+    /// Whether `Authorization: Bearer <secret>` carries the secret (how a
+    /// Prometheus server presents it when it scrapes a node).
+    pub fn admits_bearer(&self, headers: &http::HeaderMap) -> bool {
+        let Some(presented) = headers.get(http::header::AUTHORIZATION) else { return false };
+        presented.as_bytes().strip_prefix(b"Bearer ").is_some_and(|token| self.matches(token))
+    }
+
+    fn matches(&self, presented: &[u8]) -> bool {
+        let (a, b) = (presented, self.0.as_bytes());
         a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
     }
 }

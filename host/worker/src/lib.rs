@@ -16,6 +16,7 @@
 
 mod builtins;
 mod logs;
+pub mod metrics;
 mod registry;
 pub mod service;
 
@@ -339,13 +340,16 @@ impl Worker {
         let report = self.inner.runtime.execute(&plugin, exec).await;
         observer.flush().await;
         let fenced = keep_going.as_ref().is_some_and(|ok| !ok());
-        finish(match report.result {
+        let elapsed = report.elapsed;
+        let result = finish(match report.result {
             Ok(output) => Outcome::Succeeded { output },
             Err(failure) if fenced && failure.kind == dagr_runtime::FailureKind::Cancelled => {
                 Outcome::Failed { kind: FailureKind::WorkerLost, message: failure.message }
             }
             Err(failure) => Outcome::Failed { kind: map_kind(failure.kind), message: failure.message },
-        })
+        });
+        metrics::attempt_ended(&spec.plugin.name, &result.outcome, elapsed);
+        result
     }
 }
 

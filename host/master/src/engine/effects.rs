@@ -251,6 +251,9 @@ pub struct Effects {
     /// Read the next page of commands at once (more are waiting, or
     /// slots were gained).
     pub read_commands: bool,
+    /// Scheduled runs that started this step: how long after their cycle
+    /// was due (ms), for the metrics.
+    pub schedule_delays: Vec<i64>,
 }
 
 impl Effects {

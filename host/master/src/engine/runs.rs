@@ -447,6 +447,9 @@ impl EngineState {
                     run.row.state = to;
                     if to == RunState::Running && run.row.started_at.is_none() {
                         run.row.started_at = Some(now);
+                        if run.row.kind == dagr_store::RunKind::Schedule {
+                            effects.schedule_delays.push(now - run.row.logical_time);
+                        }
                     }
                     run.row.finished_at = to.is_terminal().then_some(now);
                     run.row.updated_at = now;

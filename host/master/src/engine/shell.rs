@@ -71,6 +71,7 @@ impl Engine {
         let (commands_tx, _) = broadcast::channel(1024);
         let (finished_tx, _) = broadcast::channel(4096);
         let metrics = Arc::new(EngineMetrics::default());
+        crate::metrics::register(&metrics);
         let handle = EngineHandle {
             tx,
             commands: commands_tx.clone(),
@@ -210,7 +211,11 @@ impl Engine {
         // What is still needed is asked for again by the next step.
         effects.needs.clear();
         self.state.seal(&mut effects, now);
+        let started = std::time::Instant::now();
         let committed = self.commit(&mut effects).await;
+        if !effects.batch.is_empty() {
+            crate::metrics::committed(&effects.batch, started.elapsed(), &effects.schedule_delays);
+        }
         self.state.committed(&committed);
         self.wake_peers(&effects);
         self.act(&mut effects, &committed).await;
@@ -331,6 +336,7 @@ impl Engine {
             (&m.attempts_lost, c.attempts_lost),
             (&m.active_runs, self.state.active_runs() as u64),
             (&m.in_flight, self.state.in_flight() as u64),
+            (&m.ready, self.state.ready_tasks() as u64),
         ] {
             atomic.store(value, Ordering::Relaxed);
         }

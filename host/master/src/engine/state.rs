@@ -501,6 +501,11 @@ impl EngineState {
         self.in_flight.len()
     }
 
+    /// Tasks ready to start and waiting for a worker slot.
+    pub fn ready_tasks(&self) -> usize {
+        self.ready.len()
+    }
+
     /// The limits of `tenant`, if tenants have limits.
     pub(crate) fn tenant_limits(&self, tenant: &str) -> Option<TenantLimits> {
         self.limits.as_ref().map(|all| all.get(tenant).cloned().unwrap_or_default())
