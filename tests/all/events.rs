@@ -26,10 +26,8 @@ impl Stream {
     async fn open(base: &str, token: &str, tenant: Option<&str>, query: &str, last: Option<i64>) -> Stream {
         // No overall timeout: a stream lasts; each read has its own.
         let http = reqwest::Client::new();
-        let mut request = http
-            .get(format!("{base}/v1/events?{query}"))
-            .bearer_auth(token)
-            .header("accept", "text/event-stream");
+        let mut request =
+            http.get(format!("{base}/v1/events?{query}")).bearer_auth(token).header("accept", "text/event-stream");
         if let Some(last) = last {
             request = request.header("last-event-id", last.to_string());
         }
@@ -55,7 +53,10 @@ impl Stream {
                     let event: Value = serde_json::from_str(data).unwrap();
                     let id: i64 = id.parse().unwrap();
                     assert_eq!(event["seq"], id, "the id is the event's number");
-                    assert_eq!(text.lines().find_map(|l| l.strip_prefix("event:")).map(str::trim), event["kind"].as_str());
+                    assert_eq!(
+                        text.lines().find_map(|l| l.strip_prefix("event:")).map(str::trim),
+                        event["kind"].as_str()
+                    );
                     return (id, event);
                 }
                 let chunk = self.response.chunk().await.unwrap().expect("the stream ended");
@@ -264,9 +265,8 @@ async fn a_tenant_follows_only_its_own_events_and_the_admin_follows_all() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_past_the_configured_limit_are_refused_with_429() {
-    let server = tokio::task::spawn_blocking(|| DagrServer::start_with(&[("DAGR_API__MAX_EVENT_STREAMS", "2")]))
-        .await
-        .unwrap();
+    let server =
+        tokio::task::spawn_blocking(|| DagrServer::start_with(&[("DAGR_API__MAX_EVENT_STREAMS", "2")])).await.unwrap();
     let _one = Stream::open(&server.base_url(), &server.token(), None, "", None).await;
     let _two = Stream::open(&server.base_url(), &server.token(), None, "", None).await;
     let api = Api::of(&server);
@@ -370,9 +370,8 @@ async fn metrics_pass_promtool_and_move_as_a_run_proceeds() {
     drop(stream);
 
     // An operator may open them to anyone.
-    let public = tokio::task::spawn_blocking(|| DagrServer::start_with(&[("DAGR_METRICS__PUBLIC", "true")]))
-        .await
-        .unwrap();
+    let public =
+        tokio::task::spawn_blocking(|| DagrServer::start_with(&[("DAGR_METRICS__PUBLIC", "true")])).await.unwrap();
     let (status, text) = scrape(&Api::anonymous(&public.base_url()), None).await;
     assert_eq!(status, StatusCode::OK, "{text}");
     assert!(text.contains("# TYPE dagr_engine_steps_total counter"), "{text}");

@@ -188,16 +188,15 @@ fn declared(method: &Method, route: &str) -> bool {
     static ROUTES: std::sync::OnceLock<std::collections::HashSet<(String, String)>> = std::sync::OnceLock::new();
     let routes = ROUTES.get_or_init(|| crate::routes().into_iter().collect());
     let method = if method == Method::HEAD { "GET" } else { method.as_str() };
-    (route == OPENAPI_ROUTE || route == METRICS_ROUTE) && method == "GET" || routes.contains(&(method.to_owned(), route.to_owned()))
+    (route == OPENAPI_ROUTE || route == METRICS_ROUTE) && method == "GET"
+        || routes.contains(&(method.to_owned(), route.to_owned()))
 }
 
 /// Checks the bearer token of every request but `/healthz`; sets the
 /// [`Tenant`] and the [`Caller`].
 pub async fn authenticate(State(state): State<ApiState>, mut request: Request, next: Next) -> Response {
     let route = request.extensions().get::<MatchedPath>().map(|p| p.as_str().to_owned());
-    if route.as_deref() == Some("/healthz")
-        || route.as_deref() == Some(METRICS_ROUTE) && state.config.metrics_public
-    {
+    if route.as_deref() == Some("/healthz") || route.as_deref() == Some(METRICS_ROUTE) && state.config.metrics_public {
         return next.run(request).await;
     }
     // A method the route does not take: the router answers 405 with

@@ -285,7 +285,10 @@ async fn stream(state: &ApiState, filter: Filter, after: Option<i64>) -> Result<
     let guard = StreamGuard(hub.streams.clone());
     if open > hub.max_streams {
         return Err(AppError::RateLimited {
-            message: format!("{} event streams are open, the most this server keeps ([api] max_event_streams)", hub.max_streams),
+            message: format!(
+                "{} event streams are open, the most this server keeps ([api] max_event_streams)",
+                hub.max_streams
+            ),
             retry_after: 5,
         });
     }

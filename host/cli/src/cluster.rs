@@ -106,23 +106,24 @@ fn cluster_secret(settings: &Settings) -> anyhow::Result<ClusterSecret> {
 /// secret; `/healthz` stays open, and `/metrics` takes the secret as a
 /// bearer token too (or nothing, with `[metrics] public`).
 fn internal_only(app: axum::Router, secret: ClusterSecret, metrics_public: bool) -> axum::Router {
-    app.route("/metrics", axum::routing::get(|| async { prometheus() })).layer(axum::middleware::from_fn(move |request: axum::extract::Request, next: axum::middleware::Next| {
-        let headers = request.headers();
-        let admitted = match request.uri().path() {
-            "/healthz" => true,
-            "/metrics" => metrics_public || secret.admits(headers) || secret.admits_bearer(headers),
-            _ => secret.admits(headers),
-        };
-        async move {
-            if admitted {
-                next.run(request).await
-            } else {
-                let message = "this internal endpoint needs the cluster's secret (cluster.secret)";
-                (axum::http::StatusCode::UNAUTHORIZED, message).into_response()
+    app.route("/metrics", axum::routing::get(|| async { prometheus() }))
+        .layer(axum::middleware::from_fn(move |request: axum::extract::Request, next: axum::middleware::Next| {
+            let headers = request.headers();
+            let admitted = match request.uri().path() {
+                "/healthz" => true,
+                "/metrics" => metrics_public || secret.admits(headers) || secret.admits_bearer(headers),
+                _ => secret.admits(headers),
+            };
+            async move {
+                if admitted {
+                    next.run(request).await
+                } else {
+                    let message = "this internal endpoint needs the cluster's secret (cluster.secret)";
+                    (axum::http::StatusCode::UNAUTHORIZED, message).into_response()
+                }
             }
-        }
-    }))
-    .layer(axum::middleware::from_fn(dagr_api::close_if_unread))
+        }))
+        .layer(axum::middleware::from_fn(dagr_api::close_if_unread))
 }
 
 /// Every metric of this process, in the Prometheus text format.

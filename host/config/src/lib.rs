@@ -599,7 +599,10 @@ impl Config {
             max_depth: self.api.max_depth,
             event_poll: match duration("api.event_poll", &self.api.event_poll)? {
                 d if d.is_zero() || d > Duration::from_secs(10) => {
-                    return Err(err("api.event_poll", format!("`{}` must be above 0 and at most 10s", self.api.event_poll)));
+                    return Err(err(
+                        "api.event_poll",
+                        format!("`{}` must be above 0 and at most 10s", self.api.event_poll),
+                    ));
                 }
                 d => d,
             },

@@ -104,9 +104,7 @@ pub fn register(engine: &Arc<EngineMetrics>) {
             &m.fenced_writes
         }),
         ("dagr_runs_claimed_total", "Runs taken over from another owner (or after a restart).", |m| &m.runs_claimed),
-        ("dagr_attempts_adopted_total", "Attempts found running at a takeover and adopted.", |m| {
-            &m.attempts_adopted
-        }),
+        ("dagr_attempts_adopted_total", "Attempts found running at a takeover and adopted.", |m| &m.attempts_adopted),
         ("dagr_attempts_lost_total", "Attempts lost with their worker or at a takeover.", |m| &m.attempts_lost),
     ];
     for (name, help, field) in counters {

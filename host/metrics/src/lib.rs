@@ -23,12 +23,10 @@ pub const OTHER: &str = "other";
 /// Buckets for durations of requests and steps, in seconds (1 ms – 10 s).
 pub const FAST_SECONDS: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 /// Buckets for durations of tasks and delays, in seconds (10 ms – 1 h).
-pub const SLOW_SECONDS: &[f64] =
-    &[0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0];
+pub const SLOW_SECONDS: &[f64] = &[0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0];
 /// Buckets for sizes in bytes (64 KiB – 4 GiB).
-pub const BYTES: &[f64] = &[
-    65536.0, 262144.0, 1048576.0, 4194304.0, 16777216.0, 67108864.0, 268435456.0, 1073741824.0, 4294967296.0,
-];
+pub const BYTES: &[f64] =
+    &[65536.0, 262144.0, 1048576.0, 4194304.0, 16777216.0, 67108864.0, 268435456.0, 1073741824.0, 4294967296.0];
 
 /// A number that only grows.
 #[derive(Debug, Default)]
@@ -245,7 +243,8 @@ impl Registry {
         max_series: usize,
         make: impl Fn() -> M + Send + Sync + 'static,
     ) -> Arc<Family<M>> {
-        let family = Arc::new(Family { labels, max_series: max_series.max(2), make: Box::new(make), series: Mutex::default() });
+        let family =
+            Arc::new(Family { labels, max_series: max_series.max(2), make: Box::new(make), series: Mutex::default() });
         let kept = family.clone();
         self.put(name, help, M::KIND, Box::new(move |name, out| kept.write(name, out)));
         family
@@ -253,16 +252,26 @@ impl Registry {
 
     /// A counter read from `read` at each scrape.
     pub fn counter_fn(&self, name: &'static str, help: &'static str, read: impl Fn() -> u64 + Send + Sync + 'static) {
-        self.put(name, help, "counter", Box::new(move |name, out| {
-            let _ = writeln!(out, "{name} {}", read());
-        }));
+        self.put(
+            name,
+            help,
+            "counter",
+            Box::new(move |name, out| {
+                let _ = writeln!(out, "{name} {}", read());
+            }),
+        );
     }
 
     /// A gauge read from `read` at each scrape.
     pub fn gauge_fn(&self, name: &'static str, help: &'static str, read: impl Fn() -> f64 + Send + Sync + 'static) {
-        self.put(name, help, "gauge", Box::new(move |name, out| {
-            let _ = writeln!(out, "{name} {}", read());
-        }));
+        self.put(
+            name,
+            help,
+            "gauge",
+            Box::new(move |name, out| {
+                let _ = writeln!(out, "{name} {}", read());
+            }),
+        );
     }
 
     /// Every metric in the text format.

@@ -1401,7 +1401,15 @@ mod tests {
     use super::*;
 
     fn event(kind: &str) -> NewEvent {
-        NewEvent { tenant: "script-test".into(), at: 1, kind: kind.into(), workflow: None, run_id: None, task: None, data: "{}".into() }
+        NewEvent {
+            tenant: "script-test".into(),
+            at: 1,
+            kind: kind.into(),
+            workflow: None,
+            run_id: None,
+            task: None,
+            data: "{}".into(),
+        }
     }
 
     async fn kinds(store: &SqlStore) -> Vec<String> {

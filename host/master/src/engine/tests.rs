@@ -235,6 +235,12 @@ fn the_leader_materialises_cycles_and_catches_up_within_bounds() {
         env.store.events.iter().find(|e| e.kind == "schedule.skipped").expect("the skipped cycles are recorded");
     assert!(skipped.data.contains("max_catch_up"), "{}", skipped.data);
     assert!(effects.read_commands, "the new runs' admit commands are read next");
+    // Started, each run says how long after its cycle was due (a metric).
+    let started = env.step(vec![]);
+    let mut delays = started.schedule_delays.clone();
+    delays.sort_unstable();
+    let late: Vec<i64> = times.iter().rev().map(|t| env.now - t).collect();
+    assert_eq!(delays, late, "each started run's delay from its cycle");
     // The next cycle comes from a timer.
     assert_eq!(env.state.next_wake(env.now), Some(newest + minute));
     env.advance(newest + minute - env.now);
