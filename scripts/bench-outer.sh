@@ -26,7 +26,8 @@ case $mode in
       --sqlite "$D/dagr.db" --pids "$PID" "$@"
     ;;
   cluster)
-    export DAGR_CLUSTER_DIR=$W/cluster DAGR_BIN=$BIN DAGR_LOG=warn
+    # (tests/local-cluster.sh waits for each node's "listening on" line: info level.)
+    export DAGR_CLUSTER_DIR=$W/cluster DAGR_BIN=$BIN
     trap '"$ROOT/tests/local-cluster.sh" down >/dev/null 2>&1; rm -rf "$W"' EXIT
     URL=$("$ROOT/tests/local-cluster.sh" up --masters 3 --workers 1)
     C=$DAGR_CLUSTER_DIR

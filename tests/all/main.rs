@@ -21,6 +21,8 @@
 //!   soak.
 //! - `events`: the event stream (SSE and pages) followed, resumed across a
 //!   `kill -9`, kept to its tenant; `dagr events`.
+//! - `webhooks`: signed deliveries in order through a failing receiver
+//!   and a `kill -9`, the delivery log, disabling, the network rule.
 //! - `tenancy`: tokens, the isolation matrix over every route, secrets,
 //!   runs per minute and the tenancy CLI verbs, against a real `dagr serve`.
 //! - `contract`: Schemathesis against `/openapi.json` of a real `dagr
@@ -69,3 +71,4 @@ mod runtime;
 mod sdks;
 mod tenancy;
 mod tls;
+mod webhooks;

@@ -85,6 +85,7 @@ struct TenantA {
     revoked_token: String,
     admin_token: String,
     plugin: Option<(String, String)>,
+    webhook: String,
 }
 
 impl TenantA {
@@ -92,7 +93,7 @@ impl TenantA {
     /// tenant is shown.
     fn markers(&self) -> Vec<&str> {
         let mut markers =
-            vec![self.workflow.as_str(), &self.run, &self.backfill, &self.secret_value, &self.read_token_id];
+            vec![self.workflow.as_str(), &self.run, &self.backfill, &self.secret_value, &self.read_token_id, &self.webhook];
         markers.push(self.admin_token.split('_').nth(1).unwrap_or("?"));
         markers
     }
@@ -112,6 +113,7 @@ fn fill(a: &TenantA, route: &str, param: &str) -> Option<String> {
         ("tenants", "id") => a.read_token_id.clone(),
         ("plugins", "name") => a.plugin.as_ref()?.0.clone(),
         ("plugins", "version") => a.plugin.as_ref()?.1.clone(),
+        ("webhooks", "id") => a.webhook.clone(),
         _ => return None,
     };
     Some(value)
@@ -146,6 +148,7 @@ fn body_for(method: &str, route: &str, a: &TenantA, plugin_bytes: &[u8]) -> Body
             Body::Json(json!({"workflow": a.workflow, "from": "2024-01-01", "to": "2024-01-01"}))
         }
         ("POST", "/v1/jobs") => Body::Json(json!({"plugin": "echo"})),
+        ("POST", "/v1/webhooks") => Body::Json(json!({"url": "https://hooks.example.org/iso"})),
         ("POST", "/v1/tenants") => Body::Json(json!({"name": "iso-new"})),
         ("PATCH", _) => Body::Json(json!({"limits": {"max_concurrent": 3}})),
         ("PUT", "/v1/secrets/{name}") => Body::Json(json!({"value": "someone else's value"})),
@@ -222,6 +225,10 @@ async fn isolation_matrix_covers_every_route() {
             Some((published["name"].as_str().unwrap().to_owned(), published["version"].as_str().unwrap().to_owned()));
     }
 
+    let body = Body::Json(json!({"url": "https://hooks.example.org/a-only", "kinds": ["run.*"]}));
+    let webhook = client.expect(Method::POST, "/v1/webhooks", &a_token, body, StatusCode::CREATED).await;
+    let webhook = webhook["id"].as_str().unwrap().to_owned();
+
     let a = TenantA {
         workflow,
         run,
@@ -234,8 +241,10 @@ async fn isolation_matrix_covers_every_route() {
         revoked_token,
         admin_token: a_token.clone(),
         plugin,
+        webhook,
     };
     let secrets_before = client.expect(Method::GET, "/v1/secrets", &a.admin_token, Body::None, StatusCode::OK).await;
+    let webhooks_before = client.expect(Method::GET, "/v1/webhooks", &a.admin_token, Body::None, StatusCode::OK).await;
 
     let unknown = format!("dagr_zzzzzzzzzzzz_{}", "0".repeat(64));
     let mut checked = BTreeMap::new();
@@ -311,6 +320,12 @@ async fn isolation_matrix_covers_every_route() {
     client.expect(Method::GET, &path, &a.admin_token, Body::None, StatusCode::OK).await;
     let secrets_after = client.expect(Method::GET, "/v1/secrets", &a.admin_token, Body::None, StatusCode::OK).await;
     assert_eq!(secrets_after, secrets_before, "another tenant changed A's secrets");
+    let webhooks_after = client.expect(Method::GET, "/v1/webhooks", &a.admin_token, Body::None, StatusCode::OK).await;
+    let hooks = |list: &Value| -> Vec<(String, String)> {
+        let list = list.as_array().unwrap().iter();
+        list.map(|w| (w["id"].as_str().unwrap().to_owned(), w["url"].as_str().unwrap().to_owned())).collect()
+    };
+    assert_eq!(hooks(&webhooks_after), hooks(&webhooks_before), "another tenant changed A's webhooks");
     let tokens = client.expect(Method::GET, "/v1/tokens", &a.admin_token, Body::None, StatusCode::OK).await;
     let read = tokens.as_array().unwrap().iter().find(|t| t["id"] == a.read_token_id.as_str()).unwrap();
     assert!(read.get("revoked_at").is_none(), "another tenant revoked A's token: {read}");

@@ -26,16 +26,15 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use dagr_core::events::KindFilter;
 use dagr_protocol::api::{ApiError, EventPage, EventView};
 use dagr_protocol::tenancy::ADMIN_TENANT;
 use dagr_store::{EventRow, EventScope, Store};
 use serde::Deserialize;
-use serde_json::Value;
 use tokio::sync::{OnceCell, broadcast};
 
 use crate::error::AppError;
 use crate::extract::Query;
-use crate::views::time;
 use crate::{ApiState, Tenant};
 
 /// Events read from the store at once.
@@ -141,25 +140,13 @@ pub struct StreamQuery {
 #[derive(Debug, Clone)]
 struct Filter {
     scope: EventScope,
-    kinds: Vec<String>,
+    kinds: KindFilter,
 }
 
 impl Filter {
     fn from_query(tenant: &Tenant, q: &StreamQuery) -> Result<Filter, AppError> {
-        let kinds: Vec<String> = match &q.kind {
-            Some(list) => list.split(',').map(|k| k.trim().to_owned()).filter(|k| !k.is_empty()).collect(),
-            None => Vec::new(),
-        };
-        if let Some(bad) = kinds.iter().find(|k| k.len() > 64 || k.strip_suffix('*').unwrap_or(k).contains('*')) {
-            return Err(AppError::bad_at(
-                "bad_query",
-                "?kind",
-                format!("`{bad}` is not a kind: a kind, or a prefix ending in `*` (e.g. `run.*`), at most 64 bytes"),
-            ));
-        }
-        if kinds.len() > 32 {
-            return Err(AppError::bad_at("bad_query", "?kind", "at most 32 kinds"));
-        }
+        let kinds = KindFilter::parse(q.kind.as_deref().unwrap_or(""))
+            .map_err(|message| AppError::bad_at("bad_query", "?kind", message))?;
         let every_tenant = tenant.0 == ADMIN_TENANT;
         Ok(Filter {
             scope: EventScope {
@@ -176,25 +163,12 @@ impl Filter {
         scope.tenant.as_ref().is_none_or(|t| *t == e.tenant)
             && scope.workflow.as_ref().is_none_or(|w| e.workflow.as_ref() == Some(w))
             && scope.run_id.as_ref().is_none_or(|r| e.run_id.as_ref() == Some(r))
-            && (self.kinds.is_empty()
-                || self.kinds.iter().any(|k| match k.strip_suffix('*') {
-                    Some(prefix) => e.kind.starts_with(prefix),
-                    None => e.kind == *k,
-                }))
+            && self.kinds.wants(&e.kind)
     }
 }
 
 pub(crate) fn view(e: EventRow) -> EventView {
-    EventView {
-        seq: e.seq,
-        at: time(e.at),
-        kind: e.kind,
-        tenant: Some(e.tenant),
-        workflow: e.workflow,
-        run_id: e.run_id,
-        task: e.task,
-        data: serde_json::from_str(&e.data).unwrap_or(Value::Null),
-    }
+    dagr_notify::event_view(&e)
 }
 
 /// The tenant's events: every state change of its runs, tasks and

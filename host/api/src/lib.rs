@@ -37,6 +37,7 @@ mod tasks;
 mod unread;
 pub mod versions;
 mod views;
+mod webhooks;
 mod workflows;
 
 use std::sync::Arc;
@@ -104,6 +105,10 @@ pub struct ApiConfig {
     pub max_event_streams: usize,
     /// `/metrics` without a token (`[metrics] public`); else the admin token.
     pub metrics_public: bool,
+    /// Whether webhooks may go to loopback or private addresses.
+    pub webhooks_allow_private: bool,
+    /// Webhooks a tenant may have.
+    pub max_webhooks: usize,
 }
 
 impl Default for ApiConfig {
@@ -122,6 +127,8 @@ impl Default for ApiConfig {
             event_poll: Duration::from_millis(50),
             max_event_streams: 1000,
             metrics_public: false,
+            webhooks_allow_private: false,
+            max_webhooks: 20,
         }
     }
 }
@@ -182,6 +189,7 @@ impl ApiState {
         (name = "secrets", description = "The tenant's secrets: write-only"),
         (name = "audit", description = "Who did what, per tenant"),
         (name = "events", description = "The tenant's event stream (Server-Sent Events or pages)"),
+        (name = "webhooks", description = "The tenant's events delivered to URLs, signed (Standard Webhooks)"),
         (name = "system", description = "Health")
     )
 )]
@@ -209,6 +217,10 @@ fn api_router() -> OpenApiRouter<ApiState> {
         .routes(routes!(mark_run_failed))
         .routes(routes!(run_events))
         .routes(routes!(events::events))
+        .routes(routes!(webhooks::create_webhook, webhooks::list_webhooks))
+        .routes(routes!(webhooks::get_webhook, webhooks::delete_webhook))
+        .routes(routes!(webhooks::enable_webhook))
+        .routes(routes!(webhooks::webhook_deliveries))
         .routes(routes!(tasks::get_task))
         .routes(routes!(rerun_task))
         .routes(routes!(force_success))

@@ -206,6 +206,20 @@ pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
             rebalance: RebalanceConfig { overloads: settings.overloads.max(1), ..RebalanceConfig::default() },
         };
         let owned = drive_ownership(engine.clone(), coordinator.clone(), store.clone(), ownership);
+        // The leader delivers webhooks (a leader change may repeat the
+        // delivery in flight, which receivers drop by its webhook-id).
+        let (delivering, deliver) = tokio::sync::watch::channel(false);
+        let (leadership, health) = (coordinator.leadership(), coordinator.health());
+        tokio::spawn(async move {
+            loop {
+                let lead = leadership.borrow().is_some() && *health.borrow();
+                if delivering.send(lead).is_err() {
+                    return;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            }
+        });
+        dagr_notify::Deliverer::start(store.clone(), crate::node::webhook_config(&settings), deliver);
         let app = dagr_master::cluster::router(MasterService { engine: engine.clone(), owned_slots: owned });
         let app = internal_only(app, internal.secret().clone(), settings.metrics_public);
         announce(Role::Master, &id, &url);

@@ -31,6 +31,8 @@ pub struct Node {
     pub bootstrap: dagr_api::auth::Bootstrapped,
     stop: Option<oneshot::Sender<()>>,
     server: tokio::task::JoinHandle<()>,
+    /// Set to false to stop delivering webhooks.
+    delivering: tokio::sync::watch::Sender<bool>,
 }
 
 impl Node {
@@ -79,6 +81,9 @@ impl Node {
         let engine = Engine::start(engine_config, store.clone(), transport, plugins.clone()).await?;
         reporter.connect(engine.clone());
         dagr_worker::metrics::register(&worker);
+        // One node delivers every webhook.
+        let (delivering, deliver) = tokio::sync::watch::channel(true);
+        dagr_notify::Deliverer::start(store.clone(), webhook_config(settings), deliver);
         // One worker, in this process, for every group.
         engine.workers(vec![WorkerInfo {
             id: worker.id().to_owned(),
@@ -110,7 +115,7 @@ impl Node {
                 tracing::error!(error = %e, "the HTTP server stopped");
             }
         });
-        Ok(Node { addr, _lock: lock, engine, worker, bootstrap, stop: Some(stop), server })
+        Ok(Node { addr, _lock: lock, engine, worker, bootstrap, stop: Some(stop), server, delivering })
     }
 
     /// Stops the API and the engine.
@@ -119,6 +124,7 @@ impl Node {
             let _ = stop.send(());
         }
         let _ = (&mut self.server).await;
+        let _ = self.delivering.send(false);
         self.engine.shutdown().await;
         self.worker.cancel_all();
     }
@@ -309,6 +315,19 @@ impl dagr_worker::Precompile for ChildCompiler {
 
 /// The API's settings: body limits, and plugin uploads checked (and
 /// compiled into this node's cache) by `inspector`.
+/// How this node delivers webhooks.
+pub fn webhook_config(settings: &Settings) -> dagr_notify::WebhookConfig {
+    dagr_notify::WebhookConfig {
+        retry_base: settings.webhook_retry_base.max(std::time::Duration::from_millis(10)),
+        max_backoff: settings.webhook_max_backoff,
+        disable_after: settings.webhook_disable_after,
+        timeout: settings.webhook_timeout,
+        allow_private: settings.webhooks_allow_private,
+        keep_deliveries: settings.webhook_keep_deliveries as i64,
+        ..Default::default()
+    }
+}
+
 pub fn api_config(
     settings: &Settings,
     secrets: SecretKey,
@@ -321,6 +340,8 @@ pub fn api_config(
         secrets,
         event_poll: settings.event_poll,
         metrics_public: settings.metrics_public,
+        webhooks_allow_private: settings.webhooks_allow_private,
+        max_webhooks: settings.webhooks_per_tenant,
         max_event_streams: settings.max_event_streams,
         ..Default::default()
     })

@@ -32,6 +32,15 @@
 //! event_poll = "50ms"        # how often the API looks for new events to stream
 //! max_event_streams = 1000   # event streams (GET /v1/events as SSE) open at once
 //!
+//! [webhooks]
+//! allow_private = false      # deliveries to loopback/private addresses
+//! max_per_tenant = 20
+//! retry_base = "1s"          # the first retry's delay, doubled each time
+//! max_backoff = "5m"
+//! disable_after = "24h"      # failing that long disables a subscription
+//! timeout = "10s"            # a receiver's answer
+//! keep_deliveries = 100      # delivery attempts kept per subscription
+//!
 //! [metrics]
 //! public = false             # /metrics without a token (else: the admin token on
 //!                            #   the API, the cluster secret as bearer on nodes)
@@ -88,6 +97,34 @@ pub struct Config {
     pub auth: AuthConfig,
     pub secrets: SecretsConfig,
     pub metrics: MetricsConfig,
+    pub webhooks: WebhooksConfig,
+}
+
+/// Webhook deliveries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebhooksConfig {
+    pub allow_private: bool,
+    pub max_per_tenant: usize,
+    pub retry_base: String,
+    pub max_backoff: String,
+    pub disable_after: String,
+    pub timeout: String,
+    pub keep_deliveries: u32,
+}
+
+impl Default for WebhooksConfig {
+    fn default() -> Self {
+        WebhooksConfig {
+            allow_private: false,
+            max_per_tenant: 20,
+            retry_base: "1s".into(),
+            max_backoff: "5m".into(),
+            disable_after: "24h".into(),
+            timeout: "10s".into(),
+            keep_deliveries: 100,
+        }
+    }
 }
 
 /// Prometheus metrics at `/metrics`.
@@ -442,6 +479,13 @@ pub struct Settings {
     pub event_poll: Duration,
     pub max_event_streams: usize,
     pub metrics_public: bool,
+    pub webhooks_allow_private: bool,
+    pub webhooks_per_tenant: usize,
+    pub webhook_retry_base: Duration,
+    pub webhook_max_backoff: Duration,
+    pub webhook_disable_after: Duration,
+    pub webhook_timeout: Duration,
+    pub webhook_keep_deliveries: u32,
     pub etcd: Vec<String>,
     pub cluster_prefix: String,
     pub ttl: Duration,
@@ -611,6 +655,16 @@ impl Config {
                 n => n,
             },
             metrics_public: self.metrics.public,
+            webhooks_allow_private: self.webhooks.allow_private,
+            webhooks_per_tenant: self.webhooks.max_per_tenant,
+            webhook_retry_base: duration("webhooks.retry_base", &self.webhooks.retry_base)?,
+            webhook_max_backoff: duration("webhooks.max_backoff", &self.webhooks.max_backoff)?,
+            webhook_disable_after: duration("webhooks.disable_after", &self.webhooks.disable_after)?,
+            webhook_timeout: match duration("webhooks.timeout", &self.webhooks.timeout)? {
+                d if d.is_zero() => return Err(err("webhooks.timeout", "must be above 0".into())),
+                d => d,
+            },
+            webhook_keep_deliveries: self.webhooks.keep_deliveries.max(1),
             etcd: self.cluster.etcd.clone(),
             cluster_prefix: self.cluster.prefix.clone(),
             ttl: duration("cluster.ttl", &self.cluster.ttl)?,

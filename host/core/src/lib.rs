@@ -27,6 +27,8 @@ pub mod control;
 mod dates;
 pub mod definition;
 pub mod document;
+pub mod events;
+pub mod net;
 pub mod outer;
 pub mod output;
 pub mod run;

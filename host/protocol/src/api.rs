@@ -419,3 +419,58 @@ pub struct ScheduleStateView {
     pub workflow: String,
     pub paused: bool,
 }
+
+/// `POST /v1/webhooks`: a subscription to the tenant's events.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookRequest {
+    /// Where events are POSTed (http or https, a public address unless the
+    /// admin allows more: `[webhooks] allow_private`).
+    pub url: String,
+    /// Only these kinds (`run.*` for a prefix); none: every kind.
+    #[serde(default)]
+    pub kinds: Vec<String>,
+    /// Only this workflow's events.
+    #[serde(default)]
+    pub workflow: Option<String>,
+}
+
+/// A webhook subscription.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct WebhookView {
+    pub id: String,
+    pub url: String,
+    pub kinds: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<String>,
+    /// `active` or `disabled`.
+    pub state: String,
+    /// The number of the last event delivered (or passed over).
+    pub cursor: i64,
+    /// Since when every delivery has failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failing_since: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disabled_reason: Option<String>,
+    pub created_at: String,
+    /// The signing secret (`whsec_…`): shown only when the subscription is
+    /// created. Deliveries carry `webhook-id`, `webhook-timestamp` and
+    /// `webhook-signature` as the Standard Webhooks specification says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+}
+
+/// One attempt to deliver one event to a webhook.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct DeliveryView {
+    /// The event's number.
+    pub seq: i64,
+    pub attempt: i64,
+    pub at: String,
+    /// The receiver's HTTP status, if it answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub duration_ms: i64,
+}

@@ -64,7 +64,8 @@ pub use crate::cache::{CodeSource, sha256_hex};
 pub use crate::guest::GuestLanguage;
 pub use crate::limits::Limits;
 pub use crate::log::{LogLevel, LogLine, LogSource};
-pub use crate::network::{HostPattern, NetworkPolicy, is_public};
+pub use crate::network::{HostPattern, NetworkPolicy};
+pub use dagr_core::net::is_public;
 
 use crate::bindings::PluginPre;
 use crate::cache::CodeCache;

@@ -44,6 +44,57 @@ pub async fn run_all(store: &dyn Store, prefix: &str) -> Result<()> {
     tenancy(store, prefix).await?;
     outer_dag(store, prefix).await?;
     task_reads(store, prefix).await?;
+    webhooks(store, prefix).await?;
+    Ok(())
+}
+
+/// Subscriptions: per tenant, a cursor that only moves forward, failing
+/// and disabled, a delivery log that keeps the newest.
+async fn webhooks(store: &dyn Store, p: &str) -> Result<()> {
+    let tenant = format!("{p}hooks");
+    let row = WebhookRow {
+        id: format!("{p}wh1"),
+        tenant: tenant.clone(),
+        url: "https://example.org/hook".into(),
+        kinds: "run.*".into(),
+        workflow: Some("wf".into()),
+        secret: "whsec_c2VjcmV0".into(),
+        cursor: 10,
+        state: WebhookState::Active,
+        failing_since: None,
+        disabled_reason: None,
+        created_at: 1,
+    };
+    store.create_webhook(&row).await?;
+    check(store.get_webhook(&tenant, &row.id).await? == Some(row.clone()), "a webhook reads back")?;
+    check(store.get_webhook("someone-else", &row.id).await?.is_none(), "another tenant's webhook is not found")?;
+    store.advance_webhook(&row.id, 12).await?;
+    store.advance_webhook(&row.id, 11).await?;
+    let read = store.get_webhook(&tenant, &row.id).await?.unwrap_or(row.clone());
+    check(read.cursor == 12, "a cursor only moves forward")?;
+    check(store.active_webhooks().await?.iter().any(|w| w.id == row.id), "an active webhook is delivered")?;
+    store.set_webhook_failing(&row.id, Some(5)).await?;
+    store.set_webhook_disabled(&row.id, Some("failing for 1h")).await?;
+    let read = store.get_webhook(&tenant, &row.id).await?.unwrap_or(row.clone());
+    check(read.state == WebhookState::Disabled && read.failing_since.is_none(), "disabled, its failure cleared")?;
+    check(!store.active_webhooks().await?.iter().any(|w| w.id == row.id), "a disabled webhook is not delivered")?;
+    for at in 0..5 {
+        let delivery = DeliveryRow {
+            webhook_id: row.id.clone(),
+            seq: 12,
+            attempt: at + 1,
+            at: 100 + at,
+            status: Some(500),
+            error: None,
+            duration_ms: 3,
+        };
+        store.record_delivery(&delivery, 3).await?;
+    }
+    let log = store.deliveries(&row.id, 10).await?;
+    check(log.iter().map(|d| d.attempt).collect::<Vec<_>>() == [5, 4, 3], "the newest deliveries, newest first")?;
+    check(store.list_webhooks(&tenant).await?.len() == 1, "a tenant's webhooks")?;
+    check(store.delete_webhook(&tenant, &row.id).await?, "deleted")?;
+    check(store.deliveries(&row.id, 10).await?.is_empty(), "with its deliveries")?;
     Ok(())
 }
 

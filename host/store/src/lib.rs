@@ -33,7 +33,9 @@ mod sql_events;
 mod sql_outer;
 mod sql_registry;
 mod sql_tenancy;
+mod sql_webhooks;
 pub mod tenancy;
+pub mod webhooks;
 
 use std::fmt;
 
@@ -48,6 +50,7 @@ pub use crate::reads::ReadStore;
 pub use crate::registry::{PluginInsert, PluginRow, RegistryStore};
 pub use crate::sql::{SqlStore, Synchronous};
 pub use crate::tenancy::TenancyStore;
+pub use crate::webhooks::{DeliveryRow, WebhookRow, WebhookState, WebhookStore};
 
 /// Errors of the store.
 #[derive(Debug, thiserror::Error)]
@@ -498,7 +501,7 @@ pub struct Committed {
 
 /// dagr's storage. Implemented by [`SqlStore`] on SQLite and PostgreSQL.
 #[async_trait]
-pub trait Store: TenancyStore + RegistryStore + OuterStore + ReadStore + Send + Sync + 'static {
+pub trait Store: TenancyStore + RegistryStore + OuterStore + WebhookStore + ReadStore + Send + Sync + 'static {
     // Workflows ----------------------------------------------------------
 
     /// Stores a definition as the next version, unless it is identical to

@@ -1,0 +1,318 @@
+//! The deliverer: one task per active subscription, each sending the
+//! events its subscription wants in log order, one at a time.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use chrono::{TimeZone, Utc};
+use dagr_core::events::KindFilter;
+use dagr_metrics::{Counter, FAST_SECONDS, Family, Histogram, SLOW_SECONDS, global};
+use dagr_protocol::api::EventView;
+use dagr_store::{DeliveryRow, EventRow, EventScope, NewEvent, Store, WebhookRow, WebhookState, WriteBatch};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::{WebhookConfig, check_destination, sign};
+
+/// Events read at once for one subscription.
+const PAGE: i64 = 100;
+
+/// The event as the API shows it.
+pub fn event_view(e: &EventRow) -> EventView {
+    EventView {
+        seq: e.seq,
+        at: time(e.at),
+        kind: e.kind.clone(),
+        tenant: Some(e.tenant.clone()),
+        workflow: e.workflow.clone(),
+        run_id: e.run_id.clone(),
+        task: e.task.clone(),
+        data: serde_json::from_str(&e.data).unwrap_or(serde_json::Value::Null),
+    }
+}
+
+fn time(ms: i64) -> String {
+    Utc.timestamp_millis_opt(ms).single().unwrap_or_default().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+fn now_ms() -> i64 {
+    Utc::now().timestamp_millis()
+}
+
+struct Metrics {
+    deliveries: Arc<Family<Counter>>,
+    lag: Arc<Histogram>,
+    request: Arc<Histogram>,
+}
+
+fn metrics() -> &'static Metrics {
+    static METRICS: OnceLock<Metrics> = OnceLock::new();
+    METRICS.get_or_init(|| Metrics {
+        deliveries: global().family(
+            "dagr_webhook_deliveries_total",
+            "Webhook delivery attempts, by outcome (delivered, failed).",
+            &["outcome"],
+            4,
+            Counter::default,
+        ),
+        lag: global().histogram(
+            "dagr_webhook_delivery_lag_seconds",
+            "From an event to its successful delivery to a webhook.",
+            SLOW_SECONDS,
+        ),
+        request: global().histogram("dagr_webhook_request_seconds", "How long receivers took to answer.", FAST_SECONDS),
+    })
+}
+
+/// Delivers every active subscription's events while `active` is true
+/// (on one node: always; in a cluster: on the leader).
+pub struct Deliverer {
+    store: Arc<dyn Store>,
+    config: WebhookConfig,
+    http: reqwest::Client,
+}
+
+/// Why a subscription's loop stopped.
+enum Stop {
+    /// Deleted, disabled, or this node stopped delivering.
+    Gone,
+}
+
+impl Deliverer {
+    pub fn start(store: Arc<dyn Store>, config: WebhookConfig, active: watch::Receiver<bool>) -> JoinHandle<()> {
+        metrics();
+        let http = reqwest::Client::builder()
+            .timeout(config.timeout)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap_or_default();
+        let deliverer = Arc::new(Deliverer { store, config, http });
+        tokio::spawn(deliverer.supervise(active))
+    }
+
+    /// Starts a loop for each active subscription that has none.
+    async fn supervise(self: Arc<Self>, active: watch::Receiver<bool>) {
+        let mut loops: HashMap<String, JoinHandle<()>> = HashMap::new();
+        loop {
+            loops.retain(|_, handle| !handle.is_finished());
+            if *active.borrow() {
+                match self.store.active_webhooks().await {
+                    Ok(hooks) => {
+                        for hook in hooks {
+                            if !loops.contains_key(&hook.id) {
+                                let me = self.clone();
+                                let id = hook.id.clone();
+                                loops.insert(id, tokio::spawn(me.follow(hook, active.clone())));
+                            }
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "cannot list webhooks; will retry"),
+                }
+            }
+            tokio::time::sleep(self.config.poll).await;
+        }
+    }
+
+    /// Delivers one subscription's events until it is gone.
+    async fn follow(self: Arc<Self>, hook: WebhookRow, active: watch::Receiver<bool>) {
+        let span = tracing::info_span!("webhook", id = %hook.id, tenant = %hook.tenant);
+        let _ = tracing::Instrument::instrument(self.follow_inner(hook, active), span).await;
+    }
+
+    async fn follow_inner(&self, hook: WebhookRow, active: watch::Receiver<bool>) -> Result<(), Stop> {
+        let kinds = KindFilter::parse(&hook.kinds).unwrap_or_default();
+        let scope = EventScope { tenant: Some(hook.tenant.clone()), workflow: hook.workflow.clone(), run_id: None };
+        loop {
+            if !*active.borrow() {
+                return Err(Stop::Gone);
+            }
+            // Read again each round: it may have been deleted or disabled.
+            let hook = match self.store.get_webhook(&hook.tenant, &hook.id).await {
+                Ok(Some(h)) if h.state == WebhookState::Active => h,
+                Ok(_) => return Err(Stop::Gone),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read the webhook; will retry");
+                    tokio::time::sleep(self.config.poll).await;
+                    continue;
+                }
+            };
+            let events = match self.store.event_page(&scope, hook.cursor, PAGE).await {
+                Ok(events) => events,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read events; will retry");
+                    Vec::new()
+                }
+            };
+            let Some(last) = events.last().map(|e| e.seq) else {
+                tokio::time::sleep(self.config.poll).await;
+                continue;
+            };
+            let mut failing_since = hook.failing_since;
+            for event in events.iter().filter(|e| kinds.wants(&e.kind)) {
+                self.deliver(&hook, event, &mut failing_since, &active).await?;
+                // Durable before the next: a restart repeats at most this one.
+                self.advance(&hook.id, event.seq).await;
+            }
+            self.advance(&hook.id, last).await;
+        }
+    }
+
+    async fn advance(&self, id: &str, cursor: i64) {
+        let mut delay = self.config.poll;
+        while let Err(e) = self.store.advance_webhook(id, cursor).await {
+            tracing::warn!(error = %e, "cannot move the webhook's cursor; will retry");
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(5));
+        }
+    }
+
+    /// Sends one event until the receiver takes it (or the subscription
+    /// is disabled for failing too long).
+    async fn deliver(
+        &self,
+        hook: &WebhookRow,
+        event: &EventRow,
+        failing_since: &mut Option<i64>,
+        active: &watch::Receiver<bool>,
+    ) -> Result<(), Stop> {
+        let m = metrics();
+        let id = format!("evt_{}", event.seq);
+        let body = serde_json::json!({
+            "type": event.kind,
+            "timestamp": time(event.at),
+            "data": event_view(event),
+        })
+        .to_string();
+        let url = reqwest::Url::parse(&hook.url).map_err(|_| Stop::Gone)?;
+        let mut attempt = 0i64;
+        loop {
+            attempt += 1;
+            let started = Instant::now();
+            let outcome = self.send(&url, hook, &id, &body).await;
+            let took = started.elapsed();
+            m.request.observe_duration(took);
+            let row = DeliveryRow {
+                webhook_id: hook.id.clone(),
+                seq: event.seq,
+                attempt,
+                at: now_ms(),
+                status: outcome.as_ref().ok().copied().or_else(|| outcome.as_ref().err().and_then(|(s, _)| *s)),
+                error: outcome.as_ref().err().map(|(_, e)| e.clone()),
+                duration_ms: took.as_millis() as i64,
+            };
+            if let Err(e) = self.store.record_delivery(&row, self.config.keep_deliveries).await {
+                tracing::warn!(error = %e, "cannot record a delivery");
+            }
+            match outcome {
+                Ok(_) => {
+                    m.deliveries.with(&["delivered"]).inc();
+                    m.lag.observe((now_ms() - event.at).max(0) as f64 / 1000.0);
+                    if failing_since.take().is_some() {
+                        let _ = self.store.set_webhook_failing(&hook.id, None).await;
+                    }
+                    return Ok(());
+                }
+                Err((_, error)) => {
+                    m.deliveries.with(&["failed"]).inc();
+                    let now = now_ms();
+                    let since = *failing_since.get_or_insert(now);
+                    if since == now {
+                        let _ = self.store.set_webhook_failing(&hook.id, Some(now)).await;
+                    }
+                    if now - since >= self.config.disable_after.as_millis() as i64 {
+                        self.disable(hook, &error, now - since).await;
+                        return Err(Stop::Gone);
+                    }
+                    tracing::info!(seq = event.seq, attempt, %error, "webhook delivery failed; will retry");
+                    let backoff = backoff(&self.config, attempt);
+                    tokio::time::sleep(backoff).await;
+                    if !*active.borrow() {
+                        return Err(Stop::Gone);
+                    }
+                    match self.store.get_webhook(&hook.tenant, &hook.id).await {
+                        Ok(Some(h)) if h.state == WebhookState::Active => {}
+                        Ok(_) => return Err(Stop::Gone),
+                        Err(_) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// One request: the receiver's status if it took it (2xx), else the
+    /// status (if any) and why not.
+    async fn send(&self, url: &reqwest::Url, hook: &WebhookRow, id: &str, body: &str) -> Result<i64, (Option<i64>, String)> {
+        check_destination(url, self.config.allow_private).await.map_err(|e| (None, e))?;
+        let timestamp = Utc::now().timestamp();
+        let signature = sign(&hook.secret, id, timestamp, body.as_bytes()).map_err(|e| (None, e))?;
+        let response = self
+            .http
+            .post(url.clone())
+            .header("content-type", "application/json")
+            .header("user-agent", "dagr-webhooks")
+            .header("webhook-id", id)
+            .header("webhook-timestamp", timestamp.to_string())
+            .header("webhook-signature", signature)
+            .body(body.to_owned())
+            .send()
+            .await
+            .map_err(|e| (None, format!("{e}")))?;
+        let status = response.status();
+        if status.is_success() {
+            Ok(status.as_u16() as i64)
+        } else {
+            Err((Some(status.as_u16() as i64), format!("the receiver answered {status}")))
+        }
+    }
+
+    /// Disables a subscription that failed too long, and tells its tenant.
+    async fn disable(&self, hook: &WebhookRow, error: &str, failing_ms: i64) {
+        let reason = format!(
+            "every delivery failed for {}s (limit [webhooks] disable_after); the last error: {error}",
+            failing_ms / 1000
+        );
+        tracing::warn!(%reason, "webhook disabled");
+        if let Err(e) = self.store.set_webhook_disabled(&hook.id, Some(&reason)).await {
+            tracing::warn!(error = %e, "cannot disable the webhook");
+            return;
+        }
+        let event = NewEvent {
+            tenant: hook.tenant.clone(),
+            at: now_ms(),
+            kind: "webhook.disabled".into(),
+            workflow: None,
+            run_id: None,
+            task: None,
+            data: serde_json::json!({"webhook": hook.id, "url": hook.url, "reason": reason}).to_string(),
+        };
+        if let Err(e) = self.store.commit(WriteBatch { events: vec![event], ..WriteBatch::default() }).await {
+            tracing::warn!(error = %e, "cannot record that the webhook was disabled");
+        }
+    }
+}
+
+/// The delay before retry `attempt` (1 after the first failure): the base
+/// doubled each time, capped, with up to 10 % jitter.
+fn backoff(config: &WebhookConfig, attempt: i64) -> Duration {
+    let doubled = config.retry_base.saturating_mul(1u32 << attempt.clamp(1, 20).saturating_sub(1) as u32);
+    let capped = doubled.min(config.max_backoff);
+    capped + capped.mul_f64(rand::random::<f64>() * 0.1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_its_cap() {
+        let config = WebhookConfig {
+            retry_base: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(10),
+            ..WebhookConfig::default()
+        };
+        let b = |n| backoff(&config, n).as_secs_f64();
+        assert!((1.0..1.11).contains(&b(1)) && (2.0..2.21).contains(&b(2)) && (4.0..4.41).contains(&b(3)));
+        assert!((10.0..11.01).contains(&b(30)), "capped");
+    }
+}

@@ -1,0 +1,83 @@
+//! Webhook subscriptions and their delivery log.
+//!
+//! The event log is the outbox: a subscription keeps the number of the
+//! last event it delivered (its cursor), and a deliverer reads the events
+//! after it, in order. A cursor only moves forward, so two deliverers
+//! racing (a leader change) can repeat a delivery, never lose one.
+
+use async_trait::async_trait;
+
+use crate::Result;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookRow {
+    pub id: String,
+    pub tenant: String,
+    pub url: String,
+    /// Comma-separated kinds; empty for every kind.
+    pub kinds: String,
+    pub workflow: Option<String>,
+    pub secret: String,
+    pub cursor: i64,
+    pub state: WebhookState,
+    pub failing_since: Option<i64>,
+    pub disabled_reason: Option<String>,
+    pub created_at: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WebhookState {
+    Active,
+    Disabled,
+}
+
+impl WebhookState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WebhookState::Active => "active",
+            WebhookState::Disabled => "disabled",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<WebhookState> {
+        match text {
+            "active" => Some(WebhookState::Active),
+            "disabled" => Some(WebhookState::Disabled),
+            _ => None,
+        }
+    }
+}
+
+/// One attempt to deliver one event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryRow {
+    pub webhook_id: String,
+    pub seq: i64,
+    pub attempt: i64,
+    pub at: i64,
+    /// The receiver's HTTP status, if it answered.
+    pub status: Option<i64>,
+    pub error: Option<String>,
+    pub duration_ms: i64,
+}
+
+#[async_trait]
+pub trait WebhookStore: Send + Sync {
+    async fn create_webhook(&self, row: &WebhookRow) -> Result<()>;
+    async fn get_webhook(&self, tenant: &str, id: &str) -> Result<Option<WebhookRow>>;
+    async fn list_webhooks(&self, tenant: &str) -> Result<Vec<WebhookRow>>;
+    /// Every active subscription, of every tenant (for the deliverer).
+    async fn active_webhooks(&self) -> Result<Vec<WebhookRow>>;
+    /// Whether it existed.
+    async fn delete_webhook(&self, tenant: &str, id: &str) -> Result<bool>;
+    /// Moves the cursor forward (never back).
+    async fn advance_webhook(&self, id: &str, cursor: i64) -> Result<()>;
+    /// Sets when deliveries started failing (`None`: they succeed again).
+    async fn set_webhook_failing(&self, id: &str, since: Option<i64>) -> Result<()>;
+    /// Disables it (`reason`), or enables it again (`None`), clearing its failure.
+    async fn set_webhook_disabled(&self, id: &str, reason: Option<&str>) -> Result<()>;
+    /// Records an attempt, keeping the subscription's newest `keep`.
+    async fn record_delivery(&self, row: &DeliveryRow, keep: i64) -> Result<()>;
+    /// The newest attempts first, at most `limit`.
+    async fn deliveries(&self, webhook_id: &str, limit: i64) -> Result<Vec<DeliveryRow>>;
+}
