@@ -13,6 +13,7 @@ BIN=${DAGR_BIN:-$ROOT/target/release/dagr}
 [ -x "$BIN" ] || { echo "no $BIN (cargo build --release -p dagr)" >&2; exit 1; }
 mode=${1:-node}; shift || true
 W=$(mktemp -d /tmp/dagr-bench-outer.XXXXXX)
+chmod 755 "$W"   # PostgreSQL runs as its own user (tests/local-cluster.sh)
 
 case $mode in
   node)
