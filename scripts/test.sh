@@ -35,6 +35,7 @@ command -v protoc >/dev/null || need_root_install protobuf-compiler
 command -v etcd >/dev/null || need_root_install etcd-server
 command -v node >/dev/null || need_root_install nodejs npm
 command -v promtool >/dev/null || need_root_install prometheus
+command -v nats-server >/dev/null || need_root_install nats-server
 python3 -c 'import venv' 2>/dev/null || need_root_install python3-venv
 export DAGR_TOOLCHAINS="${CARGO_TARGET_DIR:-$PWD/target}/toolchains"
 scripts/toolchains.sh

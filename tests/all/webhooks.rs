@@ -3,7 +3,8 @@
 //! specification says, computed here, not by dagr's code): deliveries in
 //! order, at least once, through a receiver that fails for a while and a
 //! `kill -9` of the sender; the delivery log; a subscription failing too
-//! long is disabled and its tenant told; the network rule.
+//! long is disabled and its tenant told; the network rule. The event log
+//! published to a real `nats-server`, across a `kill -9`.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -229,4 +230,82 @@ async fn a_webhook_failing_too_long_is_disabled_its_tenant_told_and_enabled_agai
     let (status, body) = Api::of(&strict).post("/v1/webhooks", json!({"url": "https://hooks.example.org/x", "kinds": ["a*b"]})).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert_eq!(body["location"], "kinds", "{body}");
+}
+
+// NATS -------------------------------------------------------------------------------------
+
+/// A `nats-server` of the test's own on a free loopback port.
+struct Nats {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Nats {
+    fn start() -> Nats {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = std::process::Command::new("nats-server")
+            .args(["-a", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("nats-server (Debian's `nats-server`; scripts/test.sh installs it)");
+        let url = format!("nats://127.0.0.1:{port}");
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Nats { child, url };
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("nats-server did not start on port {port}");
+    }
+}
+
+impl Drop for Nats {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_nats_server_receives_the_event_stream_across_a_kill_9() {
+    let nats = tokio::task::spawn_blocking(Nats::start).await.unwrap();
+    let listener = async_nats::connect(nats.url.as_str()).await.unwrap();
+    let mut messages = listener.subscribe("dagr.default.>").await.unwrap();
+    listener.flush().await.unwrap();
+    let url = nats.url.clone();
+    let server = tokio::task::spawn_blocking(move || DagrServer::start_with(&[("DAGR_NATS__URL", &url)])).await.unwrap();
+    let api = Api::of(&server);
+    api.apply(FLOW).await;
+    let first = api.trigger("hooked", json!({})).await;
+    api.finished(&first).await;
+    let server = restart(server).await;
+    let api = Api::of(&server);
+    let second = api.trigger("hooked", json!({})).await;
+    api.finished(&second).await;
+
+    // Every event since the sink started, in order; a repeat only in place.
+    let all = api.get_ok("/v1/events?after=0&limit=10000").await;
+    let events = all["events"].as_array().unwrap();
+    let ended = |run: &str| {
+        events.iter().find(|e| e["kind"] == "run.state" && e["run_id"] == run && e["data"]["to"] == "succeeded")
+    };
+    let last = ended(&second).unwrap()["seq"].as_i64().unwrap();
+    let mut got: Vec<(String, Value)> = Vec::new();
+    while got.last().is_none_or(|(_, e)| e["seq"].as_i64().unwrap() < last) {
+        let message = tokio::time::timeout(PATIENCE, futures::StreamExt::next(&mut messages)).await.expect("no message").unwrap();
+        let id = message.headers.as_ref().and_then(|h| h.get("Nats-Msg-Id")).unwrap().as_str().to_owned();
+        let event: Value = serde_json::from_slice(&message.payload).unwrap();
+        assert_eq!(message.subject.as_str(), format!("dagr.default.{}", event["kind"].as_str().unwrap()));
+        assert_eq!(id, format!("evt_{}", event["seq"]));
+        got.push((id, event));
+    }
+    let mut seqs: Vec<i64> = got.iter().map(|(_, e)| e["seq"].as_i64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[0] <= w[1]), "in order: {seqs:?}");
+    seqs.dedup();
+    let first_seen = seqs[0];
+    let want: Vec<i64> =
+        events.iter().map(|e| e["seq"].as_i64().unwrap()).filter(|s| (first_seen..=last).contains(s)).collect();
+    assert_eq!(seqs, want, "every event, none lost across the kill -9");
+    assert!(seqs.contains(&ended(&first).unwrap()["seq"].as_i64().unwrap()), "the first run's end too");
 }

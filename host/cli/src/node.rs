@@ -83,6 +83,7 @@ impl Node {
         dagr_worker::metrics::register(&worker);
         // One node delivers every webhook.
         let (delivering, deliver) = tokio::sync::watch::channel(true);
+        start_sinks(settings, store.clone(), deliver.clone());
         dagr_notify::Deliverer::start(store.clone(), webhook_config(settings), deliver);
         // One worker, in this process, for every group.
         engine.workers(vec![WorkerInfo {
@@ -315,6 +316,19 @@ impl dagr_worker::Precompile for ChildCompiler {
 
 /// The API's settings: body limits, and plugin uploads checked (and
 /// compiled into this node's cache) by `inspector`.
+/// Starts the NATS sink if `[nats] url` is set; it publishes while `active`.
+pub fn start_sinks(settings: &Settings, store: Arc<dyn dagr_store::Store>, active: tokio::sync::watch::Receiver<bool>) {
+    if settings.nats_url.is_empty() {
+        return;
+    }
+    let config = dagr_notify::nats::NatsConfig {
+        url: settings.nats_url.clone(),
+        prefix: settings.nats_prefix.clone(),
+        poll: std::time::Duration::from_millis(50),
+    };
+    dagr_notify::nats::start(store, config, active);
+}
+
 /// How this node delivers webhooks.
 pub fn webhook_config(settings: &Settings) -> dagr_notify::WebhookConfig {
     dagr_notify::WebhookConfig {

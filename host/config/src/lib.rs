@@ -41,6 +41,10 @@
 //! timeout = "10s"            # a receiver's answer
 //! keep_deliveries = 100      # delivery attempts kept per subscription
 //!
+//! [nats]
+//! # url = "nats://127.0.0.1:4222"   # publish every event there (off when empty)
+//! prefix = "dagr"            # subjects: <prefix>.<tenant>.<kind>
+//!
 //! [metrics]
 //! public = false             # /metrics without a token (else: the admin token on
 //!                            #   the API, the cluster secret as bearer on nodes)
@@ -98,6 +102,22 @@ pub struct Config {
     pub secrets: SecretsConfig,
     pub metrics: MetricsConfig,
     pub webhooks: WebhooksConfig,
+    pub nats: NatsConfig,
+}
+
+/// Publishing the event log to NATS.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NatsConfig {
+    /// `nats://host:port`; empty: no publishing.
+    pub url: String,
+    pub prefix: String,
+}
+
+impl Default for NatsConfig {
+    fn default() -> Self {
+        NatsConfig { url: String::new(), prefix: "dagr".into() }
+    }
 }
 
 /// Webhook deliveries.
@@ -480,6 +500,8 @@ pub struct Settings {
     pub max_event_streams: usize,
     pub metrics_public: bool,
     pub webhooks_allow_private: bool,
+    pub nats_url: String,
+    pub nats_prefix: String,
     pub webhooks_per_tenant: usize,
     pub webhook_retry_base: Duration,
     pub webhook_max_backoff: Duration,
@@ -656,6 +678,17 @@ impl Config {
             },
             metrics_public: self.metrics.public,
             webhooks_allow_private: self.webhooks.allow_private,
+            nats_url: match self.nats.url.trim() {
+                "" => String::new(),
+                url if url.starts_with("nats://") || url.starts_with("tls://") => url.to_owned(),
+                url => return Err(err("nats.url", format!("`{url}` is not a nats:// or tls:// URL"))),
+            },
+            nats_prefix: match self.nats.prefix.as_str() {
+                p if p.is_empty() || p.contains([' ', '*', '>']) => {
+                    return Err(err("nats.prefix", format!("`{p}` is not a subject prefix (no spaces, `*` or `>`)")));
+                }
+                p => p.to_owned(),
+            },
             webhooks_per_tenant: self.webhooks.max_per_tenant,
             webhook_retry_base: duration("webhooks.retry_base", &self.webhooks.retry_base)?,
             webhook_max_backoff: duration("webhooks.max_backoff", &self.webhooks.max_backoff)?,

@@ -1,4 +1,5 @@
-//! dagr's outgoing notifications: webhooks.
+//! dagr's outgoing notifications: webhooks, and the event log on NATS
+//! ([`nats`]).
 //!
 //! A tenant subscribes a URL to its events (all, some kinds, one
 //! workflow's). The [`Deliverer`] sends each event the subscription wants,
@@ -17,6 +18,7 @@
 //! otherwise non-public address unless `[webhooks] allow_private`.
 
 mod deliver;
+pub mod nats;
 mod sign;
 
 use std::net::IpAddr;

@@ -95,6 +95,11 @@ async fn webhooks(store: &dyn Store, p: &str) -> Result<()> {
     check(store.list_webhooks(&tenant).await?.len() == 1, "a tenant's webhooks")?;
     check(store.delete_webhook(&tenant, &row.id).await?, "deleted")?;
     check(store.deliveries(&row.id, 10).await?.is_empty(), "with its deliveries")?;
+    let sink = format!("{p}nats");
+    check(store.sink_cursor(&sink, 7).await? == 7, "a new sink starts where it is told")?;
+    store.advance_sink(&sink, 9).await?;
+    store.advance_sink(&sink, 8).await?;
+    check(store.sink_cursor(&sink, 0).await? == 9, "a sink's cursor only moves forward")?;
     Ok(())
 }
 

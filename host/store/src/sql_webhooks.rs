@@ -135,6 +135,25 @@ impl WebhookStore for SqlStore {
         Ok(())
     }
 
+    async fn sink_cursor(&self, name: &str, start: i64) -> Result<i64> {
+        sqlx::query("INSERT INTO event_sinks (name, cursor) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING")
+            .bind(name)
+            .bind(start)
+            .execute(&self.write)
+            .await?;
+        let row = sqlx::query("SELECT cursor FROM event_sinks WHERE name = $1").bind(name).fetch_one(&self.write).await?;
+        Ok(row.try_get("cursor")?)
+    }
+
+    async fn advance_sink(&self, name: &str, cursor: i64) -> Result<()> {
+        sqlx::query("UPDATE event_sinks SET cursor = $1 WHERE name = $2 AND cursor < $1")
+            .bind(cursor)
+            .bind(name)
+            .execute(&self.write)
+            .await?;
+        Ok(())
+    }
+
     async fn deliveries(&self, webhook_id: &str, limit: i64) -> Result<Vec<DeliveryRow>> {
         let rows = sqlx::query(
             "SELECT * FROM webhook_deliveries WHERE webhook_id = $1 ORDER BY at DESC, seq DESC, attempt DESC LIMIT $2",

@@ -1,4 +1,4 @@
-//! Webhook subscriptions and their delivery log.
+//! Webhook subscriptions and their delivery log; event sinks' cursors.
 //!
 //! The event log is the outbox: a subscription keeps the number of the
 //! last event it delivered (its cursor), and a deliverer reads the events
@@ -80,4 +80,10 @@ pub trait WebhookStore: Send + Sync {
     async fn record_delivery(&self, row: &DeliveryRow, keep: i64) -> Result<()>;
     /// The newest attempts first, at most `limit`.
     async fn deliveries(&self, webhook_id: &str, limit: i64) -> Result<Vec<DeliveryRow>>;
+
+    /// Where an event sink is in the log; set to `start` when it has no
+    /// place yet.
+    async fn sink_cursor(&self, name: &str, start: i64) -> Result<i64>;
+    /// Moves a sink's cursor forward (never back).
+    async fn advance_sink(&self, name: &str, cursor: i64) -> Result<()>;
 }
