@@ -33,6 +33,8 @@ fn now_ms() -> i64 {
 pub struct Cluster {
     pub dir: PathBuf,
     pub api: String,
+    /// The `default` tenant's token.
+    pub token: String,
     client: Api,
 }
 
@@ -59,7 +61,7 @@ impl Cluster {
             .trim()
             .to_owned();
         let client = Api::at(&api, &token);
-        Cluster { dir, api, client }
+        Cluster { dir, api, token, client }
     }
 
     fn run(&self, args: &[&str]) -> String {
@@ -393,6 +395,42 @@ async fn a_killed_master_runs_complete_on_the_others_exactly_once() {
     assert_eq!(audit.executions, 6 * 12, "no task ran twice");
     let claimed = cluster.metrics("m2").await["runs_claimed"].as_u64().unwrap_or(0);
     assert!(claimed > 0, "m2 took nothing over: {}", cluster.metrics("m2").await);
+}
+
+/// The event stream, followed on the API node while a master is killed
+/// (-9) mid-runs: every event of the runs arrives exactly once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_event_stream_goes_on_across_a_master_kill_9_exactly_once() {
+    let _one = exclusive().await;
+    let ledger = Ledger::start().await;
+    let cluster = Cluster::up(2, 2, "3s").await;
+    cluster.apply(&ledger.workflow("fan", &fan(6), 400)).await;
+    let mut stream = crate::events::Stream::open(&cluster.api, &cluster.token, None, "", None).await;
+    let mut runs = Vec::new();
+    for _ in 0..4 {
+        runs.push(cluster.trigger("fan").await);
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    cluster.kill("m1");
+    cluster.wait_all(&runs, Duration::from_secs(90)).await;
+    let mut open: std::collections::BTreeSet<&String> = runs.iter().collect();
+    let mut seen: Vec<Value> = Vec::new();
+    while !open.is_empty() {
+        let (_, event) = stream.next().await;
+        if event["kind"] == "run.state" && event["data"]["to"] == "succeeded" {
+            open.retain(|r| event["run_id"] != r.as_str());
+        }
+        seen.push(event);
+    }
+    let numbers: Vec<i64> = seen.iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+    assert!(numbers.windows(2).all(|w| w[0] < w[1]), "in order, no duplicate: {numbers:?}");
+    for run in &runs {
+        let of_run: Vec<i64> =
+            seen.iter().filter(|e| e["run_id"] == run.as_str()).map(|e| e["seq"].as_i64().unwrap()).collect();
+        let page = cluster.get(&format!("/v1/events?run={run}&limit=10000")).await;
+        let stored: Vec<i64> = page["events"].as_array().unwrap().iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+        assert_eq!(of_run, stored, "run {run}: the stream has the log's events, each once");
+    }
 }
 
 /// Dispatches and results travel in batches: big params, outputs and

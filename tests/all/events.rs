@@ -15,7 +15,7 @@ use crate::e2e::{own_server, restart};
 use crate::server::{DagrServer, output_within};
 
 /// A Server-Sent Events stream being read.
-struct Stream {
+pub(crate) struct Stream {
     response: reqwest::Response,
     buffer: Vec<u8>,
 }
@@ -23,7 +23,7 @@ struct Stream {
 impl Stream {
     /// Opens `/v1/events?query` with `token` (and `tenant`'s header),
     /// resuming after `last` if given.
-    async fn open(base: &str, token: &str, tenant: Option<&str>, query: &str, last: Option<i64>) -> Stream {
+    pub(crate) async fn open(base: &str, token: &str, tenant: Option<&str>, query: &str, last: Option<i64>) -> Stream {
         // No overall timeout: a stream lasts; each read has its own.
         let http = reqwest::Client::new();
         let mut request =
@@ -42,7 +42,7 @@ impl Stream {
     }
 
     /// The next event: its `id` field and its data.
-    async fn next(&mut self) -> (i64, Value) {
+    pub(crate) async fn next(&mut self) -> (i64, Value) {
         tokio::time::timeout(PATIENCE, async {
             loop {
                 if let Some(end) = self.buffer.windows(2).position(|w| w == b"\n\n") {
@@ -227,6 +227,11 @@ async fn a_tenant_follows_only_its_own_events_and_the_admin_follows_all() {
     assert!(!b_seen.iter().any(|e| e["run_id"] == a_run.as_str()));
     let page = b.get_ok("/v1/events?after=0").await;
     assert!(page["events"].as_array().unwrap().iter().all(|e| e["tenant"] == "ev-b"), "{page}");
+    // Applying a definition is an event too, with who did it.
+    let applied = b.get_ok("/v1/events?kind=workflow.*").await;
+    assert_eq!(applied["events"][0]["kind"], "workflow.applied", "{applied}");
+    assert_eq!(applied["events"][0]["workflow"], "evs", "{applied}");
+    assert!(applied["events"][0]["data"]["by"].is_string(), "{applied}");
     // A's run, asked for by id: nothing, as for any run that is not B's.
     let page = b.get_ok(&format!("/v1/events?run={a_run}")).await;
     assert_eq!(page["events"], json!([]), "{page}");

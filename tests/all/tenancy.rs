@@ -92,8 +92,14 @@ impl TenantA {
     /// Strings only A's data contains: none may appear in what another
     /// tenant is shown.
     fn markers(&self) -> Vec<&str> {
-        let mut markers =
-            vec![self.workflow.as_str(), &self.run, &self.backfill, &self.secret_value, &self.read_token_id, &self.webhook];
+        let mut markers = vec![
+            self.workflow.as_str(),
+            &self.run,
+            &self.backfill,
+            &self.secret_value,
+            &self.read_token_id,
+            &self.webhook,
+        ];
         markers.push(self.admin_token.split('_').nth(1).unwrap_or("?"));
         markers
     }

@@ -39,10 +39,10 @@ struct Receiver {
 }
 
 fn verify(secret: &str, headers: &HeaderMap, body: &[u8]) -> Result<(String, Value), String> {
-    let header = |name: &str| {
-        headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned).ok_or(format!("no {name}"))
-    };
-    let (id, timestamp, signature) = (header("webhook-id")?, header("webhook-timestamp")?, header("webhook-signature")?);
+    let header =
+        |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned).ok_or(format!("no {name}"));
+    let (id, timestamp, signature) =
+        (header("webhook-id")?, header("webhook-timestamp")?, header("webhook-signature")?);
     let stamp: i64 = timestamp.parse().map_err(|_| "a bad timestamp".to_owned())?;
     if (chrono::Utc::now().timestamp() - stamp).abs() > 300 {
         return Err(format!("timestamp {stamp} is not now"));
@@ -227,7 +227,8 @@ async fn a_webhook_failing_too_long_is_disabled_its_tenant_told_and_enabled_agai
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert_eq!(body["location"], "url", "{body}");
     assert!(body["message"].as_str().unwrap().contains("allow_private"), "{body}");
-    let (status, body) = Api::of(&strict).post("/v1/webhooks", json!({"url": "https://hooks.example.org/x", "kinds": ["a*b"]})).await;
+    let (status, body) =
+        Api::of(&strict).post("/v1/webhooks", json!({"url": "https://hooks.example.org/x", "kinds": ["a*b"]})).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert_eq!(body["location"], "kinds", "{body}");
 }
@@ -274,7 +275,8 @@ async fn a_real_nats_server_receives_the_event_stream_across_a_kill_9() {
     let mut messages = listener.subscribe("dagr.default.>").await.unwrap();
     listener.flush().await.unwrap();
     let url = nats.url.clone();
-    let server = tokio::task::spawn_blocking(move || DagrServer::start_with(&[("DAGR_NATS__URL", &url)])).await.unwrap();
+    let server =
+        tokio::task::spawn_blocking(move || DagrServer::start_with(&[("DAGR_NATS__URL", &url)])).await.unwrap();
     let api = Api::of(&server);
     api.apply(FLOW).await;
     let first = api.trigger("hooked", json!({})).await;
@@ -293,8 +295,12 @@ async fn a_real_nats_server_receives_the_event_stream_across_a_kill_9() {
     let last = ended(&second).unwrap()["seq"].as_i64().unwrap();
     let mut got: Vec<(String, Value)> = Vec::new();
     while got.last().is_none_or(|(_, e)| e["seq"].as_i64().unwrap() < last) {
-        let message = tokio::time::timeout(PATIENCE, futures::StreamExt::next(&mut messages)).await.expect("no message").unwrap();
-        let id = message.headers.as_ref().and_then(|h| h.get("Nats-Msg-Id")).unwrap().as_str().to_owned();
+        let message =
+            tokio::time::timeout(PATIENCE, futures::StreamExt::next(&mut messages)).await.expect("no message").unwrap();
+        let id = match message.headers.as_ref().and_then(|h| h.get(async_nats::header::NATS_MESSAGE_ID)) {
+            Some(id) => id.as_str().to_owned(),
+            None => panic!("no Nats-Msg-Id on {} ({:?}): {:?}", message.subject, message.headers, message.payload),
+        };
         let event: Value = serde_json::from_slice(&message.payload).unwrap();
         assert_eq!(message.subject.as_str(), format!("dagr.default.{}", event["kind"].as_str().unwrap()));
         assert_eq!(id, format!("evt_{}", event["seq"]));

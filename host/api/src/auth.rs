@@ -296,6 +296,49 @@ pub async fn audit(state: &ApiState, caller: &Caller, tenant: &str, action: &str
     if let Err(e) = state.store.append_audit(entry).await {
         tracing::error!(error = %e, tenant, action, target, token = %caller.token_id, "cannot record an audit entry");
     }
+    // A change of a definition, schedule, backfill, plugin or webhook is
+    // also an event of the tenant's stream.
+    if let Some(kind) = event_kind(action) {
+        let workflow = match action.split('.').next() {
+            Some("workflow" | "schedule") => Some(target.to_owned()),
+            _ => detail.get("workflow").and_then(Value::as_str).map(str::to_owned),
+        };
+        let mut data = serde_json::json!({"target": target, "by": caller.token_id});
+        if let (Some(data), Value::Object(detail)) = (data.as_object_mut(), detail) {
+            data.extend(detail);
+        }
+        let event = dagr_store::NewEvent {
+            tenant: tenant.to_owned(),
+            at: now_ms(),
+            kind: kind.to_owned(),
+            workflow,
+            run_id: None,
+            task: None,
+            data: data.to_string(),
+        };
+        let batch = dagr_store::WriteBatch { events: vec![event], ..Default::default() };
+        if let Err(e) = state.store.commit(batch).await {
+            tracing::error!(error = %e, tenant, action, target, "cannot record an event");
+        }
+    }
+}
+
+/// The event kind of an audited action that changes what the tenant's
+/// stream reports (runs and tasks are the engine's events).
+fn event_kind(action: &str) -> Option<&'static str> {
+    Some(match action {
+        "workflow.apply" => "workflow.applied",
+        "workflow.delete" => "workflow.deleted",
+        "schedule.pause" => "schedule.paused",
+        "schedule.resume" => "schedule.resumed",
+        "backfill.create" => "backfill.created",
+        "plugin.upload" => "plugin.published",
+        "plugin.delete" => "plugin.deleted",
+        "webhook.create" => "webhook.created",
+        "webhook.delete" => "webhook.deleted",
+        "webhook.enable" => "webhook.enabled",
+        _ => return None,
+    })
 }
 
 // Startup ------------------------------------------------------------------------------------

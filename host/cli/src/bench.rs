@@ -63,6 +63,18 @@ pub struct BenchArgs {
     /// time is from the first trigger to the last run's end.
     #[arg(long, default_value_t = 1, requires = "remote")]
     concurrent: u32,
+    /// With `--remote`: this many clients follow the event stream, and the
+    /// delays of its events are reported.
+    #[arg(long, default_value_t = 0, requires = "remote")]
+    sse: u32,
+    /// With `--remote`: this many webhook subscriptions to a receiver here
+    /// (the server needs `[webhooks] allow_private`).
+    #[arg(long, default_value_t = 0, requires = "remote")]
+    webhooks: u32,
+    /// With `--remote`: read `/metrics` every second (admin token in
+    /// `DAGR_ADMIN_TOKEN`).
+    #[arg(long, requires = "remote")]
+    scrape: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -201,7 +213,13 @@ async fn measure_remote(
     if token.is_none() {
         bail!("--remote needs a token in DAGR_TOKEN");
     }
-    let api = Api::with_credentials(server, Credentials { token, tenant: None })?;
+    let api = Api::with_credentials(server, Credentials { token: token.clone(), tenant: None })?;
+    let watchers = if args.sse > 0 || args.webhooks > 0 || args.scrape {
+        let token = token.clone().unwrap_or_default();
+        Some(crate::bench_events::start(&api, server, &token, args.sse, args.webhooks, args.scrape).await?)
+    } else {
+        None
+    };
     let applied: Applied = api
         .json(api.post(&["v1", "workflows"]).header("content-type", "application/json").body(workflow.to_string()))
         .await?;
@@ -269,6 +287,22 @@ async fn measure_remote(
             );
         }
         measurements.push(measurement);
+    }
+    if let Some(watchers) = watchers {
+        // What every follower should have: the runs' events in the log.
+        let (mut expected, mut after) = (0usize, 0i64);
+        loop {
+            let query = [("workflow", applied.name.clone()), ("limit", "10000".into()), ("after", after.to_string())];
+            let page: Value = api.json(api.get(&["v1", "events"]).query(&query)).await?;
+            let events = page["events"].as_array().cloned().unwrap_or_default();
+            expected += events.iter().filter(|e| e["run_id"].is_string()).count();
+            let next = page["next"].as_i64().unwrap_or(after);
+            if next == after {
+                break;
+            }
+            after = next;
+        }
+        watchers.finish(&api, expected).await?;
     }
     Ok(measurements)
 }

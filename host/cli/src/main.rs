@@ -2,6 +2,7 @@
 //! subcommand.
 
 mod bench;
+mod bench_events;
 mod cert;
 mod client;
 mod cluster;

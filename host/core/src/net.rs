@@ -42,4 +42,3 @@ fn is_public_v6(ip: Ipv6Addr) -> bool {
         || (s[0] == 0x2001 && s[1] == 0x0db8) // documentation
         || (s[0] == 0x0064 && s[1] == 0xff9b)) // NAT64 can reach IPv4 private space
 }
-

@@ -242,7 +242,13 @@ impl Deliverer {
 
     /// One request: the receiver's status if it took it (2xx), else the
     /// status (if any) and why not.
-    async fn send(&self, url: &reqwest::Url, hook: &WebhookRow, id: &str, body: &str) -> Result<i64, (Option<i64>, String)> {
+    async fn send(
+        &self,
+        url: &reqwest::Url,
+        hook: &WebhookRow,
+        id: &str,
+        body: &str,
+    ) -> Result<i64, (Option<i64>, String)> {
         check_destination(url, self.config.allow_private).await.map_err(|e| (None, e))?;
         let timestamp = Utc::now().timestamp();
         let signature = sign(&hook.secret, id, timestamp, body.as_bytes()).map_err(|e| (None, e))?;

@@ -73,7 +73,7 @@ async fn publish(store: &Arc<dyn Store>, config: &NatsConfig, active: &watch::Re
         };
         for event in &events {
             let mut headers = async_nats::HeaderMap::new();
-            headers.insert("Nats-Msg-Id", format!("evt_{}", event.seq).as_str());
+            headers.insert(async_nats::header::NATS_MESSAGE_ID, format!("evt_{}", event.seq).as_str());
             let body = serde_json::to_vec(&event_view(event)).map_err(|e| e.to_string())?;
             client
                 .publish_with_headers(subject(&config.prefix, &event.tenant, &event.kind), headers, body.into())

@@ -66,7 +66,8 @@ impl WebhookStore for SqlStore {
     }
 
     async fn active_webhooks(&self) -> Result<Vec<WebhookRow>> {
-        let rows = sqlx::query("SELECT * FROM webhooks WHERE state = 'active' ORDER BY id").fetch_all(&self.read).await?;
+        let rows =
+            sqlx::query("SELECT * FROM webhooks WHERE state = 'active' ORDER BY id").fetch_all(&self.read).await?;
         rows.iter().map(webhook_from).collect()
     }
 
@@ -141,7 +142,8 @@ impl WebhookStore for SqlStore {
             .bind(start)
             .execute(&self.write)
             .await?;
-        let row = sqlx::query("SELECT cursor FROM event_sinks WHERE name = $1").bind(name).fetch_one(&self.write).await?;
+        let row =
+            sqlx::query("SELECT cursor FROM event_sinks WHERE name = $1").bind(name).fetch_one(&self.write).await?;
         Ok(row.try_get("cursor")?)
     }
 
