@@ -821,6 +821,41 @@ tasks:
     assert_eq!(attempt_summary(&nap), vec![failed("worker-lost", false), succeeded()], "{nap:#}");
 }
 
+/// A command that becomes visible after one with a higher id was read
+/// (on PostgreSQL, concurrent writers commit out of id order) is still
+/// applied: the engine's periodic scan starts from the first pending
+/// command, not from its cursor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_committed_behind_the_engine_s_cursor_is_still_applied() {
+    let server = own_server().await;
+    let api = Api::of(&server);
+    api.apply("name: e2e-late\ntasks:\n- {name: nap, plugin: sleep, params: {ms: 60000}}\n").await;
+    let (first, id) = (api.trigger("e2e-late", json!({})).await, api.trigger("e2e-late", json!({})).await);
+    api.wait_task(&first, "nap", "running").await;
+    api.wait_task(&id, "nap", "running").await;
+    let url = format!("sqlite://{}", server.data_dir().join("dagr.db").display());
+    let db = sqlx::SqlitePool::connect(&url).await.unwrap();
+    let insert = |command_id: i64, run: &str, kind: &str, payload: String| {
+        sqlx::query(
+            "INSERT INTO commands (id, tenant, run_id, slot, kind, payload, created_at) VALUES (?, 'default', ?, ?, ?, ?, 0)",
+        )
+        .bind(command_id)
+        .bind(run.to_owned())
+        .bind(dagr_protocol::slot_of(run) as i64)
+        .bind(kind.to_owned())
+        .bind(payload)
+    };
+    // A command far ahead moves the engine's cursor (it kills the first
+    // run)…
+    let kill = dagr_protocol::commands::Command::Kill;
+    insert(1_000_000, &first, kill.kind(), kill.payload()).execute(&db).await.unwrap();
+    assert_eq!(state(&api.finished(&first).await), "killed");
+    // …then one behind it appears: the second run is killed all the same.
+    insert(999_999, &id, kill.kind(), kill.payload()).execute(&db).await.unwrap();
+    let run = api.finished(&id).await;
+    assert_eq!(state(&run), "killed", "{run:#}");
+}
+
 // 13. Errors ------------------------------------------------------------------------------------
 
 /// The part of an error answer a golden file pins down.

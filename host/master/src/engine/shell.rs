@@ -121,7 +121,10 @@ impl Engine {
                         None => return,
                     },
                     answer = self.answers_rx.recv() => inputs.extend(answer),
-                    _ = poll.tick() => wake = true,
+                    _ = poll.tick() => {
+                        wake = true;
+                        self.state.restart_command_scan();
+                    }
                     _ = async {
                         match sleep_for {
                             Some(d) => tokio::time::sleep(d).await,

@@ -392,6 +392,16 @@ impl EngineState {
         self.command_cursor
     }
 
+    /// Reads pending commands from the first again at the next read. The
+    /// cursor only saves reading what was applied: on PostgreSQL a command
+    /// can commit after one with a higher id was read (the API and other
+    /// masters write concurrently), and would stay behind the cursor for
+    /// good. The shell restarts the scan at every poll; what is applied is
+    /// marked done and is not read again.
+    pub fn restart_command_scan(&mut self) {
+        self.command_cursor = 0;
+    }
+
     /// Whether a run is loaded here.
     pub fn has_run(&self, id: &str) -> bool {
         self.runs.contains_key(id)
