@@ -174,12 +174,13 @@ async fn deliveries_are_signed_in_order_and_survive_a_failing_receiver_and_a_kil
     let mut unique = ids.clone();
     unique.dedup();
     assert_eq!(unique, want, "every event once at least, nothing else");
-    let seen = receiver.seen.lock().unwrap();
-    assert!(seen.bad_signatures.is_empty(), "{:?}", seen.bad_signatures);
-    let (_, body) = &seen.taken[0];
-    assert!(body["type"] == "run.state" || body["type"] == "task.state", "{body}");
-    assert_eq!(body["data"]["seq"].as_i64(), Some(unique[0]), "{body}");
-    drop(seen);
+    {
+        let seen = receiver.seen.lock().unwrap();
+        assert!(seen.bad_signatures.is_empty(), "{:?}", seen.bad_signatures);
+        let (_, body) = &seen.taken[0];
+        assert!(body["type"] == "run.state" || body["type"] == "task.state", "{body}");
+        assert_eq!(body["data"]["seq"].as_i64(), Some(unique[0]), "{body}");
+    }
 
     // The delivery log shows the refusals.
     let log = api.get_ok(&format!("/v1/webhooks/{id}/deliveries?limit=1000")).await;
@@ -250,10 +251,11 @@ impl Nats {
             .stderr(std::process::Stdio::null())
             .spawn()
             .expect("nats-server (Debian's `nats-server`; scripts/test.sh installs it)");
-        let url = format!("nats://127.0.0.1:{port}");
+        // Dropped (killed and waited for) on every path from here.
+        let nats = Nats { child, url: format!("nats://127.0.0.1:{port}") };
         for _ in 0..100 {
             if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Nats { child, url };
+                return nats;
             }
             std::thread::sleep(Duration::from_millis(50));
         }

@@ -74,7 +74,7 @@ pub(crate) async fn check_graph(state: &ApiState, tenant: &str, workflow: &Workf
     for (i, task) in workflow.tasks.iter().enumerate() {
         if let TaskKind::Workflow { name: child } = &task.kind
             && child != name
-            && !state.store.get_workflow(tenant, child).await?.is_some_and(|w| !w.deleted)
+            && state.store.get_workflow(tenant, child).await?.is_none_or(|w| w.deleted)
         {
             return Err(AppError::bad_at(
                 "invalid_definition",

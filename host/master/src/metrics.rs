@@ -87,11 +87,14 @@ pub(crate) fn committed(batch: &WriteBatch, took: Duration, schedule_delays: &[i
     }
 }
 
+/// A number the engine publishes: its name, its help, where it is.
+type Published = (&'static str, &'static str, fn(&EngineMetrics) -> &AtomicU64);
+
 /// Registers the engine's counters and gauges, read at each scrape.
 pub fn register(engine: &Arc<EngineMetrics>) {
     metrics();
     let r = global();
-    let counters: [(&'static str, &'static str, fn(&EngineMetrics) -> &AtomicU64); 8] = [
+    let counters: [Published; 8] = [
         ("dagr_engine_steps_total", "Engine steps (each a batch of inputs and one commit).", |m| &m.steps),
         ("dagr_attempts_dispatched_total", "Attempts handed to workers.", |m| &m.dispatched),
         ("dagr_attempt_results_total", "Attempt results received from workers.", |m| &m.results),
@@ -111,7 +114,7 @@ pub fn register(engine: &Arc<EngineMetrics>) {
         let m = engine.clone();
         r.counter_fn(name, help, move || EngineMetrics::get(field(&m)));
     }
-    let gauges: [(&'static str, &'static str, fn(&EngineMetrics) -> &AtomicU64); 3] = [
+    let gauges: [Published; 3] = [
         ("dagr_active_runs", "Runs this master drives now.", |m| &m.active_runs),
         ("dagr_attempts_in_flight", "Attempts handed to workers and not yet reported.", |m| &m.in_flight),
         ("dagr_ready_tasks", "Tasks ready to start, waiting for a worker slot.", |m| &m.ready),

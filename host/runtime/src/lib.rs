@@ -1294,7 +1294,7 @@ pub fn reserve_descriptors(slots: u32, max_handles: usize) -> std::result::Resul
             libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
         }
     }
-    let have = limit.rlim_cur as u64;
+    let have: u64 = limit.rlim_cur;
     if have >= need { Ok(have) } else { Err((have, need)) }
 }
 
@@ -1399,7 +1399,7 @@ mod tests {
             #[allow(unsafe_code)]
             let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
             assert_eq!(rc, 0);
-            (limit.rlim_cur as u64, limit.rlim_max as u64)
+            (limit.rlim_cur, limit.rlim_max)
         };
         let need = 2 * 16 + NODE_DESCRIPTORS;
         let result = reserve_descriptors(2, 16);

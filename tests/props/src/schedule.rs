@@ -137,7 +137,7 @@ pub fn check(data: &[u8]) {
     let built = Schedule::new(&case.spec);
     assert_eq!(
         built.as_ref().map(|s| s.expression.clone()).map_err(|e| e.clone()),
-        Schedule::new(&case.spec).map(|s| s.expression).map_err(|e| e),
+        Schedule::new(&case.spec).map(|s| s.expression),
         "validation is deterministic"
     );
     let Ok(schedule) = built else { return };

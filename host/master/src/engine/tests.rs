@@ -576,4 +576,3 @@ fn params_that_render_past_max_params_fail_the_task_naming_the_limit() {
     let error = env.store.tasks[&run].iter().find(|t| t.name == "b").unwrap().error.clone().unwrap();
     assert!(error.contains("params.x") && error.contains("[limits] max_params"), "{error}");
 }
-
