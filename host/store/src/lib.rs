@@ -20,6 +20,7 @@
 //! - Rows are plain structs ([`RunRow`], [`TaskRow`], …); times are
 //!   milliseconds since the Unix epoch.
 
+pub mod alerts;
 pub mod conformance;
 mod logs;
 #[cfg(test)]
@@ -28,6 +29,7 @@ pub mod outer;
 mod reads;
 mod registry;
 mod sql;
+mod sql_alerts;
 mod sql_api;
 mod sql_events;
 mod sql_outer;
@@ -49,6 +51,7 @@ pub use crate::outer::{CycleRun, EdgeRow, OuterStore};
 pub use crate::reads::ReadStore;
 pub use crate::registry::{PluginInsert, PluginRow, RegistryStore};
 pub use crate::sql::{SqlStore, Synchronous};
+pub use crate::alerts::{AlertRow, AlertRuleRow, AlertStore, NewAlert};
 pub use crate::tenancy::TenancyStore;
 pub use crate::webhooks::{DeliveryRow, WebhookRow, WebhookState, WebhookStore};
 
@@ -501,7 +504,9 @@ pub struct Committed {
 
 /// dagr's storage. Implemented by [`SqlStore`] on SQLite and PostgreSQL.
 #[async_trait]
-pub trait Store: TenancyStore + RegistryStore + OuterStore + WebhookStore + ReadStore + Send + Sync + 'static {
+pub trait Store:
+    TenancyStore + RegistryStore + OuterStore + WebhookStore + AlertStore + ReadStore + Send + Sync + 'static
+{
     // Workflows ----------------------------------------------------------
 
     /// Stores a definition as the next version, unless it is identical to
