@@ -66,6 +66,7 @@ PGPORT=$(free_port)
 cleanup() {
   set +e
   if [ -n "${ETCD_PID:-}" ]; then kill "$ETCD_PID" 2>/dev/null; wait "$ETCD_PID" 2>/dev/null; fi
+  if [ -n "${SMTP_PID:-}" ]; then kill "$SMTP_PID" 2>/dev/null; wait "$SMTP_PID" 2>/dev/null; fi
   as_pg "$PGBIN/pg_ctl" -D "$WORK/pg" -m immediate stop >/dev/null 2>&1
   if [ "${DAGR_KEEP_TEST_DIRS:-}" = 1 ]; then log "kept $WORK"; else rm -rf "$WORK"; fi
 }
@@ -92,6 +93,16 @@ etcd --data-dir "$WORK/etcd" --listen-client-urls "http://127.0.0.1:$ETCD_CLIENT
   >"$WORK/etcd.log" 2>&1 &
 ETCD_PID=$!
 export DAGR_TEST_ETCD="http://127.0.0.1:$ETCD_CLIENT"
+
+# A real SMTP server for the alert tests: aiosmtpd, keeping each mail it
+# receives as a Maildir file.
+SMTP_PORT=$(free_port)
+mkdir -p "$WORK/mail"
+log "starting an SMTP server (aiosmtpd) on 127.0.0.1:$SMTP_PORT"
+"$DAGR_TOOLCHAINS/py/bin/python" -m aiosmtpd -n -l "127.0.0.1:$SMTP_PORT" -c aiosmtpd.handlers.Mailbox "$WORK/mail" \
+  >"$WORK/smtp.log" 2>&1 &
+SMTP_PID=$!
+export DAGR_TEST_SMTP="127.0.0.1:$SMTP_PORT" DAGR_TEST_MAILDIR="$WORK/mail"
 
 # DAGR_DENY_WARNINGS=1 (CI sets it) makes every rustc warning in the
 # workspace an error, on the very build the tests use: no second build. It

@@ -21,6 +21,8 @@
 //!   soak.
 //! - `events`: the event stream (SSE and pages) followed, resumed across a
 //!   `kill -9`, kept to its tenant; `dagr events`.
+//! - `alerts`: alert mail through a real SMTP server (aiosmtpd), grouped;
+//!   a Slack-compatible receiver; bad rules refused.
 //! - `webhooks`: signed deliveries in order through a failing receiver
 //!   and a `kill -9`, the delivery log, disabling, the network rule.
 //! - `tenancy`: tokens, the isolation matrix over every route, secrets,
@@ -46,6 +48,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod alerts;
 mod api;
 mod projects;
 mod server;

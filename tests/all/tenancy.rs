@@ -86,6 +86,7 @@ struct TenantA {
     admin_token: String,
     plugin: Option<(String, String)>,
     webhook: String,
+    alert_rule: String,
 }
 
 impl TenantA {
@@ -99,6 +100,7 @@ impl TenantA {
             &self.secret_value,
             &self.read_token_id,
             &self.webhook,
+            &self.alert_rule,
         ];
         markers.push(self.admin_token.split('_').nth(1).unwrap_or("?"));
         markers
@@ -120,6 +122,7 @@ fn fill(a: &TenantA, route: &str, param: &str) -> Option<String> {
         ("plugins", "name") => a.plugin.as_ref()?.0.clone(),
         ("plugins", "version") => a.plugin.as_ref()?.1.clone(),
         ("webhooks", "id") => a.webhook.clone(),
+        ("alerts", "id") => a.alert_rule.clone(),
         _ => return None,
     };
     Some(value)
@@ -155,6 +158,7 @@ fn body_for(method: &str, route: &str, a: &TenantA, plugin_bytes: &[u8]) -> Body
         }
         ("POST", "/v1/jobs") => Body::Json(json!({"plugin": "echo"})),
         ("POST", "/v1/webhooks") => Body::Json(json!({"url": "https://hooks.example.org/iso"})),
+        ("POST", "/v1/alerts") => Body::Json(json!({"on": ["run.failed"], "channel": {"email": "iso@example.org"}})),
         ("POST", "/v1/tenants") => Body::Json(json!({"name": "iso-new"})),
         ("PATCH", _) => Body::Json(json!({"limits": {"max_concurrent": 3}})),
         ("PUT", "/v1/secrets/{name}") => Body::Json(json!({"value": "someone else's value"})),
@@ -234,6 +238,9 @@ async fn isolation_matrix_covers_every_route() {
     let body = Body::Json(json!({"url": "https://hooks.example.org/a-only", "kinds": ["run.*"]}));
     let webhook = client.expect(Method::POST, "/v1/webhooks", &a_token, body, StatusCode::CREATED).await;
     let webhook = webhook["id"].as_str().unwrap().to_owned();
+    let body = Body::Json(json!({"on": ["run.failed"], "channel": {"email": "a-only@example.org"}}));
+    let alert_rule = client.expect(Method::POST, "/v1/alerts", &a_token, body, StatusCode::CREATED).await;
+    let alert_rule = alert_rule["id"].as_str().unwrap().to_owned();
 
     let a = TenantA {
         workflow,
@@ -248,6 +255,7 @@ async fn isolation_matrix_covers_every_route() {
         admin_token: a_token.clone(),
         plugin,
         webhook,
+        alert_rule,
     };
     let secrets_before = client.expect(Method::GET, "/v1/secrets", &a.admin_token, Body::None, StatusCode::OK).await;
     let webhooks_before = client.expect(Method::GET, "/v1/webhooks", &a.admin_token, Body::None, StatusCode::OK).await;

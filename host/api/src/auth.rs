@@ -337,6 +337,8 @@ fn event_kind(action: &str) -> Option<&'static str> {
         "webhook.create" => "webhook.created",
         "webhook.delete" => "webhook.deleted",
         "webhook.enable" => "webhook.enabled",
+        "alert.create" => "alert.rule_created",
+        "alert.delete" => "alert.rule_deleted",
         _ => return None,
     })
 }

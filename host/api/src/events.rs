@@ -43,12 +43,25 @@ const PAGE: i64 = 500;
 /// `BACKLOG * PAGE` events); one further behind reads the store.
 const BACKLOG: usize = 64;
 
+/// An event with its JSON, made once and shared by every stream.
+pub(crate) struct Shared {
+    row: EventRow,
+    json: String,
+}
+
+impl Shared {
+    fn new(row: EventRow) -> Arc<Shared> {
+        let json = serde_json::to_string(&dagr_notify::event_view(&row)).unwrap_or_default();
+        Arc::new(Shared { row, json })
+    }
+}
+
 /// Reads new events for every subscriber of this process.
 pub struct EventHub {
     store: Arc<dyn Store>,
     poll: Duration,
     max_streams: usize,
-    tx: broadcast::Sender<Arc<[EventRow]>>,
+    tx: broadcast::Sender<Arc<[Arc<Shared>]>>,
     /// The highest sequence number broadcast so far: every event up to it
     /// is in the store and visible.
     head: AtomicI64,
@@ -105,8 +118,12 @@ async fn follow(hub: Weak<EventHub>, mut head: i64) {
         if let Some(last) = page.last() {
             head = last.seq;
             hub.head.store(head, Ordering::Release);
-            // No subscriber is no error: they read the store when they come.
-            let _ = hub.tx.send(page.into());
+            // Serialized once for every subscriber; with none, not at all
+            // (they read the store when they come).
+            if hub.tx.receiver_count() > 0 {
+                let shared: Arc<[Arc<Shared>]> = page.into_iter().map(Shared::new).collect();
+                let _ = hub.tx.send(shared);
+            }
         }
         let poll = hub.poll;
         drop(hub);
@@ -235,12 +252,12 @@ async fn page(state: &ApiState, filter: Filter, q: &StreamQuery) -> Result<Respo
 struct Follower {
     hub: Arc<EventHub>,
     filter: Filter,
-    rx: broadcast::Receiver<Arc<[EventRow]>>,
+    rx: broadcast::Receiver<Arc<[Arc<Shared>]>>,
     /// Everything up to here was delivered or passed over.
     cursor: i64,
     /// Read the store up to here before following the broadcast.
     catch_up_to: Option<i64>,
-    ready: VecDeque<EventRow>,
+    ready: VecDeque<Arc<Shared>>,
     _open: StreamGuard,
 }
 
@@ -283,17 +300,15 @@ async fn stream(state: &ApiState, filter: Filter, after: Option<i64>) -> Result<
     };
     let events = futures::stream::unfold(follower, |mut f| async move {
         let event = f.next().await?;
-        let id = event.seq.to_string();
-        let kind = event.kind.clone();
-        let json = serde_json::to_string(&view(event)).unwrap_or_default();
-        Some((Ok::<_, std::convert::Infallible>(Event::default().id(id).event(kind).data(json)), f))
+        let frame = Event::default().id(event.row.seq.to_string()).event(&event.row.kind).data(&event.json);
+        Some((Ok::<_, std::convert::Infallible>(frame), f))
     });
     Ok(Sse::new(events).keep_alive(KeepAlive::default()).into_response())
 }
 
 impl Follower {
     /// The next event for this subscriber; `None` ends the stream.
-    async fn next(&mut self) -> Option<EventRow> {
+    async fn next(&mut self) -> Option<Arc<Shared>> {
         loop {
             if let Some(event) = self.ready.pop_front() {
                 return Some(event);
@@ -302,6 +317,7 @@ impl Follower {
                 match self.hub.store.event_page(&self.filter.scope, self.cursor, PAGE).await {
                     Ok(rows) => {
                         let done = rows.len() < PAGE as usize || rows.last().is_some_and(|e| e.seq >= target);
+                        let rows: Vec<Arc<Shared>> = rows.into_iter().map(Shared::new).collect();
                         self.take(rows.iter());
                         if done {
                             // Everything up to the target was visible and read.
@@ -328,13 +344,13 @@ impl Follower {
     }
 
     /// Queues what this subscriber wants of `rows` that it has not passed.
-    fn take<'a>(&mut self, rows: impl Iterator<Item = &'a EventRow>) {
+    fn take<'a>(&mut self, rows: impl Iterator<Item = &'a Arc<Shared>>) {
         for e in rows {
-            if e.seq <= self.cursor {
+            if e.row.seq <= self.cursor {
                 continue;
             }
-            self.cursor = e.seq;
-            if self.filter.wants(e) {
+            self.cursor = e.row.seq;
+            if self.filter.wants(&e.row) {
                 self.ready.push_back(e.clone());
             }
         }

@@ -22,6 +22,7 @@
 //!   have their endpoints in `admin`; [`auth::audit`] records who did what.
 
 mod admin;
+mod alerts;
 pub mod auth;
 mod backfills;
 mod contract;
@@ -189,6 +190,7 @@ impl ApiState {
         (name = "secrets", description = "The tenant's secrets: write-only"),
         (name = "audit", description = "Who did what, per tenant"),
         (name = "events", description = "The tenant's event stream (Server-Sent Events or pages)"),
+        (name = "alerts", description = "Alert rules (email, Slack, Teams, webhook) and the alerts raised"),
         (name = "webhooks", description = "The tenant's events delivered to URLs, signed (Standard Webhooks)"),
         (name = "system", description = "Health")
     )
@@ -221,6 +223,9 @@ fn api_router() -> OpenApiRouter<ApiState> {
         .routes(routes!(webhooks::get_webhook, webhooks::delete_webhook))
         .routes(routes!(webhooks::enable_webhook))
         .routes(routes!(webhooks::webhook_deliveries))
+        .routes(routes!(alerts::create_alert_rule, alerts::list_alert_rules))
+        .routes(routes!(alerts::get_alert_rule, alerts::delete_alert_rule))
+        .routes(routes!(alerts::alert_history))
         .routes(routes!(tasks::get_task))
         .routes(routes!(rerun_task))
         .routes(routes!(force_success))

@@ -224,6 +224,7 @@ async fn measure_remote(
         .json(api.post(&["v1", "workflows"]).header("content-type", "application/json").body(workflow.to_string()))
         .await?;
     let mut measurements = Vec::new();
+    let mut measured: Vec<String> = Vec::new();
     for number in 1..=args.runs {
         let start = Instant::now();
         let mut pending = Vec::new();
@@ -231,6 +232,7 @@ async fn measure_remote(
             let run: RunSummary = api
                 .json(api.post(&["v1", "workflows", &applied.name, "runs"]).json(&TriggerRequest::default()))
                 .await?;
+            measured.push(run.id.clone());
             pending.push(run.id);
         }
         let mut states = Vec::new();
@@ -289,18 +291,20 @@ async fn measure_remote(
         measurements.push(measurement);
     }
     if let Some(watchers) = watchers {
-        // What every follower should have: the runs' events in the log.
-        let (mut expected, mut after) = (0usize, 0i64);
-        loop {
-            let query = [("workflow", applied.name.clone()), ("limit", "10000".into()), ("after", after.to_string())];
-            let page: Value = api.json(api.get(&["v1", "events"]).query(&query)).await?;
-            let events = page["events"].as_array().cloned().unwrap_or_default();
-            expected += events.iter().filter(|e| e["run_id"].is_string()).count();
-            let next = page["next"].as_i64().unwrap_or(after);
-            if next == after {
-                break;
+        // What every follower should have: the measured runs' events.
+        let mut expected = 0usize;
+        for run in &measured {
+            let mut after = 0i64;
+            loop {
+                let query = [("run", run.clone()), ("limit", "10000".into()), ("after", after.to_string())];
+                let page: Value = api.json(api.get(&["v1", "events"]).query(&query)).await?;
+                expected += page["events"].as_array().map_or(0, Vec::len);
+                let next = page["next"].as_i64().unwrap_or(after);
+                if next == after {
+                    break;
+                }
+                after = next;
             }
-            after = next;
         }
         watchers.finish(&api, expected).await?;
     }

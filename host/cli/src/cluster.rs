@@ -220,6 +220,7 @@ pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
             }
         });
         crate::node::start_sinks(&settings, store.clone(), deliver.clone());
+        crate::node::start_alerts(&settings, store.clone(), deliver.clone());
         dagr_notify::Deliverer::start(store.clone(), crate::node::webhook_config(&settings), deliver);
         let app = dagr_master::cluster::router(MasterService { engine: engine.clone(), owned_slots: owned });
         let app = internal_only(app, internal.secret().clone(), settings.metrics_public);

@@ -84,6 +84,7 @@ impl Node {
         // One node delivers every webhook.
         let (delivering, deliver) = tokio::sync::watch::channel(true);
         start_sinks(settings, store.clone(), deliver.clone());
+        start_alerts(settings, store.clone(), deliver.clone());
         dagr_notify::Deliverer::start(store.clone(), webhook_config(settings), deliver);
         // One worker, in this process, for every group.
         engine.workers(vec![WorkerInfo {
@@ -327,6 +328,29 @@ pub fn start_sinks(settings: &Settings, store: Arc<dyn dagr_store::Store>, activ
         poll: std::time::Duration::from_millis(50),
     };
     dagr_notify::nats::start(store, config, active);
+}
+
+/// Starts the alerter; it raises and sends alerts while `active`.
+pub fn start_alerts(
+    settings: &Settings,
+    store: Arc<dyn dagr_store::Store>,
+    active: tokio::sync::watch::Receiver<bool>,
+) {
+    let smtp = dagr_notify::alerts::SmtpConfig {
+        host: settings.smtp_host.clone(),
+        port: settings.smtp_port,
+        security: settings.smtp_security.clone(),
+        username: settings.smtp_username.clone(),
+        password: settings.smtp_password.clone(),
+        from: settings.smtp_from.clone(),
+    };
+    let config = dagr_notify::alerts::AlertConfig {
+        smtp,
+        base_url: settings.alerts_base_url.clone(),
+        allow_private: settings.webhooks_allow_private,
+        poll: std::time::Duration::from_millis(200),
+    };
+    dagr_notify::alerts::Alerter::start(store, config, active);
 }
 
 /// How this node delivers webhooks.

@@ -41,6 +41,17 @@
 //! timeout = "10s"            # a receiver's answer
 //! keep_deliveries = 100      # delivery attempts kept per subscription
 //!
+//! [smtp]                     # where alert mail goes out
+//! # host = "smtp.example.org"
+//! port = 587
+//! security = "starttls"      # starttls (required), tls (implicit, port 465), none
+//! # username = "dagr"
+//! # password = "…"           # or DAGR_SMTP__PASSWORD
+//! from = "dagr <dagr@localhost>"
+//!
+//! [alerts]
+//! # base_url = "https://dagr.example.org"   # links in alert messages
+//!
 //! [nats]
 //! # url = "nats://127.0.0.1:4222"   # publish every event there (off when empty)
 //! prefix = "dagr"            # subjects: <prefix>.<tenant>.<kind>
@@ -103,6 +114,41 @@ pub struct Config {
     pub metrics: MetricsConfig,
     pub webhooks: WebhooksConfig,
     pub nats: NatsConfig,
+    pub smtp: SmtpConfig,
+    pub alerts: AlertsConfig,
+}
+
+/// The SMTP server alert mail goes out through.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SmtpConfig {
+    pub host: String,
+    pub port: u16,
+    pub security: String,
+    pub username: String,
+    pub password: String,
+    pub from: String,
+}
+
+impl Default for SmtpConfig {
+    fn default() -> Self {
+        SmtpConfig {
+            host: String::new(),
+            port: 587,
+            security: "starttls".into(),
+            username: String::new(),
+            password: String::new(),
+            from: "dagr <dagr@localhost>".into(),
+        }
+    }
+}
+
+/// Alerts.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AlertsConfig {
+    /// The start of the links in alert messages.
+    pub base_url: String,
 }
 
 /// Publishing the event log to NATS.
@@ -501,6 +547,13 @@ pub struct Settings {
     pub metrics_public: bool,
     pub webhooks_allow_private: bool,
     pub nats_url: String,
+    pub smtp_host: String,
+    pub smtp_port: u16,
+    pub smtp_security: String,
+    pub smtp_username: String,
+    pub smtp_password: String,
+    pub smtp_from: String,
+    pub alerts_base_url: String,
     pub nats_prefix: String,
     pub webhooks_per_tenant: usize,
     pub webhook_retry_base: Duration,
@@ -678,6 +731,21 @@ impl Config {
             },
             metrics_public: self.metrics.public,
             webhooks_allow_private: self.webhooks.allow_private,
+            smtp_host: self.smtp.host.trim().to_owned(),
+            smtp_port: self.smtp.port,
+            smtp_security: match self.smtp.security.as_str() {
+                s @ ("starttls" | "tls" | "none") => s.to_owned(),
+                other => {
+                    return Err(err("smtp.security", format!("`{other}` is not one of starttls, tls, none")));
+                }
+            },
+            smtp_username: self.smtp.username.clone(),
+            smtp_password: self.smtp.password.clone(),
+            smtp_from: match self.smtp.from.as_str() {
+                f if f.contains('@') && !f.contains(['\r', '\n']) => f.to_owned(),
+                f => return Err(err("smtp.from", format!("`{f}` is not a mailbox like `dagr <dagr@example.org>`"))),
+            },
+            alerts_base_url: self.alerts.base_url.trim_end_matches('/').to_owned(),
             nats_url: match self.nats.url.trim() {
                 "" => String::new(),
                 url if url.starts_with("nats://") || url.starts_with("tls://") => url.to_owned(),

@@ -73,6 +73,15 @@ pub struct Deliverer {
     http: reqwest::Client,
 }
 
+/// What a page of events delivered so far.
+struct Page {
+    failing_since: Option<i64>,
+    /// Successful attempts not yet in the log.
+    delivered: Vec<DeliveryRow>,
+    /// Every wanted event up to here was delivered.
+    upto: i64,
+}
+
 /// Why a subscription's loop stopped.
 enum Stop {
     /// Deleted, disabled, or this node stopped delivering.
@@ -148,14 +157,29 @@ impl Deliverer {
                 tokio::time::sleep(self.config.poll).await;
                 continue;
             };
-            let mut failing_since = hook.failing_since;
+            let mut page = Page { failing_since: hook.failing_since, delivered: Vec::new(), upto: hook.cursor };
             for event in events.iter().filter(|e| kinds.wants(&e.kind)) {
-                self.deliver(&hook, event, &mut failing_since, &active).await?;
-                // Durable before the next: a restart repeats at most this one.
-                self.advance(&hook.id, event.seq).await;
+                let outcome = self.deliver(&hook, event, &mut page, &active).await;
+                if outcome.is_err() {
+                    self.settle(&hook, &mut page).await;
+                    return outcome;
+                }
+                page.upto = event.seq;
             }
-            self.advance(&hook.id, last).await;
+            // The page's cursor and log in one write each: a restart repeats
+            // at most this page (same webhook-ids, for receivers to drop).
+            page.upto = last;
+            self.settle(&hook, &mut page).await;
         }
+    }
+
+    /// Writes what a page delivered: its log, then its cursor.
+    async fn settle(&self, hook: &WebhookRow, page: &mut Page) {
+        if let Err(e) = self.store.record_deliveries(&page.delivered, self.config.keep_deliveries).await {
+            tracing::warn!(error = %e, "cannot record deliveries");
+        }
+        page.delivered.clear();
+        self.advance(&hook.id, page.upto).await;
     }
 
     async fn advance(&self, id: &str, cursor: i64) {
@@ -173,7 +197,7 @@ impl Deliverer {
         &self,
         hook: &WebhookRow,
         event: &EventRow,
-        failing_since: &mut Option<i64>,
+        page: &mut Page,
         active: &watch::Receiver<bool>,
     ) -> Result<(), Stop> {
         let m = metrics();
@@ -201,22 +225,24 @@ impl Deliverer {
                 error: outcome.as_ref().err().map(|(_, e)| e.clone()),
                 duration_ms: took.as_millis() as i64,
             };
-            if let Err(e) = self.store.record_delivery(&row, self.config.keep_deliveries).await {
-                tracing::warn!(error = %e, "cannot record a delivery");
-            }
             match outcome {
                 Ok(_) => {
+                    page.delivered.push(row);
                     m.deliveries.with(&["delivered"]).inc();
                     m.lag.observe((now_ms() - event.at).max(0) as f64 / 1000.0);
-                    if failing_since.take().is_some() {
+                    if page.failing_since.take().is_some() {
                         let _ = self.store.set_webhook_failing(&hook.id, None).await;
                     }
                     return Ok(());
                 }
                 Err((_, error)) => {
                     m.deliveries.with(&["failed"]).inc();
+                    // What the page delivered so far is durable before
+                    // the retries (and the failure is logged at once).
+                    page.delivered.push(row);
+                    self.settle(hook, page).await;
                     let now = now_ms();
-                    let since = *failing_since.get_or_insert(now);
+                    let since = *page.failing_since.get_or_insert(now);
                     if since == now {
                         let _ = self.store.set_webhook_failing(&hook.id, Some(now)).await;
                     }

@@ -1,5 +1,5 @@
-//! dagr's outgoing notifications: webhooks, and the event log on NATS
-//! ([`nats`]).
+//! dagr's outgoing notifications: webhooks, alerts ([`alerts`]: email,
+//! Slack, Teams), and the event log on NATS ([`nats`]).
 //!
 //! A tenant subscribes a URL to its events (all, some kinds, one
 //! workflow's). The [`Deliverer`] sends each event the subscription wants,
@@ -17,6 +17,7 @@
 //! Destinations obey the plugins' network rule: no loopback, private or
 //! otherwise non-public address unless `[webhooks] allow_private`.
 
+pub mod alerts;
 mod deliver;
 pub mod nats;
 mod sign;

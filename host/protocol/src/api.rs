@@ -474,3 +474,58 @@ pub struct DeliveryView {
     pub error: Option<String>,
     pub duration_ms: i64,
 }
+
+/// `POST /v1/alerts`: a rule that turns events into messages.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AlertRuleRequest {
+    /// Only this workflow's events; none: every workflow of the tenant.
+    #[serde(default)]
+    pub workflow: Option<String>,
+    /// What alerts: `run.failed`, `run.succeeded`, `task.failed` (its
+    /// retries spent), `run.upstream_failed`, `run.waiting`,
+    /// `webhook.disabled`.
+    pub on: Vec<String>,
+    /// Where: `{"email": "ops@example.org"}`, `{"slack": URL}`,
+    /// `{"teams": URL}` or `{"webhook": URL}`.
+    #[schema(value_type = Object)]
+    pub channel: std::collections::BTreeMap<String, String>,
+    /// Alerts of one workflow and kind within this window go out as one
+    /// summary (the first at once), e.g. `1h`, `30m`. Default `1h`.
+    #[serde(default)]
+    pub group: Option<String>,
+}
+
+/// An alert rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct AlertRuleView {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<String>,
+    pub on: Vec<String>,
+    /// `email`, `slack`, `teams` or `webhook`.
+    pub channel: String,
+    pub target: String,
+    pub group_seconds: i64,
+    pub created_at: String,
+}
+
+/// An alert raised, and whether it went out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct AlertView {
+    pub id: i64,
+    pub rule: String,
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    pub message: String,
+    pub at: String,
+    /// When it went out (alone or in a summary).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent_at: Option<String>,
+    /// Why sending it failed (it is retried).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}

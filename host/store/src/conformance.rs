@@ -88,7 +88,7 @@ async fn webhooks(store: &dyn Store, p: &str) -> Result<()> {
             error: None,
             duration_ms: 3,
         };
-        store.record_delivery(&delivery, 3).await?;
+        store.record_deliveries(&[delivery], 3).await?;
     }
     let log = store.deliveries(&row.id, 10).await?;
     check(log.iter().map(|d| d.attempt).collect::<Vec<_>>() == [5, 4, 3], "the newest deliveries, newest first")?;

@@ -46,12 +46,12 @@ pub use dagr_core::attempt::{AttemptState, FailureKind};
 pub use dagr_core::{RunState, TaskState};
 use serde::{Deserialize, Serialize};
 
+pub use crate::alerts::{AlertRow, AlertRuleRow, AlertStore, NewAlert};
 pub use crate::logs::NUL_STORED_AS;
 pub use crate::outer::{CycleRun, EdgeRow, OuterStore};
 pub use crate::reads::ReadStore;
 pub use crate::registry::{PluginInsert, PluginRow, RegistryStore};
 pub use crate::sql::{SqlStore, Synchronous};
-pub use crate::alerts::{AlertRow, AlertRuleRow, AlertStore, NewAlert};
 pub use crate::tenancy::TenancyStore;
 pub use crate::webhooks::{DeliveryRow, WebhookRow, WebhookState, WebhookStore};
 

@@ -110,29 +110,34 @@ impl WebhookStore for SqlStore {
         Ok(())
     }
 
-    async fn record_delivery(&self, d: &DeliveryRow, keep: i64) -> Result<()> {
-        sqlx::query(
-            "INSERT INTO webhook_deliveries (webhook_id, seq, attempt, at, status, error, duration_ms) \
+    async fn record_deliveries(&self, rows: &[DeliveryRow], keep: i64) -> Result<()> {
+        let Some(first) = rows.first() else { return Ok(()) };
+        let mut tx = self.write.begin().await?;
+        for d in rows {
+            sqlx::query(
+                "INSERT INTO webhook_deliveries (webhook_id, seq, attempt, at, status, error, duration_ms) \
              VALUES ($1, $2, $3, $4, $5, $6, $7)",
-        )
-        .bind(&d.webhook_id)
-        .bind(d.seq)
-        .bind(d.attempt)
-        .bind(d.at)
-        .bind(d.status)
-        .bind(&d.error)
-        .bind(d.duration_ms)
-        .execute(&self.write)
-        .await?;
+            )
+            .bind(&d.webhook_id)
+            .bind(d.seq)
+            .bind(d.attempt)
+            .bind(d.at)
+            .bind(d.status)
+            .bind(&d.error)
+            .bind(d.duration_ms)
+            .execute(&mut *tx)
+            .await?;
+        }
         // Keep the newest: drop what is older than the keep-th newest.
         sqlx::query(
             "DELETE FROM webhook_deliveries WHERE webhook_id = $1 AND at < (SELECT MIN(at) FROM \
              (SELECT at FROM webhook_deliveries WHERE webhook_id = $1 ORDER BY at DESC LIMIT $2) AS newest)",
         )
-        .bind(&d.webhook_id)
+        .bind(&first.webhook_id)
         .bind(keep)
-        .execute(&self.write)
+        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(())
     }
 

@@ -76,8 +76,8 @@ pub trait WebhookStore: Send + Sync {
     async fn set_webhook_failing(&self, id: &str, since: Option<i64>) -> Result<()>;
     /// Disables it (`reason`), or enables it again (`None`), clearing its failure.
     async fn set_webhook_disabled(&self, id: &str, reason: Option<&str>) -> Result<()>;
-    /// Records an attempt, keeping the subscription's newest `keep`.
-    async fn record_delivery(&self, row: &DeliveryRow, keep: i64) -> Result<()>;
+    /// Records attempts (of one subscription), keeping its newest `keep`.
+    async fn record_deliveries(&self, rows: &[DeliveryRow], keep: i64) -> Result<()>;
     /// The newest attempts first, at most `limit`.
     async fn deliveries(&self, webhook_id: &str, limit: i64) -> Result<Vec<DeliveryRow>>;
 

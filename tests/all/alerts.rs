@@ -1,0 +1,142 @@
+//! Alerts against a real `dagr serve`, a real SMTP server (aiosmtpd,
+//! started by scripts/test.sh: `DAGR_TEST_SMTP`, mail kept as Maildir
+//! files in `DAGR_TEST_MAILDIR`) and a Slack-compatible receiver in the
+//! test: a failing workflow sends one mail with the run's link and the
+//! reason; a run of failures is grouped into a summary; the history says
+//! what went out; a bad rule is refused, naming what is wrong.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::api::{Api, PATIENCE};
+use crate::server::DagrServer;
+
+/// The mails that reached `to`, as text.
+fn mails_to(to: &str) -> Vec<String> {
+    let dir = PathBuf::from(std::env::var("DAGR_TEST_MAILDIR").expect("DAGR_TEST_MAILDIR (scripts/test.sh sets it)"));
+    let mut mails = Vec::new();
+    for sub in ["new", "cur"] {
+        for entry in std::fs::read_dir(dir.join(sub)).into_iter().flatten().flatten() {
+            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            if text.lines().any(|l| l.starts_with("To: ") && l.contains(to)) {
+                mails.push(text);
+            }
+        }
+    }
+    mails
+}
+
+/// How many alerts a mail stands for: `[dagr] N × kind…` or one.
+fn alerts_in(mail: &str) -> usize {
+    let subject = mail.lines().find_map(|l| l.strip_prefix("Subject: ")).unwrap_or_default();
+    let count = subject.strip_prefix("[dagr] ").and_then(|s| s.split(" × ").next()).and_then(|n| n.parse().ok());
+    count.unwrap_or(1)
+}
+
+const FAILING: &str =
+    "name: nightly\ntasks:\n- {name: load, plugin: fail, params: {mode: fatal, message: disk full}}\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_workflow_mails_its_reason_once_and_groups_what_follows() {
+    let smtp = std::env::var("DAGR_TEST_SMTP").expect("DAGR_TEST_SMTP (scripts/test.sh starts the SMTP server)");
+    let (host, port) = smtp.split_once(':').unwrap();
+    let (host, port) = (host.to_owned(), port.to_owned());
+    let server = tokio::task::spawn_blocking(move || {
+        DagrServer::start_with(&[
+            ("DAGR_SMTP__HOST", &host),
+            ("DAGR_SMTP__PORT", &port),
+            ("DAGR_SMTP__SECURITY", "none"),
+            ("DAGR_ALERTS__BASE_URL", "http://dagr.test"),
+            ("DAGR_WEBHOOKS__ALLOW_PRIVATE", "true"),
+        ])
+    })
+    .await
+    .unwrap();
+    let api = Api::of(&server);
+    api.apply(FAILING).await;
+    let to = format!("ops-{}@example.org", std::process::id());
+    let rule = json!({"workflow": "nightly", "on": ["run.failed"], "channel": {"email": to}, "group": "5s"});
+    let (status, created) = api.post("/v1/alerts", rule).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    // A Slack-compatible incoming webhook, too.
+    let posted: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let seen = posted.clone();
+    let app = axum::Router::new().route(
+        "/slack",
+        axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
+            let seen = seen.clone();
+            async move {
+                seen.lock().unwrap().push(body);
+                "ok"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let slack = format!("http://{}/slack", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let (status, body) = api.post("/v1/alerts", json!({"on": ["task.failed"], "channel": {"slack": slack}})).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+
+    // One failure: one mail, at once, with the reason and the run's link.
+    let first = api.trigger("nightly", json!({})).await;
+    assert_eq!(api.finished(&first).await["state"], "failed");
+    let start = std::time::Instant::now();
+    while mails_to(&to).is_empty() {
+        assert!(start.elapsed() < PATIENCE, "no mail came");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mail = &mails_to(&to)[0];
+    assert!(mail.contains("Subject: [dagr] run.failed: nightly"), "{mail}");
+    assert!(mail.contains("disk full"), "the reason: {mail}");
+    assert!(mail.contains(&format!("http://dagr.test/v1/runs/{first}")), "the link: {mail}");
+
+    // 24 more in a row: grouped, not 24 mails.
+    let mut runs = Vec::new();
+    for _ in 0..24 {
+        runs.push(api.trigger("nightly", json!({})).await);
+    }
+    for run in &runs {
+        api.finished(run).await;
+    }
+    let start = std::time::Instant::now();
+    loop {
+        let history = api.get_ok("/v1/alerts/history?limit=1000").await;
+        let mine: Vec<&Value> = history.as_array().unwrap().iter().filter(|a| a["rule"] == created["id"]).collect();
+        if mine.len() == 25 && mine.iter().all(|a| a["sent_at"].is_string()) {
+            break;
+        }
+        assert!(start.elapsed() < PATIENCE, "not all sent: {history}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let mails = mails_to(&to);
+    let counted: usize = mails.iter().map(|m| alerts_in(m)).sum();
+    assert_eq!(counted, 25, "every failure is in some mail: {mails:?}");
+    assert!(mails.len() <= 4, "grouped into a summary or two, not {} mails", mails.len());
+    assert!(mails.iter().any(|m| alerts_in(m) > 1), "a summary: {mails:?}");
+    let posts = posted.lock().unwrap().clone();
+    assert!(!posts.is_empty() && posts[0]["text"].as_str().unwrap().contains("task.failed"), "{posts:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_alert_rule_is_refused_naming_what_is_wrong() {
+    let api = Api::shared().await;
+    for (rule, location) in [
+        (json!({"on": [], "channel": {"email": "a@b.org"}}), "on"),
+        (json!({"on": ["run.exploded"], "channel": {"email": "a@b.org"}}), "on"),
+        (json!({"on": ["run.failed"], "channel": {"email": "a@b.org", "slack": "https://x.org"}}), "channel"),
+        (json!({"on": ["run.failed"], "channel": {"pager": "x"}}), "channel"),
+        (json!({"on": ["run.failed"], "channel": {"email": "not an address"}}), "channel.email"),
+        (json!({"on": ["run.failed"], "channel": {"slack": "http://127.0.0.1:9/x"}}), "channel.slack"),
+        (json!({"on": ["run.failed"], "channel": {"email": "a@b.org"}, "group": "0s"}), "group"),
+    ] {
+        let (status, body) = api.post("/v1/alerts", rule.clone()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{rule}: {body}");
+        assert_eq!(body["location"], location, "{rule}: {body}");
+    }
+    let (status, _) = api.get("/v1/alerts/al_nothing").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
