@@ -97,7 +97,7 @@ export DAGR_TEST_ETCD="http://127.0.0.1:$ETCD_CLIENT"
 # A real SMTP server for the alert tests: aiosmtpd, keeping each mail it
 # receives as a Maildir file.
 SMTP_PORT=$(free_port)
-mkdir -p "$WORK/mail"
+mkdir -p "$WORK/mail/tmp" "$WORK/mail/new" "$WORK/mail/cur"   # a Maildir
 log "starting an SMTP server (aiosmtpd) on 127.0.0.1:$SMTP_PORT"
 "$DAGR_TOOLCHAINS/py/bin/python" -m aiosmtpd -n -l "127.0.0.1:$SMTP_PORT" -c aiosmtpd.handlers.Mailbox "$WORK/mail" \
   >"$WORK/smtp.log" 2>&1 &

@@ -117,6 +117,10 @@ async fn a_failing_workflow_mails_its_reason_once_and_groups_what_follows() {
     assert_eq!(counted, 25, "every failure is in some mail: {mails:?}");
     assert!(mails.len() <= 4, "grouped into a summary or two, not {} mails", mails.len());
     assert!(mails.iter().any(|m| alerts_in(m) > 1), "a summary: {mails:?}");
+    let out = crate::server::output_within(server.cli_command(&["alerts", "--limit", "5"]), PATIENCE);
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && printed.lines().count() == 5, "{printed}");
+    assert!(printed.contains("run.failed") && printed.contains("sent "), "dagr alerts: {printed}");
     let posts = posted.lock().unwrap().clone();
     assert!(!posts.is_empty() && posts[0]["text"].as_str().unwrap().contains("task.failed"), "{posts:?}");
 }

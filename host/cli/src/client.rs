@@ -111,6 +111,12 @@ pub enum ClientCommand {
     Why { run: String },
     /// The tenant's events (every state change), or with -f followed live.
     Events(crate::events_client::EventsArgs),
+    /// The alerts raised for your tenant, newest first, and whether they
+    /// went out (rules: POST /v1/alerts).
+    Alerts {
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+    },
     /// Take a workflow's schedule offline or back online.
     Schedule {
         #[command(subcommand)]
@@ -235,6 +241,7 @@ async fn execute(api: &Api, command: ClientCommand) -> anyhow::Result<ExitCode> 
         ClientCommand::Lineage { workflow, depth } => crate::outer_client::lineage(api, &workflow, depth).await,
         ClientCommand::Why { run } => crate::outer_client::why(api, &run).await,
         ClientCommand::Events(args) => crate::events_client::events(api, args).await,
+        ClientCommand::Alerts { limit } => crate::events_client::alerts(api, limit).await,
         ClientCommand::Schedule { action } => match action {
             ScheduleAction::Pause { workflow } => crate::outer_client::schedule(api, &workflow, true).await,
             ScheduleAction::Resume { workflow } => crate::outer_client::schedule(api, &workflow, false).await,

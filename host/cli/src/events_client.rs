@@ -138,3 +138,20 @@ mod tests {
         assert!(frame_end(&rest[second..]).is_none(), "an unfinished frame waits for more");
     }
 }
+
+/// `dagr alerts`: the alerts raised for the tenant, newest first, and
+/// whether they went out.
+pub async fn alerts(api: &Api, limit: u32) -> anyhow::Result<ExitCode> {
+    let history: Vec<dagr_protocol::api::AlertView> =
+        api.json(api.get(&["v1", "alerts", "history"]).query(&[("limit", limit.to_string())])).await?;
+    let mut out = std::io::stdout().lock();
+    for a in &history {
+        let sent = match (&a.sent_at, &a.error) {
+            (Some(at), _) => format!("sent {at}"),
+            (None, Some(error)) => format!("not sent: {error}"),
+            (None, None) => "waiting for its group's window".into(),
+        };
+        writeln!(out, "{}  {:<18} {}  ({sent}; rule {})", a.at, a.kind, a.message, a.rule)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
