@@ -21,7 +21,9 @@ fn mails_to(to: &str) -> Vec<String> {
     let mut mails = Vec::new();
     for sub in ["new", "cur"] {
         for entry in std::fs::read_dir(dir.join(sub)).into_iter().flatten().flatten() {
+            // Quoted-printable bodies break long lines with a soft `=`.
             let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            let text = text.replace("=\r\n", "").replace("=\n", "").replace("=3D", "=");
             if text.lines().any(|l| l.starts_with("To: ") && l.contains(to)) {
                 mails.push(text);
             }
@@ -30,10 +32,10 @@ fn mails_to(to: &str) -> Vec<String> {
     mails
 }
 
-/// How many alerts a mail stands for: `[dagr] N × kind…` or one.
+/// How many alerts a mail stands for: `[dagr] N x kind…` or one.
 fn alerts_in(mail: &str) -> usize {
     let subject = mail.lines().find_map(|l| l.strip_prefix("Subject: ")).unwrap_or_default();
-    let count = subject.strip_prefix("[dagr] ").and_then(|s| s.split(" × ").next()).and_then(|n| n.parse().ok());
+    let count = subject.strip_prefix("[dagr] ").and_then(|s| s.split(" x ").next()).and_then(|n| n.parse().ok());
     count.unwrap_or(1)
 }
 

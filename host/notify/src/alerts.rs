@@ -119,7 +119,7 @@ pub fn compose(rule: &AlertRuleRow, alerts: &[AlertRow], base_url: &str) -> (Str
         let text = format!("{} at {}{}\n\n(alert rule {})\n", first.message, time(first.at), link(&alerts[0]), rule.id);
         return (subject, text);
     }
-    let subject = format!("[dagr] {} × {}: {}", alerts.len(), first.kind, workflow);
+    let subject = format!("[dagr] {} x {}: {}", alerts.len(), first.kind, workflow);
     let mut text = format!(
         "{} alerts of rule {} between {} and {}:\n\n",
         alerts.len(),
@@ -418,7 +418,7 @@ mod tests {
         assert!(text.contains("load: boom") && text.contains("https://dagr.example.org/v1/runs/r1"), "{text}");
         let many: Vec<AlertRow> = (1..=23).map(alert).collect();
         let (subject, text) = compose(&rule("run.failed", None), &many, "");
-        assert_eq!(subject, "[dagr] 23 × run.failed: nightly");
+        assert_eq!(subject, "[dagr] 23 x run.failed: nightly");
         assert_eq!(text.lines().filter(|l| l.starts_with("- ")).count(), 23, "{text}");
     }
 }
