@@ -42,12 +42,12 @@ fn alerts_in(mail: &str) -> usize {
 const FAILING: &str =
     "name: nightly\ntasks:\n- {name: load, plugin: fail, params: {mode: fatal, message: disk full}}\n";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failing_workflow_mails_its_reason_once_and_groups_what_follows() {
+/// A server that mails through the test SMTP server.
+async fn alerting_server() -> DagrServer {
     let smtp = std::env::var("DAGR_TEST_SMTP").expect("DAGR_TEST_SMTP (scripts/test.sh starts the SMTP server)");
     let (host, port) = smtp.split_once(':').unwrap();
     let (host, port) = (host.to_owned(), port.to_owned());
-    let server = tokio::task::spawn_blocking(move || {
+    tokio::task::spawn_blocking(move || {
         DagrServer::start_with(&[
             ("DAGR_SMTP__HOST", &host),
             ("DAGR_SMTP__PORT", &port),
@@ -57,7 +57,47 @@ async fn a_failing_workflow_mails_its_reason_once_and_groups_what_follows() {
         ])
     })
     .await
-    .unwrap();
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_past_its_sla_alerts_once_and_one_in_time_does_not() {
+    let server = alerting_server().await;
+    let api = Api::of(&server);
+    api.apply("name: slow\nsla: {within: 2s}\ntasks:\n- {name: nap, plugin: sleep, params: {ms: 5000}}\n").await;
+    api.apply("name: quick\nsla: {within: 30s}\ntasks:\n- {name: a, plugin: echo}\n").await;
+    let to = format!("sla-{}@example.org", std::process::id());
+    let rule = json!({"on": ["run.sla_missed"], "channel": {"email": to}});
+    let (status, body) = api.post("/v1/alerts", rule).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let quick = api.trigger("quick", json!({})).await;
+    api.finished(&quick).await;
+    let slow = api.trigger("slow", json!({})).await;
+    let start = std::time::Instant::now();
+    while mails_to(&to).is_empty() {
+        assert!(start.elapsed() < PATIENCE, "no SLA mail came");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let run = api.get_ok(&format!("/v1/runs/{slow}")).await;
+    assert_eq!(run["state"], "running", "alerted while the run goes on: {run}");
+    assert_eq!(api.finished(&slow).await["state"], "succeeded", "an SLA does not stop the run");
+    let missed = api.get_ok("/v1/events?kind=run.sla_missed").await;
+    let missed = missed["events"].as_array().unwrap();
+    assert_eq!(missed.len(), 1, "once, for the slow run only: {missed:?}");
+    assert_eq!(missed[0]["run_id"], slow.as_str());
+    let mails = mails_to(&to);
+    assert_eq!(mails.len(), 1, "{mails:?}");
+    assert!(mails[0].contains("missed its SLA") && mails[0].contains(&slow), "{}", mails[0]);
+    // A bad SLA is refused where it is written.
+    let (status, body) =
+        api.post_text("/v1/workflows", "name: bad\nsla: {finish_by: 6am}\ntasks:\n- {name: a, plugin: echo}\n").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["location"], "sla.finish_by", "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_workflow_mails_its_reason_once_and_groups_what_follows() {
+    let server = alerting_server().await;
     let api = Api::of(&server);
     api.apply(FAILING).await;
     let to = format!("ops-{}@example.org", std::process::id());

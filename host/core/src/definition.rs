@@ -64,6 +64,11 @@ pub struct WorkflowSpec {
     /// running attempts are cancelled).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<HumanDuration>,
+    /// Each run's deadline (`finish_by: "06:00"` with an optional
+    /// `timezone`, or `within: 2h` of its cycle): a run unfinished by then
+    /// raises a `run.sla_missed` event, for alert rules. It goes on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sla: Option<crate::sla::SlaSpec>,
     /// 0 (the default) to 3: when ready tasks outnumber free worker slots,
     /// higher grades go first within a tenant (lower ones age up so they
     /// never starve). Plugins see it (`host.grade()`).
@@ -629,6 +634,8 @@ pub struct Workflow {
     pub upstream: Vec<Upstream>,
     /// A run still unfinished this long after it started fails.
     pub timeout: Option<Duration>,
+    /// Each run's deadline.
+    pub sla: Option<crate::sla::Sla>,
     index: HashMap<String, usize>,
 }
 
@@ -917,6 +924,17 @@ impl Workflow {
             },
         };
 
+        let sla = match &spec.sla {
+            None => None,
+            Some(s) => match crate::sla::Sla::new(s, schedule.as_ref().map(|s| s.timezone)) {
+                Ok(sla) => Some(sla),
+                Err((field, message)) => {
+                    push(if field.is_empty() { "sla".into() } else { format!("sla.{field}") }, message);
+                    None
+                }
+            },
+        };
+
         if !issues.is_empty() {
             return Err(Invalid { issues });
         }
@@ -926,7 +944,7 @@ impl Workflow {
             }
         }
         let timeout = spec.timeout.map(|d| d.0);
-        Ok(Workflow { spec, tasks, schedule, upstream, timeout, index })
+        Ok(Workflow { spec, tasks, schedule, upstream, timeout, sla, index })
     }
 
     /// Merges trigger-time overrides into the workflow's params. Unknown

@@ -33,6 +33,7 @@ pub mod outer;
 pub mod output;
 pub mod run;
 pub mod schedule;
+pub mod sla;
 pub mod slots;
 pub mod template;
 pub mod units;

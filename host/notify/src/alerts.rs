@@ -24,8 +24,15 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 /// Every kind an alert rule may name.
-pub const KINDS: &[&str] =
-    &["run.failed", "run.succeeded", "task.failed", "run.upstream_failed", "run.waiting", "webhook.disabled"];
+pub const KINDS: &[&str] = &[
+    "run.failed",
+    "run.succeeded",
+    "task.failed",
+    "run.upstream_failed",
+    "run.waiting",
+    "run.sla_missed",
+    "webhook.disabled",
+];
 
 /// Events read at once.
 const PAGE: i64 = 500;
@@ -70,6 +77,7 @@ pub fn alert_kind(event: &EventRow) -> Option<&'static str> {
         "task.state" => (to()?.as_str() == "failed").then_some("task.failed"),
         "run.upstream_failed" => Some("run.upstream_failed"),
         "run.waiting" => Some("run.waiting"),
+        "run.sla_missed" => Some("run.sla_missed"),
         "webhook.disabled" => Some("webhook.disabled"),
         _ => None,
     }
@@ -94,6 +102,7 @@ fn line(kind: &str, event: &EventRow, reason: Option<&str>) -> String {
         }
         "run.upstream_failed" => format!("run {run} of {workflow}: an upstream instance failed"),
         "run.waiting" => format!("run {run} of {workflow} waits for its upstream"),
+        "run.sla_missed" => format!("run {run} of {workflow} missed its SLA: unfinished at its deadline"),
         other => format!("{other}: {}", event.data),
     };
     match reason {
@@ -181,6 +190,9 @@ impl Alerter {
                 tokio::time::sleep(self.config.poll).await;
                 continue;
             }
+            if let Err(e) = self.judge_deadlines().await {
+                tracing::warn!(error = %e, "cannot judge SLA deadlines; will retry");
+            }
             if let Err(e) = self.raise(&mut cursor).await {
                 tracing::warn!(error = %e, "cannot raise alerts; will retry");
             }
@@ -189,6 +201,33 @@ impl Alerter {
             }
             tokio::time::sleep(self.config.poll).await;
         }
+    }
+
+    /// Runs past their deadline: an unfinished one raises a
+    /// `run.sla_missed` event (once); a finished one met it.
+    async fn judge_deadlines(&self) -> Result<(), String> {
+        let now = Utc::now().timestamp_millis();
+        let due = self.store.due_slas(now, 500).await.map_err(|e| e.to_string())?;
+        for sla in due {
+            if sla.finished_at.is_some_and(|f| f <= sla.due_at) {
+                self.store.sla_judged(&sla.run_id, 0).await.map_err(|e| e.to_string())?;
+                continue;
+            }
+            let event = dagr_store::NewEvent {
+                tenant: sla.tenant.clone(),
+                at: now,
+                kind: "run.sla_missed".into(),
+                workflow: Some(sla.workflow.clone()),
+                run_id: Some(sla.run_id.clone()),
+                task: None,
+                data: json!({"deadline": time(sla.due_at), "finished_at": sla.finished_at.map(time)}).to_string(),
+            };
+            tracing::warn!(run = %sla.run_id, workflow = %sla.workflow, "a run missed its SLA");
+            let batch = dagr_store::WriteBatch { events: vec![event], ..Default::default() };
+            self.store.commit(batch).await.map_err(|e| e.to_string())?;
+            self.store.sla_judged(&sla.run_id, now).await.map_err(|e| e.to_string())?;
+        }
+        Ok(())
     }
 
     /// Records the alerts the new events raise, then moves the cursor.

@@ -43,6 +43,17 @@ pub struct AlertRow {
     pub error: Option<String>,
 }
 
+/// A run whose deadline has passed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DueSla {
+    pub run_id: String,
+    pub tenant: String,
+    pub workflow: String,
+    pub due_at: i64,
+    /// When the run finished, if it has.
+    pub finished_at: Option<i64>,
+}
+
 #[async_trait]
 pub trait AlertStore: Send + Sync {
     async fn create_alert_rule(&self, row: &AlertRuleRow) -> Result<()>;
@@ -62,4 +73,10 @@ pub trait AlertStore: Send + Sync {
     async fn alerts_sent(&self, ids: &[i64], at: i64, error: Option<&str>) -> Result<()>;
     /// A tenant's alerts, newest first, before `before` (an alert id).
     async fn alert_history(&self, tenant: &str, before: Option<i64>, limit: i64) -> Result<Vec<AlertRow>>;
+    /// Runs whose deadline has passed and that were not judged yet, at
+    /// most `limit`, the most overdue first.
+    async fn due_slas(&self, now: i64, limit: i64) -> Result<Vec<DueSla>>;
+    /// Records a run's deadline as judged: missed (reported `at`) or met
+    /// (`at` = 0).
+    async fn sla_judged(&self, run_id: &str, at: i64) -> Result<()>;
 }

@@ -134,7 +134,7 @@ async fn outer_dag(store: &dyn Store, p: &str) -> Result<()> {
         let id = format!("{p}hour-{i}");
         let mut row = run(&id, &tenant, "hourly", RunKind::Schedule, at);
         row.slot = 9;
-        store.create_runs(vec![NewRun { run: row, tasks: vec!["load".into()] }], None).await?;
+        store.create_runs(vec![NewRun { run: row, tasks: vec!["load".into()], sla_at: None }], None).await?;
         hours.push(id);
     }
     let mut done = TaskRow {
@@ -166,7 +166,11 @@ async fn outer_dag(store: &dyn Store, p: &str) -> Result<()> {
     let daily = format!("{p}day-0");
     store
         .create_runs(
-            vec![NewRun { run: run(&daily, &tenant, "daily", RunKind::Schedule, 0), tasks: vec!["r".into()] }],
+            vec![NewRun {
+                run: run(&daily, &tenant, "daily", RunKind::Schedule, 0),
+                tasks: vec!["r".into()],
+                sla_at: None,
+            }],
             None,
         )
         .await?;
@@ -226,7 +230,7 @@ async fn outer_dag(store: &dyn Store, p: &str) -> Result<()> {
     let mut child = run(&format!("{p}child"), &tenant, "hourly", RunKind::Manual, 1);
     child.parent_run = Some(daily.clone());
     child.parent_task = Some(0);
-    store.create_runs(vec![NewRun { run: child.clone(), tasks: vec!["load".into()] }], None).await?;
+    store.create_runs(vec![NewRun { run: child.clone(), tasks: vec!["load".into()], sla_at: None }], None).await?;
     check(store.children_of(&daily).await? == vec![child.id.clone()], "children")?;
     check(store.get_run(&child.id).await?.is_some_and(|r| r.parent_task == Some(0)), "parent kept")?;
     done.child_run = Some(child.id.clone());
@@ -247,7 +251,8 @@ async fn outer_dag(store: &dyn Store, p: &str) -> Result<()> {
 async fn task_reads(store: &dyn Store, p: &str) -> Result<()> {
     let id = format!("{p}paged");
     let names: Vec<String> = (0..25).map(|i| format!("t{i}")).collect();
-    let new = NewRun { run: run(&id, &format!("{p}t"), "wf", RunKind::Manual, 5000), tasks: names.clone() };
+    let new =
+        NewRun { run: run(&id, &format!("{p}t"), "wf", RunKind::Manual, 5000), tasks: names.clone(), sla_at: None };
     store.create_runs(vec![new], None).await?;
     let first = store.run_tasks_page(&id, -1, 10).await?;
     check(first.len() == 10 && first[0].name == "t0" && first[9].idx == 9, "first page")?;
@@ -375,7 +380,9 @@ async fn tenancy(store: &dyn Store, p: &str) -> Result<()> {
     let runs = [("m1", RunKind::Manual, 1000), ("j1", RunKind::Job, 2000), ("s1", RunKind::Schedule, 3000)];
     for (id, kind, at) in runs {
         let id = format!("{p}rate-{id}");
-        store.create_runs(vec![NewRun { run: run(&id, &name, "wf", kind, at), tasks: vec![] }], None).await?;
+        store
+            .create_runs(vec![NewRun { run: run(&id, &name, "wf", kind, at), tasks: vec![], sla_at: None }], None)
+            .await?;
     }
     let manual_and_jobs = [RunKind::Manual, RunKind::Job];
     let recent = store.count_runs_since(&name, &manual_and_jobs, 1000).await?;
@@ -393,7 +400,10 @@ async fn big_batches(store: &dyn Store, p: &str) -> Result<()> {
     let id = format!("{p}big");
     let names: Vec<String> = (0..1234).map(|i| format!("t{i}")).collect();
     store
-        .create_runs(vec![NewRun { run: run(&id, &tenant, "wf", RunKind::Manual, 9), tasks: names.clone() }], None)
+        .create_runs(
+            vec![NewRun { run: run(&id, &tenant, "wf", RunKind::Manual, 9), tasks: names.clone(), sla_at: None }],
+            None,
+        )
         .await?;
     let tasks = store.run_tasks(&id).await?;
     check(
@@ -455,7 +465,11 @@ async fn runs_and_batches(store: &dyn Store, p: &str) -> Result<()> {
     let id = format!("{p}run-1");
     let created = store
         .create_runs(
-            vec![NewRun { run: run(&id, &tenant, "wf", RunKind::Manual, 1000), tasks: vec!["a".into(), "b".into()] }],
+            vec![NewRun {
+                run: run(&id, &tenant, "wf", RunKind::Manual, 1000),
+                tasks: vec!["a".into(), "b".into()],
+                sla_at: None,
+            }],
             Some(EncodedCommand::new("admit", "{}".into())),
         )
         .await?;
@@ -575,6 +589,7 @@ async fn cycles_are_unique(store: &dyn Store, p: &str) -> Result<()> {
             vec![NewRun {
                 run: run(&format!("{p}s1"), &tenant, "daily", RunKind::Schedule, 86_400_000),
                 tasks: vec!["a".into()],
+                sla_at: None,
             }],
             None,
         )
@@ -585,6 +600,7 @@ async fn cycles_are_unique(store: &dyn Store, p: &str) -> Result<()> {
             vec![NewRun {
                 run: run(&format!("{p}s2"), &tenant, "daily", RunKind::Backfill, 86_400_000),
                 tasks: vec!["a".into()],
+                sla_at: None,
             }],
             None,
         )
@@ -598,6 +614,7 @@ async fn cycles_are_unique(store: &dyn Store, p: &str) -> Result<()> {
             vec![NewRun {
                 run: run(&format!("{p}m1"), &tenant, "daily", RunKind::Manual, 86_400_000),
                 tasks: vec!["a".into()],
+                sla_at: None,
             }],
             None,
         )
@@ -611,7 +628,10 @@ async fn fencing(store: &dyn Store, p: &str) -> Result<()> {
     let tenant = format!("{p}t");
     let id = format!("{p}fenced");
     store
-        .create_runs(vec![NewRun { run: run(&id, &tenant, "wf", RunKind::Manual, 5), tasks: vec!["a".into()] }], None)
+        .create_runs(
+            vec![NewRun { run: run(&id, &tenant, "wf", RunKind::Manual, 5), tasks: vec!["a".into()], sla_at: None }],
+            None,
+        )
         .await?;
     let write = |epoch: i64, state: RunState| WriteBatch {
         runs: vec![RunWrite { id: id.clone(), state, started_at: None, finished_at: None, updated_at: 6 }],

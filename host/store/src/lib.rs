@@ -46,7 +46,7 @@ pub use dagr_core::attempt::{AttemptState, FailureKind};
 pub use dagr_core::{RunState, TaskState};
 use serde::{Deserialize, Serialize};
 
-pub use crate::alerts::{AlertRow, AlertRuleRow, AlertStore, NewAlert};
+pub use crate::alerts::{AlertRow, AlertRuleRow, AlertStore, DueSla, NewAlert};
 pub use crate::logs::NUL_STORED_AS;
 pub use crate::outer::{CycleRun, EdgeRow, OuterStore};
 pub use crate::reads::ReadStore;
@@ -306,6 +306,8 @@ pub struct NewRun {
     pub run: RunRow,
     /// Task names in workflow order; their index is their position.
     pub tasks: Vec<String>,
+    /// Its deadline (the workflow's `sla`), if it has one.
+    pub sla_at: Option<i64>,
 }
 
 /// What a new run is: everything [`NewRun::new`] needs besides the
@@ -358,6 +360,7 @@ impl NewRun {
                 parent_task: origin.parent.map(|(_, task)| task),
             },
             tasks: workflow.tasks.iter().map(|t| t.name.clone()).collect(),
+            sla_at: workflow.sla.map(|sla| sla.deadline(origin.logical_time)),
         }
     }
 }

@@ -538,6 +538,15 @@ impl SqlStore {
             })
             .collect();
         insert_rows(&mut *conn, backend, "INSERT INTO tasks (run_id, idx, name, state)", "", 4, rows).await?;
+        if let Some(due) = new.sla_at {
+            sqlx::query("INSERT INTO run_slas (run_id, tenant, workflow, due_at) VALUES ($1, $2, $3, $4)")
+                .bind(&new.run.id)
+                .bind(&new.run.tenant)
+                .bind(&new.run.workflow)
+                .bind(due)
+                .execute(&mut *conn)
+                .await?;
+        }
         Ok(true)
     }
 

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use crate::alerts::{AlertRow, AlertRuleRow, AlertStore, NewAlert};
+use crate::alerts::{AlertRow, AlertRuleRow, AlertStore, DueSla, NewAlert};
 use crate::{Result, SqlStore};
 
 fn rule_from(r: &AnyRow) -> Result<AlertRuleRow> {
@@ -148,6 +148,37 @@ impl AlertStore for SqlStore {
             query.execute(&mut *tx).await?;
         }
         tx.commit().await?;
+        Ok(())
+    }
+
+    async fn due_slas(&self, now: i64, limit: i64) -> Result<Vec<DueSla>> {
+        let rows = sqlx::query(
+            "SELECT s.run_id, s.tenant, s.workflow, s.due_at, r.finished_at FROM run_slas s \
+             JOIN runs r ON r.id = s.run_id WHERE s.missed_at IS NULL AND s.due_at <= $1 ORDER BY s.due_at LIMIT $2",
+        )
+        .bind(now)
+        .bind(limit)
+        .fetch_all(&self.read)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(DueSla {
+                    run_id: r.try_get("run_id")?,
+                    tenant: r.try_get("tenant")?,
+                    workflow: r.try_get("workflow")?,
+                    due_at: r.try_get("due_at")?,
+                    finished_at: r.try_get("finished_at")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn sla_judged(&self, run_id: &str, at: i64) -> Result<()> {
+        sqlx::query("UPDATE run_slas SET missed_at = $1 WHERE run_id = $2")
+            .bind(at)
+            .bind(run_id)
+            .execute(&self.write)
+            .await?;
         Ok(())
     }
 
