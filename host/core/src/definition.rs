@@ -124,6 +124,10 @@ pub struct TaskSpec {
     /// Deadline of each attempt, e.g. `30s`, `5m`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<HumanDuration>,
+    /// An attempt still running this long raises a `task.timeout_warn`
+    /// event (for alert rules) and goes on; shorter than `timeout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_warn: Option<HumanDuration>,
     /// Higher runs first when workers are short.
     #[serde(default, skip_serializing_if = "is_zero_i32")]
     pub priority: i32,
@@ -608,6 +612,7 @@ pub struct Task {
     pub retries: u32,
     pub backoff: Backoff,
     pub timeout: Option<Duration>,
+    pub timeout_warn: Option<Duration>,
     pub priority: i32,
     pub trigger_rule: TriggerRule,
     pub allow_hosts: Vec<String>,
@@ -795,6 +800,13 @@ impl Workflow {
             if t.timeout.is_some_and(|d| d.0.is_zero()) {
                 push(at("timeout"), "must be longer than zero".into());
             }
+            if let Some(warn) = t.timeout_warn {
+                if warn.0.is_zero() {
+                    push(at("timeout_warn"), "must be longer than zero".into());
+                } else if t.timeout.is_some_and(|d| warn.0 >= d.0) {
+                    push(at("timeout_warn"), "must be shorter than the task's `timeout`".into());
+                }
+            }
             if t.worker_group.as_deref().is_some_and(|g| !valid_name(g)) {
                 push(at("worker_group"), format!("not a valid worker group: {NAME_RULE}"));
             }
@@ -882,6 +894,7 @@ impl Workflow {
                 retries: t.retries,
                 backoff,
                 timeout: t.timeout.map(|d| d.0),
+                timeout_warn: t.timeout_warn.map(|d| d.0),
                 priority: t.priority,
                 trigger_rule: t.trigger_rule,
                 allow_hosts: t.allow_hosts.clone(),

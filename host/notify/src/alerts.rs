@@ -31,6 +31,7 @@ pub const KINDS: &[&str] = &[
     "run.upstream_failed",
     "run.waiting",
     "run.sla_missed",
+    "task.timeout_warn",
     "webhook.disabled",
 ];
 
@@ -78,6 +79,7 @@ pub fn alert_kind(event: &EventRow) -> Option<&'static str> {
         "run.upstream_failed" => Some("run.upstream_failed"),
         "run.waiting" => Some("run.waiting"),
         "run.sla_missed" => Some("run.sla_missed"),
+        "task.timeout_warn" => Some("task.timeout_warn"),
         "webhook.disabled" => Some("webhook.disabled"),
         _ => None,
     }
@@ -103,6 +105,10 @@ fn line(kind: &str, event: &EventRow, reason: Option<&str>) -> String {
         "run.upstream_failed" => format!("run {run} of {workflow}: an upstream instance failed"),
         "run.waiting" => format!("run {run} of {workflow} waits for its upstream"),
         "run.sla_missed" => format!("run {run} of {workflow} missed its SLA: unfinished at its deadline"),
+        "task.timeout_warn" => format!(
+            "task {} of run {run} ({workflow}) runs longer than its timeout_warn",
+            event.task.as_deref().unwrap_or("?")
+        ),
         other => format!("{other}: {}", event.data),
     };
     match reason {

@@ -14,6 +14,7 @@ use crate::engine::control::Activation;
 use crate::engine::effects::{Effects, Need};
 use crate::engine::runs::InFlight;
 use crate::engine::state::EngineState;
+use crate::engine::timers::Timer;
 use crate::ready::ReadyTask;
 
 /// Ready tasks set aside in one step because their worker group is full;
@@ -197,6 +198,10 @@ impl EngineState {
                     confirmed_at: now,
                     adopting: false,
                 };
+                if let Some(warn) = self.runs.get(&item.run).and_then(|r| r.machine.workflow().tasks[item.task].timeout_warn) {
+                    let timer = Timer::AttemptWarn { run: key.run_id.clone(), task: item.task, attempt };
+                    self.timers.arm(now + warn.as_millis() as i64, timer);
+                }
                 self.in_flight.insert(key, flight);
                 effects.dispatches.push((spec, worker));
             }

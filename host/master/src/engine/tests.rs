@@ -576,3 +576,26 @@ fn params_that_render_past_max_params_fail_the_task_naming_the_limit() {
     let error = env.store.tasks[&run].iter().find(|t| t.name == "b").unwrap().error.clone().unwrap();
     assert!(error.contains("params.x") && error.contains("[limits] max_params"), "{error}");
 }
+
+#[test]
+fn an_attempt_past_its_timeout_warn_raises_one_event_and_goes_on() {
+    let mut env = TestEnv::new();
+    env.apply(
+        "name: w\ntasks:\n- {name: slow, plugin: echo, timeout_warn: 2s}\n- {name: fast, plugin: echo, timeout_warn: 2s}\n",
+    );
+    env.trigger("w");
+    env.step(vec![]);
+    let fast = env.in_flight_all("fast");
+    assert_eq!(fast.len(), 1);
+    env.succeed(&fast[0], "{}");
+    env.advance(2_000);
+    let effects = env.step(vec![]);
+    let warned: Vec<Option<&str>> =
+        effects.batch.events.iter().filter(|e| e.kind == "task.timeout_warn").map(|e| e.task.as_deref()).collect();
+    assert_eq!(warned, [Some("slow")], "only the attempt still running");
+    assert!(effects.cancels.is_empty(), "the attempt goes on");
+    assert_eq!(env.in_flight_all("slow").len(), 1);
+    env.advance(60_000);
+    let later = env.step(vec![]);
+    assert!(!later.batch.events.iter().any(|e| e.kind == "task.timeout_warn"), "once");
+}

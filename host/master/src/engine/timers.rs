@@ -28,6 +28,12 @@ pub(crate) enum Timer {
     RunTimeout {
         run: String,
     },
+    /// An attempt reached its task's `timeout_warn`.
+    AttemptWarn {
+        run: String,
+        task: usize,
+        attempt: u32,
+    },
 }
 
 /// Timers by (due time in ms, sequence).
@@ -82,6 +88,21 @@ impl EngineState {
                     {
                         self.absorb(effects, &id, actions, now);
                     }
+                }
+                Timer::AttemptWarn { run, task, attempt } => {
+                    let key = dagr_protocol::wire::AttemptKey { run_id: run.clone(), task: task as u32, number: attempt };
+                    if !self.in_flight.contains_key(&key) {
+                        continue;
+                    }
+                    let Some(active) = self.runs.get(run.as_str()) else { continue };
+                    let limit = active.machine.workflow().tasks[task].timeout_warn.unwrap_or_default();
+                    let message = format!(
+                        "attempt {attempt} has run longer than its warning threshold of {}",
+                        dagr_core::units::format_duration(limit)
+                    );
+                    tracing::warn!(run = %run, task, %message, "attempt past its timeout_warn");
+                    let data = serde_json::json!({ "attempt": attempt, "message": message });
+                    effects.batch.events.push(active.event("task.timeout_warn", Some(task), data, now));
                 }
                 Timer::RunTimeout { run } => {
                     let Some(id) = self.runs.get_key_value(run.as_str()).map(|(id, _)| id.clone()) else {
