@@ -212,3 +212,16 @@ async fn a_nul_in_a_log_line_does_not_stop_logging_on_postgres() {
     let second_log = logs_of(&client, &server, second["run_id"].as_str().unwrap()).await;
     assert!(second_log.contains(&"a later attempt".to_owned()), "{second_log:?}");
 }
+
+/// A path parameter that is not UTF-8 once decoded is a 400 in the API's
+/// JSON shape on every kind of route (axum's own rejection is plain text).
+#[tokio::test]
+async fn a_path_parameter_that_is_not_utf8_is_a_json_400() {
+    let api = crate::api::Api::shared().await;
+    for path in ["/v1/plugins/%FF", "/v1/runs/%C3%28", "/v1/webhooks/%FE/deliveries", "/v1/alerts/%FF"] {
+        let (status, body) = api.get(path).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {body}");
+        assert_eq!(body["code"], "bad_path", "{path}: {body}");
+        assert!(body["message"].as_str().unwrap_or("").contains("UTF-8"), "{path}: {body}");
+    }
+}

@@ -5,7 +5,7 @@
 //! token with the `admin` scope manages its own tenant's tokens under
 //! `/v1/tokens`. Secrets are write-only: no response ever carries a value.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use dagr_protocol::api::ApiError;
 use dagr_protocol::now_ms;
@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 
 use crate::auth::{Caller, audit, generate_token, parse_scopes, scopes_text};
 use crate::error::{ApiResult, AppError};
-use crate::extract::{Json, Query};
+use crate::extract::{Json, Path, Query};
 use crate::views::time;
 use crate::{ApiState, Tenant};
 

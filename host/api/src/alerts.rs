@@ -1,7 +1,7 @@
 //! Alert rules and the alerts they raised: `/v1/alerts`. Raising and
 //! sending are the [`dagr_notify::alerts::Alerter`]'s.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use dagr_notify::alerts::KINDS;
 use dagr_protocol::api::{AlertRuleRequest, AlertRuleView, AlertView, ApiError};
@@ -12,7 +12,7 @@ use serde_json::json;
 
 use crate::auth::{Caller, audit};
 use crate::error::{ApiResult, AppError};
-use crate::extract::{Json, Query};
+use crate::extract::{Json, Path, Query};
 use crate::views::time;
 use crate::{ApiState, Tenant};
 

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use chrono::Utc;
 use dagr_core::schedule::{backfill_times, range_bound};
 use dagr_protocol::api::*;
@@ -13,7 +13,7 @@ use serde_json::json;
 
 use crate::auth::{Caller, audit};
 use crate::error::{ApiResult, AppError};
-use crate::extract::Json;
+use crate::extract::{Json, Path};
 use crate::handlers::*;
 use crate::views::{run_summary, time};
 use crate::{ApiState, Tenant};

@@ -135,3 +135,22 @@ where
 fn form_urlencoded_parse(query: &str) -> form_urlencoded::Parse<'_> {
     form_urlencoded::parse(query.as_bytes())
 }
+
+/// Path parameters; a malformed one (not UTF-8 once decoded, not of the
+/// type) is a 400 in the API's JSON shape, not axum's plain text.
+pub struct Path<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for Path<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned + Send,
+{
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(value)) => Ok(Path(value)),
+            Err(e) => Err(AppError::bad("bad_path", e.body_text())),
+        }
+    }
+}

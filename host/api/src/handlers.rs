@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, NaiveDate, NaiveDateTime, TimeZone, Utc};
@@ -25,7 +25,7 @@ use serde_json::json;
 use crate::auth::Caller;
 pub(crate) use crate::auth::audit;
 use crate::error::{ApiResult, AppError};
-use crate::extract::{OptionalJson, Query};
+use crate::extract::{OptionalJson, Path, Query};
 use crate::tasks::find_task;
 use crate::views::{run_summary, time};
 use crate::workflows::{live_workflow, stored_version};

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use chrono::{DateTime, TimeZone, Utc};
 use dagr_core::Workflow;
 use dagr_core::control::TaskKind;
@@ -18,7 +18,7 @@ use serde_json::json;
 
 use crate::auth::Caller;
 use crate::error::{ApiResult, AppError};
-use crate::extract::Query;
+use crate::extract::{Path, Query};
 use crate::handlers::{Answer, audit, find_run, latest_workflow, ok};
 use crate::tasks::run_workflow;
 use crate::workflows::live_workflow;

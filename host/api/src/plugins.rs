@@ -6,7 +6,7 @@
 //! published for the caller's tenant. A published version never changes:
 //! the same bytes again are a no-op (200), other bytes a conflict (409).
 
-use axum::extract::{Path, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use dagr_protocol::api::ApiError;
 use dagr_protocol::now_ms;
@@ -18,6 +18,7 @@ use sha2::{Digest as _, Sha256};
 
 use crate::auth::{Caller, audit};
 use crate::error::{ApiResult, AppError};
+use crate::extract::Path;
 use crate::inspect::{InspectError, Inspector};
 use crate::{ApiState, Tenant};
 

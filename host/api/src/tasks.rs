@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use dagr_core::definition::Format;
 use dagr_core::{Workflow, WorkflowSpec};
 use dagr_protocol::api::{ApiError, RunDetail, TaskDetail, TaskList};
@@ -20,7 +20,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::error::{ApiResult, AppError};
-use crate::extract::{Query, off_runtime};
+use crate::extract::{Path, Query, off_runtime};
 use crate::handlers::{Answer, find_run, ok};
 use crate::views::{attempt_view, run_summary, task_view};
 use crate::{ApiState, Tenant};

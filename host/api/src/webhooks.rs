@@ -1,7 +1,7 @@
 //! Webhook subscriptions: `/v1/webhooks`. Deliveries are the
 //! [`dagr_notify::Deliverer`]'s.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use dagr_core::events::KindFilter;
 use dagr_protocol::api::{ApiError, DeliveryView, WebhookRequest, WebhookView};
@@ -12,7 +12,7 @@ use serde_json::json;
 
 use crate::auth::{Caller, audit};
 use crate::error::{ApiResult, AppError};
-use crate::extract::{Json, Query};
+use crate::extract::{Json, Path, Query};
 use crate::views::time;
 use crate::{ApiState, Tenant};
 

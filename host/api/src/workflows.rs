@@ -1,7 +1,7 @@
 //! Workflows: apply (YAML or JSON, checked and validated off the async
 //! runtime), list, read, delete, versions.
 
-use axum::extract::{Path, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use chrono::Utc;
 use dagr_core::definition::{DefinitionError, Format};
@@ -16,7 +16,7 @@ use sha2::Digest as _;
 
 use crate::auth::{Caller, audit};
 use crate::error::{ApiResult, AppError};
-use crate::extract::{Query, body_bytes, document_error, off_runtime};
+use crate::extract::{Path, Query, body_bytes, document_error, off_runtime};
 use crate::handlers::*;
 use crate::views::time;
 use crate::{ApiState, Tenant};

@@ -198,7 +198,9 @@ impl EngineState {
                     confirmed_at: now,
                     adopting: false,
                 };
-                if let Some(warn) = self.runs.get(&item.run).and_then(|r| r.machine.workflow().tasks[item.task].timeout_warn) {
+                if let Some(warn) =
+                    self.runs.get(&item.run).and_then(|r| r.machine.workflow().tasks[item.task].timeout_warn)
+                {
                     let timer = Timer::AttemptWarn { run: key.run_id.clone(), task: item.task, attempt };
                     self.timers.arm(now + warn.as_millis() as i64, timer);
                 }

@@ -90,7 +90,8 @@ impl EngineState {
                     }
                 }
                 Timer::AttemptWarn { run, task, attempt } => {
-                    let key = dagr_protocol::wire::AttemptKey { run_id: run.clone(), task: task as u32, number: attempt };
+                    let key =
+                        dagr_protocol::wire::AttemptKey { run_id: run.clone(), task: task as u32, number: attempt };
                     if !self.in_flight.contains_key(&key) {
                         continue;
                     }
