@@ -123,22 +123,6 @@ fn print(event: &EventView, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn frames_are_split_at_blank_lines_and_keep_alives_are_skipped() {
-        let stream = b": keep-alive\n\nid: 7\nevent: run.state\ndata: {\"seq\":7,\"at\":\"t\",\"kind\":\"run.state\",\"data\":{}}\n\nid: 8";
-        let first = frame_end(stream).unwrap();
-        assert!(parse_frame(&stream[..first]).is_none(), "a comment is no event");
-        let rest = &stream[first..];
-        let second = frame_end(rest).unwrap();
-        assert_eq!(parse_frame(&rest[..second]).unwrap().seq, 7);
-        assert!(frame_end(&rest[second..]).is_none(), "an unfinished frame waits for more");
-    }
-}
-
 /// `dagr alerts`: the alerts raised for the tenant, newest first, and
 /// whether they went out.
 pub async fn alerts(api: &Api, limit: u32) -> anyhow::Result<ExitCode> {
@@ -154,4 +138,20 @@ pub async fn alerts(api: &Api, limit: u32) -> anyhow::Result<ExitCode> {
         writeln!(out, "{}  {:<18} {}  ({sent}; rule {})", a.at, a.kind, a.message, a.rule)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_are_split_at_blank_lines_and_keep_alives_are_skipped() {
+        let stream = b": keep-alive\n\nid: 7\nevent: run.state\ndata: {\"seq\":7,\"at\":\"t\",\"kind\":\"run.state\",\"data\":{}}\n\nid: 8";
+        let first = frame_end(stream).unwrap();
+        assert!(parse_frame(&stream[..first]).is_none(), "a comment is no event");
+        let rest = &stream[first..];
+        let second = frame_end(rest).unwrap();
+        assert_eq!(parse_frame(&rest[..second]).unwrap().seq, 7);
+        assert!(frame_end(&rest[second..]).is_none(), "an unfinished frame waits for more");
+    }
 }
