@@ -219,9 +219,7 @@ pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
                 tokio::time::sleep(std::time::Duration::from_millis(250)).await;
             }
         });
-        crate::node::start_sinks(&settings, store.clone(), deliver.clone());
-        crate::node::start_alerts(&settings, store.clone(), deliver.clone());
-        dagr_notify::Deliverer::start(store.clone(), crate::node::webhook_config(&settings), deliver);
+        crate::node::start_outbox(&settings, store.clone(), deliver);
         let app = dagr_master::cluster::router(MasterService { engine: engine.clone(), owned_slots: owned });
         let app = internal_only(app, internal.secret().clone(), settings.metrics_public);
         announce(Role::Master, &id, &url);

@@ -83,9 +83,7 @@ impl Node {
         dagr_worker::metrics::register(&worker);
         // One node delivers every webhook.
         let (delivering, deliver) = tokio::sync::watch::channel(true);
-        start_sinks(settings, store.clone(), deliver.clone());
-        start_alerts(settings, store.clone(), deliver.clone());
-        dagr_notify::Deliverer::start(store.clone(), webhook_config(settings), deliver);
+        start_outbox(settings, store.clone(), deliver);
         // One worker, in this process, for every group.
         engine.workers(vec![WorkerInfo {
             id: worker.id().to_owned(),
@@ -317,8 +315,20 @@ impl dagr_worker::Precompile for ChildCompiler {
 
 /// The API's settings: body limits, and plugin uploads checked (and
 /// compiled into this node's cache) by `inspector`.
+/// Starts what follows the event log outward — webhooks, alerts and the
+/// NATS sink (if `[nats] url` is set) — acting while `active`.
+pub fn start_outbox(
+    settings: &Settings,
+    store: Arc<dyn dagr_store::Store>,
+    active: tokio::sync::watch::Receiver<bool>,
+) {
+    start_sinks(settings, store.clone(), active.clone());
+    start_alerts(settings, store.clone(), active.clone());
+    dagr_notify::Deliverer::start(store, webhook_config(settings), active);
+}
+
 /// Starts the NATS sink if `[nats] url` is set; it publishes while `active`.
-pub fn start_sinks(settings: &Settings, store: Arc<dyn dagr_store::Store>, active: tokio::sync::watch::Receiver<bool>) {
+fn start_sinks(settings: &Settings, store: Arc<dyn dagr_store::Store>, active: tokio::sync::watch::Receiver<bool>) {
     if settings.nats_url.is_empty() {
         return;
     }
@@ -331,11 +341,7 @@ pub fn start_sinks(settings: &Settings, store: Arc<dyn dagr_store::Store>, activ
 }
 
 /// Starts the alerter; it raises and sends alerts while `active`.
-pub fn start_alerts(
-    settings: &Settings,
-    store: Arc<dyn dagr_store::Store>,
-    active: tokio::sync::watch::Receiver<bool>,
-) {
+fn start_alerts(settings: &Settings, store: Arc<dyn dagr_store::Store>, active: tokio::sync::watch::Receiver<bool>) {
     let smtp = dagr_notify::alerts::SmtpConfig {
         host: settings.smtp_host.clone(),
         port: settings.smtp_port,
@@ -354,7 +360,7 @@ pub fn start_alerts(
 }
 
 /// How this node delivers webhooks.
-pub fn webhook_config(settings: &Settings) -> dagr_notify::WebhookConfig {
+fn webhook_config(settings: &Settings) -> dagr_notify::WebhookConfig {
     dagr_notify::WebhookConfig {
         retry_base: settings.webhook_retry_base.max(std::time::Duration::from_millis(10)),
         max_backoff: settings.webhook_max_backoff,

@@ -6,8 +6,8 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use crate::engine::Effects;
 use dagr_metrics::{Counter, FAST_SECONDS, Family, Histogram, SLOW_SECONDS, global};
-use dagr_store::WriteBatch;
 
 use crate::EngineMetrics;
 
@@ -61,28 +61,19 @@ fn metrics() -> &'static MasterMetrics {
 }
 
 /// Counts what a committed step wrote and how long the commit took.
-pub(crate) fn committed(batch: &WriteBatch, took: Duration, schedule_delays: &[i64]) {
+pub(crate) fn committed(effects: &Effects, took: Duration) {
     let m = metrics();
     m.commit.observe_duration(took);
-    for event in &batch.events {
-        let family = match event.kind.as_str() {
-            "run.state" => &m.runs,
-            "task.state" => &m.tasks,
-            _ => continue,
-        };
-        if let Some(to) = serde_json::from_str::<serde_json::Value>(&event.data)
-            .ok()
-            .and_then(|d| d.get("to").and_then(|t| t.as_str().map(str::to_owned)))
-        {
-            family.with(&[&event.tenant, &to]).inc();
-        }
+    for t in &effects.transitions {
+        let family = if t.task { &m.tasks } else { &m.runs };
+        family.with(&[&t.tenant, t.to]).inc();
     }
-    for new in &batch.new_runs {
+    for new in &effects.batch.new_runs {
         if new.run.kind == dagr_store::RunKind::Schedule {
             m.created_delay.observe((new.run.created_at - new.run.logical_time).max(0) as f64 / 1000.0);
         }
     }
-    for delay in schedule_delays {
+    for delay in &effects.schedule_delays {
         m.started_delay.observe((*delay).max(0) as f64 / 1000.0);
     }
 }

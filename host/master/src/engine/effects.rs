@@ -254,6 +254,16 @@ pub struct Effects {
     /// Scheduled runs that started this step: how long after their cycle
     /// was due (ms), for the metrics.
     pub schedule_delays: Vec<i64>,
+    /// The states runs and tasks entered this step, for the metrics.
+    pub transitions: Vec<Transition>,
+}
+
+/// A run (or a task, `task`) of `tenant` entered state `to`.
+#[derive(Debug, Clone)]
+pub struct Transition {
+    pub tenant: Arc<str>,
+    pub task: bool,
+    pub to: &'static str,
 }
 
 impl Effects {

@@ -57,7 +57,7 @@ mod tests;
 mod tests_outer;
 
 pub use effects::{
-    Accepted, Data, Effects, Input, LoadError, LoadedRun, Need, PendingCommand, ScheduleRow, ScheduleSource,
+    Accepted, Data, Effects, Input, LoadError, LoadedRun, Need, PendingCommand, ScheduleRow, ScheduleSource, Transition,
 };
 pub use placement::{Strategy, WorkerInfo};
 pub use shell::Engine;

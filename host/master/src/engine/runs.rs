@@ -12,7 +12,7 @@ use dagr_protocol::wire::AttemptKey;
 use dagr_store::{NewEvent, OutputWrite, RunRow, RunWrite, TaskRow};
 use serde_json::{Value, json};
 
-use crate::engine::effects::{Effects, LoadError, LoadedRun, Probe};
+use crate::engine::effects::{Effects, LoadError, LoadedRun, Probe, Transition};
 use crate::engine::state::EngineState;
 use crate::engine::timers::Timer;
 
@@ -423,6 +423,7 @@ impl EngineState {
                     let attempt = run.machine.task(task).attempts;
                     let data = json!({"from": from.as_str(), "to": to.as_str(), "attempt": attempt});
                     effects.batch.events.push(run.event("task.state", Some(task), data, now));
+                    effects.transitions.push(Transition { tenant: run.tenant.clone(), task: true, to: to.as_str() });
                     // A child run whose task was killed is killed too.
                     if from == TaskState::Waiting
                         && to == TaskState::Killed
@@ -462,6 +463,7 @@ impl EngineState {
                     });
                     let data = json!({"from": from.as_str(), "to": to.as_str()});
                     effects.batch.events.push(run.event("run.state", None, data, now));
+                    effects.transitions.push(Transition { tenant: run.tenant.clone(), task: false, to: to.as_str() });
                     if to.is_terminal() {
                         tracing::info!(run = %run.row.id, state = %to, "run finished");
                         effects.finished.push((run.row.id.clone(), to));

@@ -217,7 +217,7 @@ impl Engine {
         let started = std::time::Instant::now();
         let committed = self.commit(&mut effects).await;
         if !effects.batch.is_empty() {
-            crate::metrics::committed(&effects.batch, started.elapsed(), &effects.schedule_delays);
+            crate::metrics::committed(&effects, started.elapsed());
         }
         self.state.committed(&committed);
         self.wake_peers(&effects);
