@@ -36,6 +36,8 @@ command -v etcd >/dev/null || need_root_install etcd-server
 command -v node >/dev/null || need_root_install nodejs npm
 command -v promtool >/dev/null || need_root_install prometheus
 command -v nats-server >/dev/null || need_root_install nats-server
+# A real headless browser for the web UI's tests (tests/all/ui.rs).
+{ command -v chromium >/dev/null && command -v chromedriver >/dev/null; } || need_root_install chromium chromium-driver
 python3 -c 'import venv' 2>/dev/null || need_root_install python3-venv
 export DAGR_TOOLCHAINS="${CARGO_TARGET_DIR:-$PWD/target}/toolchains"
 scripts/toolchains.sh
@@ -123,6 +125,10 @@ if [ $# -eq 0 ] && [ -n "${DAGR_FUZZ_SECONDS:-}" ]; then
 fi
 
 if [ $# -eq 0 ]; then
+  # The web UI's pure modules (layout, diff, line splitting, routes, the
+  # hygiene checks): node's own test runner, no dependencies.
+  log "web UI: node --test host/api/ui/test/"
+  node --test host/api/ui/test/
 
   # The plugins' own workspace (built to wasm32-wasip2 by dagr-builtins):
   # its native unit tests and its lints, on the host target.

@@ -1032,7 +1032,7 @@ impl XorShift {
 
 /// A dataset DAG as a workflow of `echo` tasks, in shuffled order; with the
 /// dependencies each task should end up with, by dagr name.
-fn dag_workflow(name: &str, file: &Path, seed: u64) -> (String, BTreeMap<String, Vec<String>>) {
+pub(crate) fn dag_workflow(name: &str, file: &Path, seed: u64) -> (String, BTreeMap<String, Vec<String>>) {
     let text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("cannot read {}: {e}", file.display()));
     let dag: Value = serde_json::from_str(&text).unwrap();
     let tasks = dag["tasks"].as_array().unwrap();

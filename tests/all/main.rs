@@ -50,6 +50,7 @@
 
 mod alerts;
 mod api;
+mod browser;
 mod projects;
 mod server;
 mod support;
@@ -74,4 +75,6 @@ mod runtime;
 mod sdks;
 mod tenancy;
 mod tls;
+mod ui;
+mod ui_bench;
 mod webhooks;

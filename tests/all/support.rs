@@ -160,6 +160,11 @@ pub fn workspace_root() -> PathBuf {
 pub fn dagr_binary() -> &'static Path {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
     BINARY.get_or_init(|| {
+        // A benchmark may run the tests' harness against another build
+        // (e.g. a release binary): `DAGR_TEST_BINARY=/path/to/dagr`.
+        if let Some(binary) = std::env::var_os("DAGR_TEST_BINARY").filter(|b| !b.is_empty()) {
+            return PathBuf::from(binary);
+        }
         let exe = std::env::current_exe().unwrap_or_else(|e| panic!("cannot find the test executable: {e}"));
         // target/<profile>/deps/all-<hash>
         let profile_dir = exe

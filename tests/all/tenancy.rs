@@ -48,7 +48,7 @@ impl Api {
 }
 
 /// Creates a tenant (with the admin token) and a token of it with `scopes`.
-async fn tenant_with_token(client: &Api, admin: &str, name: &str, limits: Value) -> String {
+pub(crate) async fn tenant_with_token(client: &Api, admin: &str, name: &str, limits: Value) -> String {
     client
         .expect(
             Method::POST,
@@ -172,7 +172,7 @@ fn probe_workflow(name: &str) -> String {
 }
 
 fn is_admin_only(route: &str) -> bool {
-    route == "/v1/tenants" || route.starts_with("/v1/tenants/")
+    route == "/v1/tenants" || route.starts_with("/v1/tenants/") || route == "/v1/cluster"
 }
 
 /// Routes a read-only token may not call.

@@ -587,3 +587,11 @@ mod tests {
         assert_eq!(token_view(&row).scopes, vec![Scope::Read, Scope::Admin]);
     }
 }
+
+/// The cluster: its masters, workers and API nodes, with their slots and
+/// load (the admin token only). On a single node (`dagr serve`):
+/// `{"mode": "node", "members": []}`.
+#[utoipa::path(get, path = "/v1/cluster", tag = "tenants", responses((status = 200, body = Object)))]
+pub async fn cluster(State(state): State<ApiState>) -> axum::Json<serde_json::Value> {
+    axum::Json(state.control.cluster().await.unwrap_or_else(|| json!({"mode": "node", "members": []})))
+}

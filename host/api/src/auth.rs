@@ -174,7 +174,7 @@ pub(crate) fn needs(method: &Method, route: Option<&str>) -> Needs {
     if route == METRICS_ROUTE {
         return Needs::AdminToken;
     }
-    if route == "/v1/tenants" || route.starts_with("/v1/tenants/") {
+    if route == "/v1/tenants" || route.starts_with("/v1/tenants/") || route == "/v1/cluster" {
         return Needs::AdminToken;
     }
     if route == "/v1/tokens" || route.starts_with("/v1/tokens/") {
@@ -192,6 +192,38 @@ fn declared(method: &Method, route: &str) -> bool {
         || routes.contains(&(method.to_owned(), route.to_owned()))
 }
 
+/// The token of an `Authorization: Bearer <token>` header.
+fn bearer(headers: &header::HeaderMap) -> Result<&str, Response> {
+    let Some(value) = headers.get(header::AUTHORIZATION) else {
+        return Err(unauthorized("missing token: send `Authorization: Bearer <token>`"));
+    };
+    value
+        .to_str()
+        .ok()
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .ok_or_else(|| unauthorized("malformed Authorization header: it must be `Bearer <token>`"))
+}
+
+/// Who a token belongs to: 401 for a malformed, unknown or revoked token,
+/// 403 for one without a scope.
+pub(crate) async fn caller_of(state: &ApiState, text: &str) -> Result<Caller, Response> {
+    let Some((id, secret)) = parse_token(text) else {
+        return Err(unauthorized("malformed token: a dagr token looks like dagr_<id>_<secret>"));
+    };
+    let token = state.store.get_token(id).await.map_err(|e| AppError::from(e).into_response())?;
+    let Some(token) = token.filter(|t| constant_time_eq(hash_secret(secret).as_bytes(), t.hash.as_bytes())) else {
+        return Err(unauthorized("unknown token"));
+    };
+    if token.revoked_at.is_some() {
+        return Err(unauthorized(format!("token {} was revoked", token.id)));
+    }
+    let Some(scope) = parse_scopes(&token.scopes).into_iter().max() else {
+        return Err(forbidden(format!("token {} has no scope", token.id)));
+    };
+    Ok(Caller { token_id: token.id.clone(), tenant: token.tenant.clone(), scope })
+}
+
 /// Checks the bearer token of every request but `/healthz`; sets the
 /// [`Tenant`] and the [`Caller`].
 pub async fn authenticate(State(state): State<ApiState>, mut request: Request, next: Next) -> Response {
@@ -206,30 +238,40 @@ pub async fn authenticate(State(state): State<ApiState>, mut request: Request, n
     {
         return next.run(request).await;
     }
-    let Some(value) = request.headers().get(header::AUTHORIZATION) else {
-        return unauthorized("missing token: send `Authorization: Bearer <token>`");
+    // A bearer token, or the web UI's session cookie (which holds one).
+    let session = match request.headers().get(header::AUTHORIZATION) {
+        Some(_) => None,
+        None => match crate::ui::session_of(&state, request.headers()) {
+            Ok(session) => session,
+            Err(response) => return response,
+        },
     };
-    let Some(text) = value.to_str().ok().and_then(|v| v.strip_prefix("Bearer ")).map(str::trim) else {
-        return unauthorized("malformed Authorization header: it must be `Bearer <token>`");
+    let caller = match &session {
+        Some(session) => caller_of(&state, &session.token).await,
+        None => match bearer(request.headers()) {
+            Ok(text) => caller_of(&state, text).await,
+            Err(response) => Err(response),
+        },
     };
-    let Some((id, secret)) = parse_token(text) else {
-        return unauthorized("malformed token: a dagr token looks like dagr_<id>_<secret>");
+    let caller = match caller {
+        Ok(caller) => caller,
+        Err(response) => return response,
     };
-    let token = match state.store.get_token(id).await {
-        Ok(token) => token,
-        Err(e) => return AppError::from(e).into_response(),
+    let scope = caller.scope;
+    let asked = match &session {
+        // A page's state-changing request must prove it came from dagr's
+        // own pages (the cookie alone would come with a forged one too).
+        Some(session)
+            if !matches!(*request.method(), Method::GET | Method::HEAD) && !session.csrf_matches(request.headers()) =>
+        {
+            return forbidden(format!(
+                "missing or wrong `{}` header: a signed-in page sends the value `GET /ui/session` answers",
+                crate::ui::CSRF_HEADER
+            ));
+        }
+        Some(session) => session.tenant.clone(),
+        None => request.headers().get(TENANT_HEADER).map(|v| v.to_str().unwrap_or("").trim().to_owned()),
     };
-    let Some(token) = token.filter(|t| constant_time_eq(hash_secret(secret).as_bytes(), t.hash.as_bytes())) else {
-        return unauthorized("unknown token");
-    };
-    if token.revoked_at.is_some() {
-        return unauthorized(format!("token {} was revoked", token.id));
-    }
-    let Some(scope) = parse_scopes(&token.scopes).into_iter().max() else {
-        return forbidden(format!("token {} has no scope", token.id));
-    };
-    let caller = Caller { token_id: token.id.clone(), tenant: token.tenant.clone(), scope };
-    let asked = request.headers().get(TENANT_HEADER).map(|v| v.to_str().unwrap_or("").trim().to_owned());
     let tenant = match needs(request.method(), route.as_deref()) {
         Needs::AnyToken => caller.tenant.clone(),
         Needs::AdminToken => {

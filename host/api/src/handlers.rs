@@ -559,17 +559,21 @@ pub async fn task_logs(
                     return Some((Ok::<_, std::io::Error>(bytes::Bytes::from(chunk)), (next, false)));
                 }
                 // Nothing new: is the attempt over?
-                let finished = match store.attempts(&id, Some(idx)).await {
+                let attempt_over = match store.attempts(&id, Some(idx)).await {
                     Ok(attempts) => attempts
                         .iter()
                         .find(|a| a.number == attempt)
-                        .is_some_and(|a| a.state != dagr_store::AttemptState::Running),
-                    Err(_) => true,
+                        .map(|a| a.state != dagr_store::AttemptState::Running),
+                    Err(_) => Some(true),
                 };
-                let task_waiting = match store.run_task(&id, &task).await {
+                let task = store.run_task(&id, &task).await;
+                let task_waiting = match &task {
                     Ok(Some(t)) => t.attempts < attempt && !t.state.is_terminal(),
                     _ => false,
                 };
+                // An attempt that never started ends with its task: a task
+                // skipped, failed upstream or killed before it ran.
+                let finished = attempt_over.unwrap_or_else(|| !matches!(&task, Ok(Some(t)) if !t.state.is_terminal()));
                 if finished && !task_waiting {
                     // One last read: lines written just before the end.
                     let tail = store.logs(&id, idx, attempt, after, 1000).await.unwrap_or_default();

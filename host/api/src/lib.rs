@@ -35,6 +35,7 @@ mod jobs;
 mod outer;
 mod plugins;
 mod tasks;
+pub mod ui;
 mod unread;
 pub mod versions;
 mod views;
@@ -110,6 +111,11 @@ pub struct ApiConfig {
     pub webhooks_allow_private: bool,
     /// Webhooks a tenant may have.
     pub max_webhooks: usize,
+    /// How long a web UI session lasts (`[api] ui_session`).
+    pub ui_session: Duration,
+    /// Whether the UI's session cookie is `Secure` (`[api] ui_secure_cookie`:
+    /// set it when users reach dagr over HTTPS).
+    pub ui_secure_cookie: bool,
 }
 
 impl Default for ApiConfig {
@@ -130,6 +136,8 @@ impl Default for ApiConfig {
             metrics_public: false,
             webhooks_allow_private: false,
             max_webhooks: 20,
+            ui_session: Duration::from_secs(12 * 3600),
+            ui_secure_cookie: false,
         }
     }
 }
@@ -242,6 +250,7 @@ fn api_router() -> OpenApiRouter<ApiState> {
         .routes(routes!(admin::put_secret, admin::delete_secret))
         .routes(routes!(admin::list_secrets))
         .routes(routes!(admin::list_audit))
+        .routes(routes!(admin::cluster))
         .routes(routes!(plugins::list_plugins, plugins::upload_plugin))
         .routes(routes!(plugins::get_plugin))
         .routes(routes!(plugins::delete_plugin))
@@ -313,5 +322,6 @@ pub fn router(state: ApiState) -> axum::Router {
         .layer(DefaultBodyLimit::max(max_body))
         .layer(axum::middleware::from_fn_with_state(state.clone(), auth::authenticate))
         .layer(axum::middleware::from_fn(unread::close_if_unread))
+        .merge(ui::router())
         .with_state(state)
 }

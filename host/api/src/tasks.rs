@@ -159,9 +159,24 @@ pub async fn get_task(
         .next()
         .map(|(_, o)| serde_json::from_str(&o).unwrap_or(Value::String(o)));
     let attempts = state.store.attempts(&id, Some(row.idx)).await?;
+    let progress = match attempts.iter().map(|a| a.number).max() {
+        Some(last) => state.store.last_log_line(&id, row.idx, last, "progress").await?.map(progress_view),
+        None => None,
+    };
     ok(TaskDetail {
         task: task_view(&row, workflow.as_deref()),
         output,
         attempts_detail: attempts.iter().map(attempt_view).collect(),
+        progress,
     })
+}
+
+/// A progress report as the worker logs it: `"<percent>% <message>"`.
+fn progress_view(line: dagr_store::LogRow) -> dagr_protocol::api::ProgressView {
+    let (percent, message) = line.message.split_once("% ").unwrap_or((line.message.as_str(), ""));
+    dagr_protocol::api::ProgressView {
+        percent: percent.trim_end_matches('%').parse().unwrap_or(0),
+        message: message.to_owned(),
+        at: crate::views::time(line.at),
+    }
 }

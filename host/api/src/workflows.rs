@@ -120,26 +120,90 @@ pub async fn apply_workflow(
     if applied.created { created(body) } else { ok(body) }
 }
 
+/// Options of the workflow list.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct WorkflowsQuery {
+    /// Also each workflow's latest runs, newest first: how many (0–25,
+    /// default 0). The web UI's row of squares.
+    #[param(minimum = 0, maximum = 25)]
+    pub runs: Option<i64>,
+}
+
+/// Most latest runs the list shows per workflow.
+const MAX_LIST_RUNS: i64 = 25;
+
 /// Lists the tenant's workflows.
-#[utoipa::path(get, path = "/v1/workflows", tag = "workflows", responses((status = 200, body = Vec<WorkflowSummary>)))]
-pub async fn list_workflows(State(state): State<ApiState>, tenant: Tenant) -> Answer<Vec<WorkflowSummary>> {
+#[utoipa::path(get, path = "/v1/workflows", tag = "workflows", params(WorkflowsQuery),
+    responses((status = 200, body = Vec<WorkflowSummary>), (status = 400, body = ApiError)))]
+pub async fn list_workflows(
+    State(state): State<ApiState>,
+    tenant: Tenant,
+    Query(q): Query<WorkflowsQuery>,
+) -> Answer<Vec<WorkflowSummary>> {
+    let runs = q.runs.unwrap_or(0);
+    if !(0..=MAX_LIST_RUNS).contains(&runs) {
+        return Err(AppError::bad_at("bad_query", "?runs", format!("must be 0 to {MAX_LIST_RUNS}")));
+    }
+    let now = Utc::now();
     let mut out = Vec::new();
     for row in state.store.list_workflows(&tenant.0).await? {
         let Some(version) = state.store.get_version(&tenant.0, &row.name, row.latest_version).await? else {
             continue;
         };
         let spec: Value = serde_json::from_str(&version.spec).unwrap_or(Value::Null);
+        let next_run = if row.schedule_paused { None } else { next_cycle(&spec["schedule"], now) };
         out.push(WorkflowSummary {
             name: row.name.clone(),
             description: spec["description"].as_str().unwrap_or_default().into(),
             latest_version: row.latest_version,
             tasks: spec["tasks"].as_array().map(|t| t.len()).unwrap_or(0),
             schedule: spec["schedule"]["cron"].as_str().map(String::from),
+            schedule_paused: row.schedule_paused,
+            next_run,
+            last_runs: Vec::new(),
             created_at: time(row.created_at),
             updated_at: time(row.updated_at),
         });
     }
+    if runs > 0 {
+        // One indexed query per workflow (runs_by_workflow), a few at once.
+        use futures::StreamExt as _;
+        let names: Vec<String> = out.iter().map(|w| w.name.clone()).collect();
+        let store = state.store.clone();
+        let tenant = tenant.0.clone();
+        let latest = futures::stream::iter(names.into_iter().map(move |name| {
+            let filter = dagr_store::RunFilter {
+                tenant: tenant.clone(),
+                workflow: Some(name),
+                limit: runs,
+                ..Default::default()
+            };
+            let store = store.clone();
+            async move { store.list_runs(&filter).await }
+        }))
+        .buffered(8)
+        .collect::<Vec<_>>()
+        .await;
+        for (summary, rows) in out.iter_mut().zip(latest) {
+            summary.last_runs = rows?
+                .iter()
+                .map(|r| RunBrief {
+                    id: r.id.clone(),
+                    state: r.state.as_str().into(),
+                    logical_time: time(r.logical_time),
+                })
+                .collect();
+        }
+    }
     ok(out)
+}
+
+/// The next cycle of a stored definition's schedule after `now`, if any.
+fn next_cycle(schedule: &Value, now: chrono::DateTime<Utc>) -> Option<String> {
+    let spec: dagr_core::definition::ScheduleSpec = serde_json::from_value(schedule.clone()).ok()?;
+    let schedule = dagr_core::schedule::Schedule::new(&spec).ok()?;
+    schedule.next_after(now).map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
 }
 
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]

@@ -31,6 +31,8 @@
 //! max_depth = 64             # nesting of a body or definition, at most 120
 //! event_poll = "50ms"        # how often the API looks for new events to stream
 //! max_event_streams = 1000   # event streams (GET /v1/events as SSE) open at once
+//! ui_session = "12h"         # how long a web UI sign-in lasts
+//! ui_secure_cookie = false   # mark the UI's session cookie Secure (dagr behind HTTPS)
 //!
 //! [webhooks]
 //! allow_private = false      # deliveries to loopback/private addresses
@@ -484,6 +486,11 @@ pub struct ApiConfig {
     pub event_poll: String,
     /// Event streams open at once; one more is refused (429).
     pub max_event_streams: usize,
+    /// How long a sign-in to the web UI lasts.
+    pub ui_session: String,
+    /// Whether the web UI's session cookie is `Secure` (only sent over
+    /// HTTPS): set it when users reach dagr through HTTPS.
+    pub ui_secure_cookie: bool,
 }
 
 impl Default for ApiConfig {
@@ -493,6 +500,8 @@ impl Default for ApiConfig {
             max_depth: dagr_core::document::DEFAULT_MAX_DEPTH,
             event_poll: "50ms".into(),
             max_event_streams: 1000,
+            ui_session: "12h".into(),
+            ui_secure_cookie: false,
         }
     }
 }
@@ -544,6 +553,8 @@ pub struct Settings {
     pub max_depth: usize,
     pub event_poll: Duration,
     pub max_event_streams: usize,
+    pub ui_session: Duration,
+    pub ui_secure_cookie: bool,
     pub metrics_public: bool,
     pub webhooks_allow_private: bool,
     pub nats_url: String,
@@ -729,6 +740,13 @@ impl Config {
                 0 => return Err(err("api.max_event_streams", "must be at least 1".into())),
                 n => n,
             },
+            ui_session: match duration("api.ui_session", &self.api.ui_session)? {
+                d if d < Duration::from_secs(60) || d > Duration::from_secs(30 * 24 * 3600) => {
+                    return Err(err("api.ui_session", format!("`{}` must be between 1m and 30d", self.api.ui_session)));
+                }
+                d => d,
+            },
+            ui_secure_cookie: self.api.ui_secure_cookie,
             metrics_public: self.metrics.public,
             webhooks_allow_private: self.webhooks.allow_private,
             smtp_host: self.smtp.host.trim().to_owned(),

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use axum::Json;
 use axum::extract::State;
 use axum::routing::{get, post};
-use dagr_coord::{Coordinator, Membership, Role};
+use dagr_coord::{Coordinator, Membership, NodeInfo, Role};
 use dagr_protocol::control::{CommandOutcome, Control};
 use dagr_protocol::sharding::SlotMap;
 use dagr_protocol::wire::{
@@ -376,6 +376,41 @@ impl Control for ClusterControl {
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(Duration::from_millis(200));
         }
+    }
+
+    async fn cluster(&self) -> Option<serde_json::Value> {
+        let nodes: Vec<NodeInfo> = self.membership.borrow().nodes.values().cloned().collect();
+        let reports = futures::future::join_all(nodes.iter().map(|node| {
+            let path = match node.role {
+                Role::Master => Some("/internal/load"),
+                Role::Worker => Some("/internal/status"),
+                _ => None,
+            };
+            let http = self.http.clone();
+            let url = path.map(|p| format!("{}{p}", node.addr));
+            async move {
+                let url = url?;
+                let response = http.get(url).send().await.ok()?.error_for_status().ok()?;
+                response.json::<serde_json::Value>().await.ok()
+            }
+        }))
+        .await;
+        let members: Vec<serde_json::Value> = nodes
+            .iter()
+            .zip(reports)
+            .map(|(node, report)| {
+                serde_json::json!({
+                    "id": node.id,
+                    "role": node.role,
+                    "addr": node.addr,
+                    "slots": node.capacity,
+                    "labels": node.labels,
+                    "pid": node.pid,
+                    "load": report,
+                })
+            })
+            .collect();
+        Some(serde_json::json!({"mode": "cluster", "members": members}))
     }
 
     async fn wait_run(&self, run_id: &str, timeout: Duration) -> Option<String> {

@@ -53,8 +53,25 @@ pub struct WorkflowSummary {
     /// The cron expression, if scheduled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule: Option<String>,
+    /// Whether its schedule is paused.
+    #[serde(default)]
+    pub schedule_paused: bool,
+    /// The next scheduled cycle (absent if unscheduled or paused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_run: Option<String>,
+    /// The latest runs, newest first (only when asked for with `?runs=N`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub last_runs: Vec<RunBrief>,
     pub created_at: String,
     pub updated_at: String,
+}
+
+/// A run in a list of workflows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RunBrief {
+    pub id: String,
+    pub state: String,
+    pub logical_time: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -194,6 +211,19 @@ pub struct TaskDetail {
     #[schema(value_type = Option<Object>)]
     pub output: Option<Value>,
     pub attempts_detail: Vec<AttemptView>,
+    /// The latest attempt's last progress report (the plugin's `progress`
+    /// calls; they are also lines of its log, source `progress`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<ProgressView>,
+}
+
+/// A task's progress, as its plugin reported it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ProgressView {
+    /// 0–100.
+    pub percent: u8,
+    pub message: String,
+    pub at: String,
 }
 
 /// Options of a task rerun.

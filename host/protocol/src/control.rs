@@ -33,4 +33,10 @@ pub trait Control: Send + Sync {
     /// Waits until run `run_id` is finished (or paused with nothing running);
     /// returns its state, or `None` on timeout.
     async fn wait_run(&self, run_id: &str, timeout: Duration) -> Option<String>;
+
+    /// The cluster as this API sees it: its members with their role,
+    /// address, slots and load. `None` on a single node (`dagr serve`).
+    async fn cluster(&self) -> Option<serde_json::Value> {
+        None
+    }
 }

@@ -4,7 +4,7 @@
 
 use async_trait::async_trait;
 
-use crate::{Result, TaskRow};
+use crate::{LogRow, Result, TaskRow};
 
 #[async_trait]
 pub trait ReadStore: Send + Sync {
@@ -17,4 +17,8 @@ pub trait ReadStore: Send + Sync {
 
     /// One task of a run, by name.
     async fn run_task(&self, run_id: &str, name: &str) -> Result<Option<TaskRow>>;
+
+    /// The last line of an attempt's log from `source` (e.g. its latest
+    /// progress report).
+    async fn last_log_line(&self, run_id: &str, task_idx: i64, attempt: i64, source: &str) -> Result<Option<LogRow>>;
 }

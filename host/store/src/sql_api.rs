@@ -5,7 +5,7 @@ use sqlx::Row;
 
 use crate::reads::ReadStore;
 use crate::sql::task_from;
-use crate::{Result, SqlStore, TaskRow};
+use crate::{LogRow, Result, SqlStore, TaskRow};
 
 #[async_trait]
 impl ReadStore for SqlStore {
@@ -35,5 +35,31 @@ impl ReadStore for SqlStore {
             .fetch_optional(&self.read)
             .await?;
         row.as_ref().map(task_from).transpose()
+    }
+
+    async fn last_log_line(&self, run_id: &str, task_idx: i64, attempt: i64, source: &str) -> Result<Option<LogRow>> {
+        let row = sqlx::query(
+            "SELECT * FROM logs WHERE run_id = $1 AND task_idx = $2 AND attempt = $3 AND source = $4 \
+             ORDER BY seq DESC LIMIT 1",
+        )
+        .bind(run_id)
+        .bind(task_idx)
+        .bind(attempt)
+        .bind(source)
+        .fetch_optional(&self.read)
+        .await?;
+        row.map(|r| {
+            Ok(LogRow {
+                run_id: r.try_get("run_id")?,
+                task_idx: r.try_get("task_idx")?,
+                attempt: r.try_get("attempt")?,
+                seq: r.try_get("seq")?,
+                at: r.try_get("at")?,
+                source: r.try_get("source")?,
+                level: r.try_get("level")?,
+                message: r.try_get("message")?,
+            })
+        })
+        .transpose()
     }
 }

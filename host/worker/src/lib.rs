@@ -405,13 +405,38 @@ fn map_kind(kind: dagr_runtime::FailureKind) -> FailureKind {
     }
 }
 
-/// Streams one attempt's log lines to the [`LogWriter`].
+/// Progress reports of one attempt written to its log at most (the last
+/// one is always written).
+const MAX_PROGRESS_ROWS: u32 = 1000;
+
+/// Progress reports closer together than this are not all written: the
+/// latest one is, at most this late.
+const PROGRESS_EVERY: Duration = Duration::from_millis(250);
+
+/// Longest progress message kept, in bytes.
+const MAX_PROGRESS_MESSAGE: usize = 1024;
+
+/// The log source of progress reports: a line `"<percent>% <message>"`.
+pub const PROGRESS_SOURCE: &str = "progress";
+
+/// Which progress reports reach the log.
+#[derive(Default)]
+struct ProgressGate {
+    last_written: Option<std::time::Instant>,
+    written: u32,
+    /// The latest report, held back by [`PROGRESS_EVERY`].
+    pending: Option<(String, i64)>,
+}
+
+/// Streams one attempt's log lines, and its progress reports, to the
+/// [`LogWriter`].
 struct AttemptLog {
     run_id: String,
     task: i64,
     attempt: i64,
     seq: AtomicI64,
     writer: LogWriter,
+    progress: std::sync::Mutex<ProgressGate>,
 }
 
 impl AttemptLog {
@@ -422,11 +447,31 @@ impl AttemptLog {
             attempt: key.number as i64,
             seq: AtomicI64::new(0),
             writer,
+            progress: Default::default(),
         }
     }
 
-    /// Waits until every line so far is in the store.
+    fn write(&self, at: i64, source: String, level: String, message: String) {
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
+        self.writer.send(LogRow {
+            run_id: self.run_id.clone(),
+            task_idx: self.task,
+            attempt: self.attempt,
+            seq,
+            at,
+            source,
+            level,
+            message,
+        });
+    }
+
+    /// Waits until every line so far is in the store (with the last
+    /// progress report, if it was held back).
     async fn flush(&self) {
+        let pending = self.progress.lock().unwrap_or_else(|e| e.into_inner()).pending.take();
+        if let Some((message, at)) = pending {
+            self.write(at, PROGRESS_SOURCE.into(), "info".into(), message);
+        }
         if self.seq.load(Ordering::Relaxed) > 0 {
             self.writer.flush().await;
         }
@@ -435,18 +480,28 @@ impl AttemptLog {
 
 impl AttemptObserver for AttemptLog {
     fn log(&self, line: &LogLine) {
-        let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
-        let source = serde_plain(&line.source);
-        self.writer.send(LogRow {
-            run_id: self.run_id.clone(),
-            task_idx: self.task,
-            attempt: self.attempt,
-            seq,
-            at: line.at_ms,
-            source,
-            level: line.level.as_str().into(),
-            message: line.message.clone(),
-        });
+        self.write(line.at_ms, serde_plain(&line.source), line.level.as_str().into(), line.message.clone());
+    }
+
+    fn progress(&self, percent: u8, message: &str) {
+        let mut cut = message.len().min(MAX_PROGRESS_MESSAGE);
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let line = format!("{percent}% {}", &message[..cut]);
+        let at = dagr_protocol::now_ms();
+        let now = std::time::Instant::now();
+        let mut gate = self.progress.lock().unwrap_or_else(|e| e.into_inner());
+        let due = gate.last_written.is_none_or(|last| now.duration_since(last) >= PROGRESS_EVERY);
+        if (due || percent == 100) && gate.written < MAX_PROGRESS_ROWS {
+            gate.last_written = Some(now);
+            gate.written += 1;
+            gate.pending = None;
+            drop(gate);
+            self.write(at, PROGRESS_SOURCE.into(), "info".into(), line);
+        } else {
+            gate.pending = Some((line, at));
+        }
     }
 }
 
