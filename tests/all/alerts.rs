@@ -134,7 +134,7 @@ async fn a_failing_workflow_mails_its_reason_once_and_groups_what_follows() {
     let mail = &mails_to(&to)[0];
     assert!(mail.contains("Subject: [dagr] run.failed: nightly"), "{mail}");
     assert!(mail.contains("disk full"), "the reason: {mail}");
-    assert!(mail.contains(&format!("http://dagr.test/v1/runs/{first}")), "the link: {mail}");
+    assert!(mail.contains(&format!("http://dagr.test/ui/runs/{first}")), "the link: {mail}");
 
     // 24 more in a row: grouped, not 24 mails.
     let mut runs = Vec::new();

@@ -328,9 +328,12 @@ async fn the_ui_in_a_real_browser_follows_runs_live_and_acts_on_them() {
     browser.screenshot("run-phone").await;
     no_console_errors(&mut browser, "the run page at phone width").await;
 
-    // Signing out ends the session for the browser.
+    // Signing out ends the session for the browser (after a last look at
+    // the workflows, now with runs).
     browser.window(1280, 800).await;
     browser.goto(&format!("{base}/ui/")).await;
+    browser.find("tr[data-workflow='ui-demo'] a[href*='/ui/runs/']").await;
+    browser.screenshot("workflows-with-runs").await;
     browser.click("#sign-out").await;
     browser.find("#token").await;
     let answer = browser.script("return fetch('/v1/workflows').then(r => r.status)", vec![]).await;

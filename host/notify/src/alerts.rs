@@ -124,7 +124,7 @@ fn time(ms: i64) -> String {
 /// A message: its subject and its text.
 pub fn compose(rule: &AlertRuleRow, alerts: &[AlertRow], base_url: &str) -> (String, String) {
     let link = |a: &AlertRow| match &a.alert.run_id {
-        Some(run) if !base_url.is_empty() => format!("\n  {}/v1/runs/{run}", base_url.trim_end_matches('/')),
+        Some(run) if !base_url.is_empty() => format!("\n  {}/ui/runs/{run}", base_url.trim_end_matches('/')),
         _ => String::new(),
     };
     let first = &alerts[0].alert;
@@ -460,7 +460,7 @@ mod tests {
         };
         let (subject, text) = compose(&rule("run.failed", None), &[alert(1)], "https://dagr.example.org/");
         assert_eq!(subject, "[dagr] run.failed: nightly");
-        assert!(text.contains("load: boom") && text.contains("https://dagr.example.org/v1/runs/r1"), "{text}");
+        assert!(text.contains("load: boom") && text.contains("https://dagr.example.org/ui/runs/r1"), "{text}");
         let many: Vec<AlertRow> = (1..=23).map(alert).collect();
         let (subject, text) = compose(&rule("run.failed", None), &many, "");
         assert_eq!(subject, "[dagr] 23 x run.failed: nightly");

@@ -25,7 +25,7 @@ export async function render(ctx) {
 
   let workflows;
   try {
-    workflows = await api.get('/v1/workflows', null, ctx.signal);
+    workflows = await api.get('/v1/workflows', { runs: 10 }, ctx.signal);
   } catch (e) {
     if (e.name === 'AbortError') return null;
     replace(body, errorBox(e));
@@ -39,7 +39,8 @@ export async function render(ctx) {
   }
   workflows.sort((a, b) => a.name.localeCompare(b.name));
   const rows = workflows.map((w) => {
-    const last = Array.isArray(w.last_runs) ? w.last_runs : null;
+    // Asked for with ?runs=: absent means none yet.
+    const last = Array.isArray(w.last_runs) ? w.last_runs : [];
     const row = h('tr', { 'data-workflow': w.name },
       h('td', null, h('a', { href: links.workflow(w.name) }, w.name)),
       h('td', { class: 'wrap hide-narrow' }, w.description || ''),
