@@ -186,3 +186,48 @@ async fn a_bad_alert_rule_is_refused_naming_what_is_wrong() {
     let (status, _) = api.get("/v1/alerts/al_nothing").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_in_its_quiet_hours_keeps_its_alerts_and_says_so() {
+    let server = alerting_server().await;
+    let api = Api::of(&server);
+    api.apply(FAILING).await;
+    // Quiet from an hour ago to an hour ahead (UTC), and a rule without.
+    let now = chrono::Utc::now();
+    let hhmm = |t: chrono::DateTime<chrono::Utc>| t.format("%H:%M").to_string();
+    let (from, to) = (hhmm(now - chrono::Duration::hours(1)), hhmm(now + chrono::Duration::hours(1)));
+    let quiet_to = format!("quiet-{}@example.org", std::process::id());
+    let loud_to = format!("loud-{}@example.org", std::process::id());
+    let rule = json!({"workflow": "nightly", "on": ["run.failed"], "channel": {"email": quiet_to},
+        "quiet_hours": {"from": from, "to": to}});
+    let (status, quiet) = api.post("/v1/alerts", rule).await;
+    assert_eq!(status, StatusCode::CREATED, "{quiet}");
+    assert_eq!(quiet["quiet_hours"], json!({"from": from, "to": to, "timezone": "UTC"}), "{quiet}");
+    let rule = json!({"workflow": "nightly", "on": ["run.failed"], "channel": {"email": loud_to}});
+    assert_eq!(api.post("/v1/alerts", rule).await.0, StatusCode::CREATED);
+
+    // A bad window is refused, naming the field.
+    let bad = json!({"on": ["run.failed"], "channel": {"email": quiet_to},
+        "quiet_hours": {"from": "22:00", "to": "7am", "timezone": "UTC"}});
+    let (status, body) = api.post("/v1/alerts", bad).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["location"], "quiet_hours.to", "{body}");
+
+    let run = api.trigger("nightly", json!({})).await;
+    api.finished(&run).await;
+    let start = std::time::Instant::now();
+    while mails_to(&loud_to).is_empty() {
+        assert!(start.elapsed() < PATIENCE, "the rule without quiet hours sent nothing");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The loud rule's mail went out; the quiet rule raised its alert and
+    // keeps it unsent (several of the alerter's rounds later, still).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(mails_to(&quiet_to).is_empty(), "a rule sent in its quiet hours");
+    let history = api.get_ok("/v1/alerts/history").await;
+    let held: Vec<&Value> = history.as_array().unwrap().iter().filter(|a| a["rule"] == quiet["id"]).collect();
+    assert_eq!(held.len(), 1, "the quiet rule raised its alert: {history}");
+    assert!(held[0].get("sent_at").is_none_or(Value::is_null), "{history}");
+    let until = held[0]["held_until"].as_str().unwrap_or_else(|| panic!("held, and says until when: {history}"));
+    assert!(until.contains(&format!("T{to}:00")), "held until {to} UTC: {until}");
+}

@@ -29,6 +29,7 @@ fn view(row: &AlertRuleRow) -> AlertRuleView {
         channel: row.channel.clone(),
         target: row.target.clone(),
         group_seconds: row.group_ms / 1000,
+        quiet_hours: row.quiet.as_deref().and_then(|q| serde_json::from_str(q).ok()),
         created_at: time(row.created_at),
     }
 }
@@ -44,6 +45,7 @@ fn alert_view(row: AlertRow) -> AlertView {
         at: time(row.alert.at),
         sent_at: row.sent_at.map(time),
         error: row.error,
+        held_until: None,
     }
 }
 
@@ -82,6 +84,10 @@ fn check(state: &ApiState, req: &AlertRuleRequest) -> ApiResult<(String, String,
             Err(e) => return Err(invalid("group", e)),
         },
     };
+    if let Some(q) = &req.quiet_hours {
+        dagr_core::quiet::QuietHours::new(&q.from, &q.to, &q.timezone)
+            .map_err(|(field, message)| invalid(&format!("quiet_hours.{field}"), message))?;
+    }
     Ok((channel.clone(), target.clone(), group))
 }
 
@@ -116,6 +122,7 @@ pub async fn create_alert_rule(
         channel,
         target,
         group_ms,
+        quiet: req.quiet_hours.as_ref().map(|q| serde_json::to_string(q).unwrap_or_default()),
         created_at: now_ms(),
     };
     state.store.create_alert_rule(&row).await?;
@@ -193,5 +200,21 @@ pub async fn alert_history(
         return Err(AppError::bad_at("bad_query", "?before", "must be 1 or more"));
     }
     let rows = state.store.alert_history(&tenant.0, q.before, limit).await?;
-    Ok((StatusCode::OK, axum::Json(rows.into_iter().map(alert_view).collect())))
+    // Unsent alerts of a rule in its quiet hours say until when they wait.
+    let now = now_ms();
+    let held: std::collections::HashMap<String, i64> = state
+        .store
+        .list_alert_rules(&tenant.0)
+        .await?
+        .iter()
+        .filter_map(|r| Some((r.id.clone(), dagr_notify::alerts::quiet_hours(r)?.until(now)?)))
+        .collect();
+    let views = rows
+        .into_iter()
+        .map(|row| {
+            let until = if row.sent_at.is_none() { held.get(&row.alert.rule_id).copied() } else { None };
+            AlertView { held_until: until.map(time), ..alert_view(row) }
+        })
+        .collect();
+    Ok((StatusCode::OK, axum::Json(views)))
 }

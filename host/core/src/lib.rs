@@ -31,6 +31,7 @@ pub mod events;
 pub mod net;
 pub mod outer;
 pub mod output;
+pub mod quiet;
 pub mod run;
 pub mod schedule;
 pub mod sla;

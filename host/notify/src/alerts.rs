@@ -92,6 +92,14 @@ pub fn wants(rule: &AlertRuleRow, kind: &str, event: &EventRow) -> bool {
         && rule.kinds.split(',').any(|k| k == kind)
 }
 
+/// A rule's quiet hours, if it has (valid) ones.
+pub fn quiet_hours(rule: &AlertRuleRow) -> Option<dagr_core::quiet::QuietHours> {
+    let quiet: Value = serde_json::from_str(rule.quiet.as_deref()?).ok()?;
+    let field = |name: &str| quiet[name].as_str().unwrap_or("").to_owned();
+    let timezone = quiet["timezone"].as_str().unwrap_or("UTC");
+    dagr_core::quiet::QuietHours::new(&field("from"), &field("to"), timezone).ok()
+}
+
 /// One line saying what happened.
 fn line(kind: &str, event: &EventRow, reason: Option<&str>) -> String {
     let workflow = event.workflow.as_deref().unwrap_or("-");
@@ -323,6 +331,11 @@ impl Alerter {
             if retry_at.get(&key).is_some_and(|at| Instant::now() < *at) {
                 continue;
             }
+            // In its quiet hours a rule keeps what it raised; the lot goes
+            // out as one summary when they end.
+            if quiet_hours(rule).is_some_and(|q| q.until(now).is_some()) {
+                continue;
+            }
             let last = store.last_sent(&key.0, &key.1).await.map_err(|e| e.to_string())?;
             if last.is_some_and(|last| now - last < rule.group_ms) {
                 continue;
@@ -421,6 +434,7 @@ mod tests {
             channel: "email".into(),
             target: "ops@example.org".into(),
             group_ms: 3_600_000,
+            quiet: None,
             created_at: 0,
         }
     }

@@ -524,6 +524,28 @@ pub struct AlertRuleRequest {
     /// summary (the first at once), e.g. `1h`, `30m`. Default `1h`.
     #[serde(default)]
     pub group: Option<String>,
+    /// Hours in which the rule sends nothing: what it raises then goes out
+    /// as one summary when they end.
+    #[serde(default)]
+    pub quiet_hours: Option<QuietHoursSpec>,
+}
+
+/// A daily window of local time, e.g. `22:00` to `07:00` (it may wrap past
+/// midnight).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct QuietHoursSpec {
+    /// `HH:MM`.
+    pub from: String,
+    /// `HH:MM`.
+    pub to: String,
+    /// An IANA time zone; default UTC.
+    #[serde(default = "utc")]
+    pub timezone: String,
+}
+
+fn utc() -> String {
+    "UTC".into()
 }
 
 /// An alert rule.
@@ -537,6 +559,8 @@ pub struct AlertRuleView {
     pub channel: String,
     pub target: String,
     pub group_seconds: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quiet_hours: Option<QuietHoursSpec>,
     pub created_at: String,
 }
 
@@ -558,4 +582,7 @@ pub struct AlertView {
     /// Why sending it failed (it is retried).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Not sent yet because its rule is in its quiet hours, until then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_until: Option<String>,
 }

@@ -19,6 +19,8 @@ pub struct AlertRuleRow {
     pub channel: String,
     pub target: String,
     pub group_ms: i64,
+    /// Quiet hours, JSON (`{"from", "to", "timezone"}`).
+    pub quiet: Option<String>,
     pub created_at: i64,
 }
 

@@ -16,6 +16,7 @@ fn rule_from(r: &AnyRow) -> Result<AlertRuleRow> {
         channel: r.try_get("channel")?,
         target: r.try_get("target")?,
         group_ms: r.try_get("group_ms")?,
+        quiet: r.try_get("quiet")?,
         created_at: r.try_get("created_at")?,
     })
 }
@@ -43,8 +44,8 @@ fn alert_from(r: &AnyRow) -> Result<AlertRow> {
 impl AlertStore for SqlStore {
     async fn create_alert_rule(&self, w: &AlertRuleRow) -> Result<()> {
         sqlx::query(
-            "INSERT INTO alert_rules (id, tenant, workflow, kinds, channel, target, group_ms, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            "INSERT INTO alert_rules (id, tenant, workflow, kinds, channel, target, group_ms, quiet, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         )
         .bind(&w.id)
         .bind(&w.tenant)
@@ -53,6 +54,7 @@ impl AlertStore for SqlStore {
         .bind(&w.channel)
         .bind(&w.target)
         .bind(w.group_ms)
+        .bind(&w.quiet)
         .bind(w.created_at)
         .execute(&self.write)
         .await?;

@@ -1,0 +1,3 @@
+-- Quiet hours of an alert rule: JSON {"from": "22:00", "to": "07:00",
+-- "timezone": "Europe/Berlin"}; none: the rule sends at any hour.
+ALTER TABLE alert_rules ADD COLUMN quiet TEXT;
