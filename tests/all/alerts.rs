@@ -231,3 +231,38 @@ async fn a_rule_in_its_quiet_hours_keeps_its_alerts_and_says_so() {
     let until = held[0]["held_until"].as_str().unwrap_or_else(|| panic!("held, and says until when: {history}"));
     assert!(until.contains(&format!("T{to}:00")), "held until {to} UTC: {until}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_waiting_longer_than_its_rule_allows_alerts_once() {
+    let server = alerting_server().await;
+    let api = Api::of(&server);
+    api.apply("name: feed\ntasks:\n- {name: a, plugin: echo}\n").await;
+    api.apply("name: report\nupstream: [{workflow: feed, offset: -1d}]\ntasks:\n- {name: b, plugin: echo}\n").await;
+    let to = format!("waiting-{}@example.org", std::process::id());
+    // Without its threshold, or with one on another kind: refused.
+    let (status, body) = api.post("/v1/alerts", json!({"on": ["run.waiting_long"], "channel": {"email": to}})).await;
+    assert_eq!((status, body["location"].as_str()), (StatusCode::BAD_REQUEST, Some("waiting_longer_than")), "{body}");
+    let body = json!({"on": ["run.failed"], "channel": {"email": to}, "waiting_longer_than": "1m"});
+    assert_eq!(api.post("/v1/alerts", body).await.0, StatusCode::BAD_REQUEST);
+    let rule = json!({"workflow": "report", "on": ["run.waiting_long"], "channel": {"email": to},
+        "waiting_longer_than": "2s"});
+    let (status, rule) = api.post("/v1/alerts", rule).await;
+    assert_eq!(status, StatusCode::CREATED, "{rule}");
+    assert_eq!(rule["waiting_longer_than_seconds"], 2, "{rule}");
+
+    // Yesterday's feed never ran: today's report waits, and past 2 s alerts.
+    let run = api.trigger("report", json!({"logical_time": "2026-05-02T00:00:00Z"})).await;
+    let start = std::time::Instant::now();
+    while mails_to(&to).is_empty() {
+        assert!(start.elapsed() < PATIENCE, "no mail about the long wait");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mails = mails_to(&to);
+    assert!(mails[0].contains(&run) && mails[0].contains("waited"), "{}", mails[0]);
+    assert_eq!(crate::api::state(&api.run(&run).await), "waiting", "the alert does not change the run");
+    // Once: later rounds of the alerter raise nothing more for it.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let events = api.get_ok(&format!("/v1/events?run={run}&kind=run.waiting_long")).await;
+    let events = events["events"].as_array().unwrap_or_else(|| panic!("{events}"));
+    assert_eq!(events.len(), 1, "{events:?}");
+}

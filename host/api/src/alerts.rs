@@ -30,6 +30,7 @@ fn view(row: &AlertRuleRow) -> AlertRuleView {
         target: row.target.clone(),
         group_seconds: row.group_ms / 1000,
         quiet_hours: row.quiet.as_deref().and_then(|q| serde_json::from_str(q).ok()),
+        waiting_longer_than_seconds: row.wait_ms.map(|ms| ms / 1000),
         created_at: time(row.created_at),
     }
 }
@@ -51,6 +52,25 @@ fn alert_view(row: AlertRow) -> AlertView {
 
 fn invalid(location: &str, message: impl Into<String>) -> AppError {
     AppError::bad_at("invalid_alert", location, message)
+}
+
+/// Longest `waiting_longer_than`.
+const MAX_WAIT: std::time::Duration = std::time::Duration::from_secs(90 * 24 * 3600);
+
+/// A rule's `waiting_longer_than`, in ms: required with `run.waiting_long`,
+/// refused without it.
+fn wait_limit(req: &AlertRuleRequest) -> ApiResult<Option<i64>> {
+    let wants = req.on.iter().any(|k| k == "run.waiting_long");
+    match (&req.waiting_longer_than, wants) {
+        (None, false) => Ok(None),
+        (None, true) => Err(invalid("waiting_longer_than", "`run.waiting_long` needs it: how long, e.g. `2h`")),
+        (Some(_), false) => Err(invalid("waiting_longer_than", "only a rule on `run.waiting_long` takes it")),
+        (Some(text), true) => match dagr_core::units::parse_duration(text) {
+            Ok(d) if d.as_secs() >= 1 && d <= MAX_WAIT => Ok(Some(d.as_millis() as i64)),
+            Ok(_) => Err(invalid("waiting_longer_than", "between 1s and 90 days")),
+            Err(e) => Err(invalid("waiting_longer_than", e)),
+        },
+    }
 }
 
 /// Checks a rule: its kinds, its one channel and target, its window.
@@ -103,6 +123,7 @@ pub async fn create_alert_rule(
     Json(req): Json<AlertRuleRequest>,
 ) -> Answer<AlertRuleView> {
     let (channel, target, group_ms) = check(&state, &req)?;
+    let wait_ms = wait_limit(&req)?;
     if let Some(workflow) = &req.workflow
         && (workflow.is_empty() || workflow.len() > 128)
     {
@@ -123,6 +144,7 @@ pub async fn create_alert_rule(
         target,
         group_ms,
         quiet: req.quiet_hours.as_ref().map(|q| serde_json::to_string(q).unwrap_or_default()),
+        wait_ms,
         created_at: now_ms(),
     };
     state.store.create_alert_rule(&row).await?;

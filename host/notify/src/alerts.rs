@@ -30,6 +30,7 @@ pub const KINDS: &[&str] = &[
     "task.failed",
     "run.upstream_failed",
     "run.waiting",
+    "run.waiting_long",
     "run.sla_missed",
     "task.timeout_warn",
     "webhook.disabled",
@@ -78,6 +79,7 @@ pub fn alert_kind(event: &EventRow) -> Option<&'static str> {
         "task.state" => (to()?.as_str() == "failed").then_some("task.failed"),
         "run.upstream_failed" => Some("run.upstream_failed"),
         "run.waiting" => Some("run.waiting"),
+        "run.waiting_long" => Some("run.waiting_long"),
         "run.sla_missed" => Some("run.sla_missed"),
         "task.timeout_warn" => Some("task.timeout_warn"),
         "webhook.disabled" => Some("webhook.disabled"),
@@ -85,11 +87,15 @@ pub fn alert_kind(event: &EventRow) -> Option<&'static str> {
     }
 }
 
-/// Whether `rule` wants an alert of `kind` for `event`.
+/// Whether `rule` wants an alert of `kind` for `event`. A
+/// `run.waiting_long` event is raised for one rule (its threshold) and
+/// names it.
 pub fn wants(rule: &AlertRuleRow, kind: &str, event: &EventRow) -> bool {
     rule.tenant == event.tenant
         && rule.workflow.as_ref().is_none_or(|w| event.workflow.as_ref() == Some(w))
         && rule.kinds.split(',').any(|k| k == kind)
+        && (kind != "run.waiting_long"
+            || serde_json::from_str::<Value>(&event.data).is_ok_and(|d| d["rule"].as_str() == Some(&rule.id)))
 }
 
 /// A rule's quiet hours, if it has (valid) ones.
@@ -112,6 +118,10 @@ fn line(kind: &str, event: &EventRow, reason: Option<&str>) -> String {
         }
         "run.upstream_failed" => format!("run {run} of {workflow}: an upstream instance failed"),
         "run.waiting" => format!("run {run} of {workflow} waits for its upstream"),
+        "run.waiting_long" => {
+            let waited = serde_json::from_str::<Value>(&event.data).ok().and_then(|d| d["waited_s"].as_i64());
+            format!("run {run} of {workflow} has waited {}s for its upstream", waited.unwrap_or(0))
+        }
         "run.sla_missed" => format!("run {run} of {workflow} missed its SLA: unfinished at its deadline"),
         "task.timeout_warn" => format!(
             "task {} of run {run} ({workflow}) runs longer than its timeout_warn",
@@ -207,6 +217,9 @@ impl Alerter {
             if let Err(e) = self.judge_deadlines().await {
                 tracing::warn!(error = %e, "cannot judge SLA deadlines; will retry");
             }
+            if let Err(e) = self.judge_waits().await {
+                tracing::warn!(error = %e, "cannot judge long waits; will retry");
+            }
             if let Err(e) = self.raise(&mut cursor).await {
                 tracing::warn!(error = %e, "cannot raise alerts; will retry");
             }
@@ -240,6 +253,55 @@ impl Alerter {
             let batch = dagr_store::WriteBatch { events: vec![event], ..Default::default() };
             self.store.commit(batch).await.map_err(|e| e.to_string())?;
             self.store.sla_judged(&sla.run_id, now).await.map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Runs that have waited for their upstream longer than a
+    /// `run.waiting_long` rule allows: each raises one event naming the
+    /// rule. A cursor per rule (the creation time of the runs judged so
+    /// far) keeps this from reading the same waiting runs again; a crash
+    /// between the event and the cursor may raise it twice (at least once).
+    async fn judge_waits(&self) -> Result<(), String> {
+        let now = Utc::now().timestamp_millis();
+        let rules = self.store.all_alert_rules().await.map_err(|e| e.to_string())?;
+        for rule in rules.iter().filter(|r| r.kinds.split(',').any(|k| k == "run.waiting_long")) {
+            let Some(wait_ms) = rule.wait_ms else { continue };
+            let sink = format!("waiting:{}", rule.id);
+            let after = self.store.sink_cursor(&sink, 0).await.map_err(|e| e.to_string())?;
+            let until = now - wait_ms;
+            if until <= after {
+                continue;
+            }
+            let limit = 500;
+            let runs = self
+                .store
+                .long_waiting_runs(&rule.tenant, rule.workflow.as_deref(), after, until, limit)
+                .await
+                .map_err(|e| e.to_string())?;
+            let events: Vec<dagr_store::NewEvent> = runs
+                .iter()
+                .map(|(run, workflow, created_at)| dagr_store::NewEvent {
+                    tenant: rule.tenant.clone(),
+                    at: now,
+                    kind: "run.waiting_long".into(),
+                    workflow: Some(workflow.clone()),
+                    run_id: Some(run.clone()),
+                    task: None,
+                    data: json!({"rule": rule.id, "waited_s": (now - created_at) / 1000, "limit_s": wait_ms / 1000})
+                        .to_string(),
+                })
+                .collect();
+            // A full page: carry on from its last run next round.
+            let judged = match runs.last() {
+                Some((_, _, created_at)) if runs.len() as i64 == limit => *created_at,
+                _ => until,
+            };
+            if !events.is_empty() {
+                let batch = dagr_store::WriteBatch { events, ..Default::default() };
+                self.store.commit(batch).await.map_err(|e| e.to_string())?;
+            }
+            self.store.advance_sink(&sink, judged).await.map_err(|e| e.to_string())?;
         }
         Ok(())
     }
@@ -435,8 +497,20 @@ mod tests {
             target: "ops@example.org".into(),
             group_ms: 3_600_000,
             quiet: None,
+            wait_ms: None,
             created_at: 0,
         }
+    }
+
+    #[test]
+    fn a_long_wait_alerts_only_the_rule_it_names() {
+        let event = event("run.waiting_long", r#"{"rule": "al_1", "waited_s": 7200, "limit_s": 3600}"#);
+        assert_eq!(alert_kind(&event), Some("run.waiting_long"));
+        assert!(wants(&rule("run.waiting_long", Some("nightly")), "run.waiting_long", &event));
+        let mut other = rule("run.waiting_long", None);
+        other.id = "al_2".into();
+        assert!(!wants(&other, "run.waiting_long", &event), "another rule's threshold");
+        assert!(line("run.waiting_long", &event, None).contains("waited 7200s"));
     }
 
     #[test]

@@ -514,7 +514,8 @@ pub struct AlertRuleRequest {
     pub workflow: Option<String>,
     /// What alerts: `run.failed`, `run.succeeded`, `task.failed` (its
     /// retries spent), `run.upstream_failed`, `run.waiting`,
-    /// `webhook.disabled`.
+    /// `run.waiting_long` (see `waiting_longer_than`), `run.sla_missed`,
+    /// `task.timeout_warn`, `webhook.disabled`.
     pub on: Vec<String>,
     /// Where: `{"email": "ops@example.org"}`, `{"slack": URL}`,
     /// `{"teams": URL}` or `{"webhook": URL}`.
@@ -528,6 +529,10 @@ pub struct AlertRuleRequest {
     /// as one summary when they end.
     #[serde(default)]
     pub quiet_hours: Option<QuietHoursSpec>,
+    /// With `run.waiting_long` (and only then): how long a run may wait
+    /// for its upstream instances before it alerts, e.g. `2h`.
+    #[serde(default)]
+    pub waiting_longer_than: Option<String>,
 }
 
 /// A daily window of local time, e.g. `22:00` to `07:00` (it may wrap past
@@ -561,6 +566,9 @@ pub struct AlertRuleView {
     pub group_seconds: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quiet_hours: Option<QuietHoursSpec>,
+    /// For `run.waiting_long`: the wait that alerts, in seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_longer_than_seconds: Option<i64>,
     pub created_at: String,
 }
 

@@ -21,6 +21,8 @@ pub struct AlertRuleRow {
     pub group_ms: i64,
     /// Quiet hours, JSON (`{"from", "to", "timezone"}`).
     pub quiet: Option<String>,
+    /// For `run.waiting_long`: the wait that alerts.
+    pub wait_ms: Option<i64>,
     pub created_at: i64,
 }
 
@@ -75,6 +77,17 @@ pub trait AlertStore: Send + Sync {
     async fn alerts_sent(&self, ids: &[i64], at: i64, error: Option<&str>) -> Result<()>;
     /// A tenant's alerts, newest first, before `before` (an alert id).
     async fn alert_history(&self, tenant: &str, before: Option<i64>, limit: i64) -> Result<Vec<AlertRow>>;
+    /// A tenant's runs (of `workflow`, if given) waiting for their upstream
+    /// that were created in (`after`, `until`]: (id, workflow, created_at),
+    /// oldest first, at most `limit`.
+    async fn long_waiting_runs(
+        &self,
+        tenant: &str,
+        workflow: Option<&str>,
+        after: i64,
+        until: i64,
+        limit: i64,
+    ) -> Result<Vec<(String, String, i64)>>;
     /// Runs whose deadline has passed and that were not judged yet, at
     /// most `limit`, the most overdue first.
     async fn due_slas(&self, now: i64, limit: i64) -> Result<Vec<DueSla>>;

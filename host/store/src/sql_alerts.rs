@@ -17,6 +17,7 @@ fn rule_from(r: &AnyRow) -> Result<AlertRuleRow> {
         target: r.try_get("target")?,
         group_ms: r.try_get("group_ms")?,
         quiet: r.try_get("quiet")?,
+        wait_ms: r.try_get("wait_ms")?,
         created_at: r.try_get("created_at")?,
     })
 }
@@ -44,8 +45,8 @@ fn alert_from(r: &AnyRow) -> Result<AlertRow> {
 impl AlertStore for SqlStore {
     async fn create_alert_rule(&self, w: &AlertRuleRow) -> Result<()> {
         sqlx::query(
-            "INSERT INTO alert_rules (id, tenant, workflow, kinds, channel, target, group_ms, quiet, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            "INSERT INTO alert_rules (id, tenant, workflow, kinds, channel, target, group_ms, quiet, wait_ms, \
+             created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         )
         .bind(&w.id)
         .bind(&w.tenant)
@@ -55,6 +56,7 @@ impl AlertStore for SqlStore {
         .bind(&w.target)
         .bind(w.group_ms)
         .bind(&w.quiet)
+        .bind(w.wait_ms)
         .bind(w.created_at)
         .execute(&self.write)
         .await?;
@@ -151,6 +153,30 @@ impl AlertStore for SqlStore {
         }
         tx.commit().await?;
         Ok(())
+    }
+
+    async fn long_waiting_runs(
+        &self,
+        tenant: &str,
+        workflow: Option<&str>,
+        after: i64,
+        until: i64,
+        limit: i64,
+    ) -> Result<Vec<(String, String, i64)>> {
+        let mut sql = String::from(
+            "SELECT r.id, r.workflow, r.created_at FROM runs r WHERE r.tenant = $1 \
+             AND r.created_at > $2 AND r.created_at <= $3 AND r.state = 'waiting'",
+        );
+        if workflow.is_some() {
+            sql.push_str(" AND r.workflow = $5");
+        }
+        sql.push_str(" ORDER BY r.created_at, r.id LIMIT $4");
+        let mut query = sqlx::query(&sql).bind(tenant).bind(after).bind(until).bind(limit);
+        if let Some(workflow) = workflow {
+            query = query.bind(workflow);
+        }
+        let rows = query.fetch_all(&self.read).await?;
+        rows.iter().map(|r| Ok((r.try_get("id")?, r.try_get("workflow")?, r.try_get("created_at")?))).collect()
     }
 
     async fn due_slas(&self, now: i64, limit: i64) -> Result<Vec<DueSla>> {
