@@ -187,13 +187,20 @@ export function table(headers, rows, attrs = {}) {
 }
 
 /** Runs `fn` at most once per `ms`, after the last call. */
-export function debounce(fn, ms) {
+export function debounce(fn, ms, maxWait = Infinity) {
+  // Calls `fn` once calls have stopped for `ms`, and at the latest
+  // `maxWait` after the first call of a burst (a steady stream of calls
+  // would otherwise put it off for as long as the stream lasts).
   let timer = null;
+  let first = 0;
   const wrapped = (...args) => {
+    const now = Date.now();
+    if (!first) first = now;
     clearTimeout(timer);
-    timer = setTimeout(() => { timer = null; fn(...args); }, ms);
+    const wait = Math.min(ms, Math.max(0, first + maxWait - now));
+    timer = setTimeout(() => { timer = null; first = 0; fn(...args); }, wait);
   };
-  wrapped.cancel = () => clearTimeout(timer);
+  wrapped.cancel = () => { clearTimeout(timer); timer = null; first = 0; };
   return wrapped;
 }
 

@@ -61,7 +61,7 @@ class RunPage {
     this.panel = null;
     this.graph = null;
     this.timeline = null;
-    this.scheduleRefresh = debounce(() => this.refresh(), 150);
+    this.scheduleRefresh = debounce(() => this.refresh(), 150, 400);
     this.build();
     this.closeEvents = followEvents({ run: id }, {
       onEvent: (e) => this.onEvent(e),
