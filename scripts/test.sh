@@ -3,8 +3,10 @@
 # the wasm32-wasip2 target, Schemathesis (pinned, in a venv under the target
 # directory), the pinned Python and JavaScript plugin toolchains
 # (scripts/toolchains.sh, cached under the target directory), a throw-away
-# PostgreSQL and a throw-away etcd on free loopback ports. Everything it
-# starts is stopped when it exits.
+# PostgreSQL and a throw-away etcd on free loopback ports, an SMTP server,
+# and (Debian's chromium and chromium-driver, installed when missing) the
+# headless browser of the web UI's tests. Everything it starts is stopped
+# when it exits.
 #
 #   scripts/test.sh                 # the whole suite
 #   scripts/test.sh -p dagr-core    # extra arguments go to `cargo test`

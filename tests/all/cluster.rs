@@ -481,12 +481,20 @@ async fn tenants_stay_apart_in_a_cluster() {
 
     // The cluster as the UI's Cluster page shows it: every node with its
     // slots and load; the admin token's only.
-    let view = admin.get_ok("/v1/cluster").await;
+    let started = std::time::Instant::now();
+    let view = loop {
+        let view = admin.get_ok("/v1/cluster").await;
+        if view["leader"].is_string() || started.elapsed() > crate::api::PATIENCE {
+            break view;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
     assert_eq!(view["mode"], "cluster", "{view}");
     let members = view["members"].as_array().unwrap();
     let of = |role: &str| members.iter().filter(|m| m["role"] == role).collect::<Vec<_>>();
     assert_eq!((of("master").len(), of("worker").len(), of("api").len()), (2, 1, 1), "{view}");
     assert!(of("master").iter().all(|m| m["load"]["owned_slots"].is_number()), "masters report their load: {view}");
+    assert!(of("master").iter().any(|m| m["id"] == view["leader"]), "the leader is one of the masters: {view}");
     assert!(of("worker").iter().all(|m| m["load"].is_object() && m["slots"].as_u64() > Some(0)), "{view}");
     let (status, _) = alpha.get("/v1/cluster").await;
     assert_eq!(status, reqwest::StatusCode::FORBIDDEN);

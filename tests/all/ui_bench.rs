@@ -143,7 +143,8 @@ async fn ui_bench_pages() {
     // A run of the montage DAG, loaded while it runs; then each node's
     // change of colour against the task's finished_at.
     let run = api.trigger("montage", json!({})).await;
-    api.wait_task(&run, &api.run(&run).await["tasks"][0]["name"].as_str().unwrap().to_owned(), "running").await;
+    let first = api.run(&run).await["tasks"][0]["name"].as_str().unwrap().to_owned();
+    api.wait_task(&run, &first, "running").await;
     let f = measure(
         &browser,
         &format!("{base}/ui/runs/{run}"),

@@ -219,8 +219,12 @@ pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
                 tokio::time::sleep(std::time::Duration::from_millis(250)).await;
             }
         });
-        crate::node::start_outbox(&settings, store.clone(), deliver);
-        let app = dagr_master::cluster::router(MasterService { engine: engine.clone(), owned_slots: owned });
+        crate::node::start_outbox(&settings, store.clone(), deliver.clone());
+        let app = dagr_master::cluster::router(MasterService {
+            engine: engine.clone(),
+            owned_slots: owned,
+            leading: deliver,
+        });
         let app = internal_only(app, internal.secret().clone(), settings.metrics_public);
         announce(Role::Master, &id, &url);
         serve_until_signal(listener, app).await;

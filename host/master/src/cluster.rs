@@ -144,6 +144,8 @@ pub fn workers_of(members: &Membership) -> Vec<WorkerInfo> {
 pub struct MasterService {
     pub engine: EngineHandle,
     pub owned_slots: watch::Receiver<usize>,
+    /// Whether this master leads (and is healthy).
+    pub leading: watch::Receiver<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -185,7 +187,9 @@ async fn workflow_changed(State(s): State<MasterService>, Json(w): Json<Workflow
 }
 
 async fn load(State(s): State<MasterService>) -> Json<serde_json::Value> {
-    Json(metrics_json(&s.engine.metrics, *s.owned_slots.borrow()))
+    let mut load = metrics_json(&s.engine.metrics, *s.owned_slots.borrow());
+    load["leader"] = serde_json::Value::Bool(*s.leading.borrow());
+    Json(load)
 }
 
 pub fn metrics_json(m: &EngineMetrics, owned_slots: usize) -> serde_json::Value {
@@ -410,7 +414,8 @@ impl Control for ClusterControl {
                 })
             })
             .collect();
-        Some(serde_json::json!({"mode": "cluster", "members": members}))
+        let leader = members.iter().find(|m| m["load"]["leader"] == true).map(|m| m["id"].clone());
+        Some(serde_json::json!({"mode": "cluster", "leader": leader, "members": members}))
     }
 
     async fn wait_run(&self, run_id: &str, timeout: Duration) -> Option<String> {
