@@ -51,6 +51,20 @@ const SLEEPER: &str = "name: ui-sleeper\ntasks:\n- {name: nap, plugin: sleep, pa
 const FAILING: &str =
     "name: ui-failing\ntasks:\n- {name: broken, plugin: fail, params: {message: \"broken on purpose\"}}\n";
 
+/// The montage DAG (2,122 tasks) as a workflow `name` whose tasks sleep
+/// `ms` (not `echo`: an echo of a thousand upstream outputs is more than a
+/// task may output): its definition and its number of tasks.
+pub(crate) fn montage(name: &str, ms: u64) -> (String, usize) {
+    let path = crate::support::workspace_root().join("tests/datasets/dags/pegasus-montage-dss-15d.json");
+    let (definition, expected) = crate::e2e::dag_workflow(name, &path, 15);
+    let mut definition: Value = serde_json::from_str(&definition).unwrap();
+    for task in definition["tasks"].as_array_mut().unwrap() {
+        task["plugin"] = json!("sleep");
+        task["params"] = json!({"ms": ms});
+    }
+    (definition.to_string(), expected.len())
+}
+
 /// Signs in over HTTP: the session cookie (`name=value`) and the answer.
 async fn sign_in(server: &DagrServer, body: Value) -> (String, Value) {
     let http = reqwest::Client::new();
@@ -275,16 +289,8 @@ async fn the_ui_in_a_real_browser_follows_runs_live_and_acts_on_them() {
     assert!(!page.as_str().unwrap_or("").contains("secret-work"), "the foreign run's workflow is shown");
 
     // The 2,122-task montage DAG: drawn whole, fitted, and followed live.
-    let montage = crate::support::workspace_root().join("tests/datasets/dags/pegasus-montage-dss-15d.json");
-    let (definition, expected) = crate::e2e::dag_workflow("ui-montage", &montage, 15);
-    // `sleep`, not `echo`: an echo of a thousand upstream outputs is more
-    // than a task may output.
-    let mut definition: Value = serde_json::from_str(&definition).unwrap();
-    for task in definition["tasks"].as_array_mut().unwrap() {
-        task["plugin"] = json!("sleep");
-        task["params"] = json!({"ms": 1});
-    }
-    api.apply(&definition.to_string()).await;
+    let (definition, tasks) = montage("ui-montage", 1);
+    api.apply(&definition).await;
     browser.goto(&format!("{base}/ui/workflows/ui-montage")).await;
     let drawn = browser
         .wait_for(
@@ -292,7 +298,7 @@ async fn the_ui_in_a_real_browser_follows_runs_live_and_acts_on_them() {
             "const n = document.querySelectorAll('[data-task]').length; return n >= 2122 && n",
         )
         .await;
-    assert_eq!(drawn, json!(expected.len()), "every task is a node");
+    assert_eq!(drawn, json!(tasks), "every task is a node");
     browser.click("#graph-fit").await;
     browser.screenshot("montage").await;
     let montage_run = api.trigger("ui-montage", json!({})).await;

@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::api::{Api, state};
 use crate::browser::Browser;
@@ -103,14 +103,7 @@ async fn ui_bench_pages() {
         eprintln!("{made} runs made and finished after {:.0?}", setup.elapsed());
     }
     // The montage DAG, whose tasks sleep so that its run lasts a while.
-    let montage = crate::support::workspace_root().join("tests/datasets/dags/pegasus-montage-dss-15d.json");
-    let (definition, _) = crate::e2e::dag_workflow("montage", &montage, 15);
-    let mut definition: Value = serde_json::from_str(&definition).unwrap();
-    for task in definition["tasks"].as_array_mut().unwrap() {
-        task["plugin"] = json!("sleep");
-        task["params"] = json!({"ms": 300});
-    }
-    api.apply(&definition.to_string()).await;
+    api.apply(&crate::ui::montage("montage", 300).0).await;
 
     let shots = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("ui-bench");
     let browser = Browser::start(&shots).await;

@@ -566,14 +566,15 @@ pub async fn task_logs(
                         .map(|a| a.state != dagr_store::AttemptState::Running),
                     Err(_) => Some(true),
                 };
-                let task = store.run_task(&id, &task).await;
-                let task_waiting = match &task {
+                let task_row = store.run_task(&id, &task).await;
+                let task_waiting = match &task_row {
                     Ok(Some(t)) => t.attempts < attempt && !t.state.is_terminal(),
                     _ => false,
                 };
                 // An attempt that never started ends with its task: a task
                 // skipped, failed upstream or killed before it ran.
-                let finished = attempt_over.unwrap_or_else(|| !matches!(&task, Ok(Some(t)) if !t.state.is_terminal()));
+                let finished =
+                    attempt_over.unwrap_or_else(|| !matches!(&task_row, Ok(Some(t)) if !t.state.is_terminal()));
                 if finished && !task_waiting {
                     // One last read: lines written just before the end.
                     let tail = store.logs(&id, idx, attempt, after, 1000).await.unwrap_or_default();

@@ -413,6 +413,19 @@ fn run_args(r: &RunRow) -> Vec<Arg> {
     ]
 }
 
+pub(crate) fn log_from(r: &AnyRow) -> Result<LogRow> {
+    Ok(LogRow {
+        run_id: r.try_get("run_id")?,
+        task_idx: r.try_get("task_idx")?,
+        attempt: r.try_get("attempt")?,
+        seq: r.try_get("seq")?,
+        at: r.try_get("at")?,
+        source: r.try_get("source")?,
+        level: r.try_get("level")?,
+        message: r.try_get("message")?,
+    })
+}
+
 pub(crate) fn task_from(row: &AnyRow) -> Result<TaskRow> {
     Ok(TaskRow {
         run_id: row.try_get("run_id")?,
@@ -1342,20 +1355,7 @@ impl Store for SqlStore {
         .bind(limit)
         .fetch_all(&self.read)
         .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(LogRow {
-                    run_id: r.try_get("run_id")?,
-                    task_idx: r.try_get("task_idx")?,
-                    attempt: r.try_get("attempt")?,
-                    seq: r.try_get("seq")?,
-                    at: r.try_get("at")?,
-                    source: r.try_get("source")?,
-                    level: r.try_get("level")?,
-                    message: r.try_get("message")?,
-                })
-            })
-            .collect()
+        rows.iter().map(log_from).collect()
     }
 
     async fn events(&self, tenant: &str, run_id: Option<&str>, after_seq: i64, limit: i64) -> Result<Vec<EventRow>> {

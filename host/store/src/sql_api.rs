@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use sqlx::Row;
 
 use crate::reads::ReadStore;
-use crate::sql::task_from;
+use crate::sql::{log_from, task_from};
 use crate::{LogRow, Result, SqlStore, TaskRow};
 
 #[async_trait]
@@ -48,18 +48,6 @@ impl ReadStore for SqlStore {
         .bind(source)
         .fetch_optional(&self.read)
         .await?;
-        row.map(|r| {
-            Ok(LogRow {
-                run_id: r.try_get("run_id")?,
-                task_idx: r.try_get("task_idx")?,
-                attempt: r.try_get("attempt")?,
-                seq: r.try_get("seq")?,
-                at: r.try_get("at")?,
-                source: r.try_get("source")?,
-                level: r.try_get("level")?,
-                message: r.try_get("message")?,
-            })
-        })
-        .transpose()
+        row.as_ref().map(log_from).transpose()
     }
 }

@@ -13,7 +13,10 @@
 
 mod session;
 
+use std::borrow::Cow;
+use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::OnceLock;
 
 use axum::Router;
 use axum::extract::{Path, State};
@@ -70,8 +73,16 @@ fn ui_dir() -> Option<PathBuf> {
     std::env::var_os("DAGR_UI_DIR").filter(|d| !d.is_empty()).map(PathBuf::from)
 }
 
-/// The bytes of asset `path` (relative to `ui/`).
-fn load(path: &str) -> Option<Vec<u8>> {
+/// An asset's bytes and its ETag.
+type Asset = (Cow<'static, [u8]>, String);
+
+fn etag(bytes: &[u8]) -> String {
+    format!("\"{}\"", &hex::encode(Sha256::digest(bytes))[..16])
+}
+
+/// Asset `path` (relative to `ui/`): embedded (its ETag computed once), or
+/// read from `DAGR_UI_DIR`.
+fn load(path: &str) -> Option<Asset> {
     if path.split('/').any(|part| part.is_empty() || part == "." || part == ".." || part.starts_with('.'))
         || path == "test"
         || path.starts_with("test/")
@@ -79,18 +90,22 @@ fn load(path: &str) -> Option<Vec<u8>> {
         return None;
     }
     if let Some(dir) = ui_dir() {
-        return std::fs::read(dir.join(path)).ok();
+        let bytes = std::fs::read(dir.join(path)).ok()?;
+        let tag = etag(&bytes);
+        return Some((Cow::Owned(bytes), tag));
     }
-    assets::ASSETS.iter().find(|(name, _)| *name == path).map(|(_, bytes)| bytes.to_vec())
+    static EMBEDDED: OnceLock<HashMap<&'static str, (&'static [u8], String)>> = OnceLock::new();
+    let embedded =
+        EMBEDDED.get_or_init(|| assets::ASSETS.iter().map(|(name, bytes)| (*name, (*bytes, etag(bytes)))).collect());
+    embedded.get(path).map(|(bytes, tag)| (Cow::Borrowed(*bytes), tag.clone()))
 }
 
 /// An asset with the headers every UI answer carries; 304 when the
 /// browser's copy is current.
 fn serve(path: &str, request: &HeaderMap) -> Response {
-    let Some(bytes) = load(path) else {
+    let Some((bytes, etag)) = load(path) else {
         return AppError::NotFound(format!("the UI has no file `{path}`")).into_response();
     };
-    let etag = format!("\"{}\"", &hex::encode(Sha256::digest(&bytes))[..16]);
     let fresh = request.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()).is_some_and(|v| v == etag);
     let mut response = if fresh { StatusCode::NOT_MODIFIED.into_response() } else { bytes.into_response() };
     let headers = response.headers_mut();
