@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Event delivery under load (issue 15): one `dagr serve`, a fan-out of
 # 10,000 tasks measured with `dagr bench --remote`, alternating rounds
-# without watchers, with 100 SSE followers and 10 webhook subscriptions,
-# and with /metrics scraped every second. Prints dagr bench's lines.
+# without watchers, with 100 SSE followers and 10 webhook subscriptions
+# (one event per request), the same with batching subscriptions (up to 100
+# events per request), and with /metrics scraped every second. Prints dagr
+# bench's lines.
 #
 #   scripts/bench-events.sh [ROUNDS] [TASKS]
 #
@@ -23,10 +25,11 @@ export DAGR_TOKEN=$(cat "$W/data/token") DAGR_ADMIN_TOKEN=$(cat "$W/data/admin.t
 URL="http://127.0.0.1:$PORT"
 cpu() { awk '{print $14 + $15}' "/proc/$PID/stat"; }
 for round in $(seq "$ROUNDS"); do
-  for mode in plain watched scraped; do
+  for mode in plain watched batched scraped; do
     case $mode in
       plain) extra=() ;;
       watched) extra=(--sse 100 --webhooks 10) ;;
+      batched) extra=(--sse 100 --webhooks 10 --webhook-batch 100) ;;
       scraped) extra=(--scrape) ;;
     esac
     before=$(cpu)

@@ -45,13 +45,26 @@ impl Cluster {
 
     /// A cluster started with more `up` flags (e.g. `--tls`).
     pub async fn up_with(masters: usize, workers: usize, ttl: &str, flags: &[&str]) -> Cluster {
+        Cluster::up_with_env(masters, workers, ttl, flags, &[]).await
+    }
+
+    /// A cluster whose nodes start with these environment variables too
+    /// (e.g. `DAGR_TELEMETRY__OTLP_ENDPOINT`).
+    pub async fn up_with_env(
+        masters: usize,
+        workers: usize,
+        ttl: &str,
+        flags: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Cluster {
+        let envs: Vec<(String, String)> = envs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         let dir = tempfile::Builder::new().prefix("dagr-cluster-").tempdir().unwrap().keep();
         let mut args = ["up", "--masters", &masters.to_string(), "--workers", &workers.to_string(), "--ttl", ttl]
             .map(String::from)
             .to_vec();
         args.extend(flags.iter().map(|f| f.to_string()));
         let dir2 = dir.clone();
-        let out = tokio::task::spawn_blocking(move || script(&dir2, &args)).await.unwrap();
+        let out = tokio::task::spawn_blocking(move || script_with(&dir2, &args, &envs)).await.unwrap();
         let api = out.lines().last().unwrap_or_default().trim().to_owned();
         assert!(api.starts_with("http://"), "local-cluster up did not print the API URL: {out}");
         // The API node made the tenant `default` and its first token at its
@@ -191,6 +204,10 @@ impl Drop for Cluster {
 }
 
 fn script(dir: &std::path::Path, args: &[String]) -> String {
+    script_with(dir, args, &[])
+}
+
+fn script_with(dir: &std::path::Path, args: &[String], envs: &[(String, String)]) -> String {
     let extra = format!(
         "[plugins]\nextra = [{:?}]\n[master]\npoll_interval = \"200ms\"\n[worker]\nslots = 32\n",
         dagr_builtins::LEDGER_PATH
@@ -202,6 +219,7 @@ fn script(dir: &std::path::Path, args: &[String]) -> String {
         .env("DAGR_CLUSTER_EXTRA", extra)
         // Compile the plugins once for every node of every test cluster.
         .env("DAGR_WORKER__CACHE_DIR", support::workspace_root().join("target/dagr-test-cache"))
+        .envs(envs.iter().map(|(k, v)| (k, v)))
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();

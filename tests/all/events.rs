@@ -366,6 +366,10 @@ async fn metrics_pass_promtool_and_move_as_a_run_proceeds() {
     assert!(sample(&after, tasks).unwrap_or(0.0) >= 2.0, "{after}");
     assert!(sample(&after, "dagr_worker_attempts_total{outcome=\"succeeded\"}").unwrap_or(0.0) >= 2.0, "{after}");
     assert!(sample(&after, "dagr_task_duration_seconds_count{plugin=\"echo\"}").unwrap_or(0.0) >= 2.0, "{after}");
+    assert!(sample(&after, "dagr_instantiate_seconds_count{plugin=\"echo\"}").unwrap_or(0.0) >= 2.0, "{after}");
+    // A Rust guest has some linear memory, far less than its cap.
+    let memory = sample(&after, "dagr_guest_memory_bytes_sum{plugin=\"echo\"}").unwrap_or(0.0);
+    assert!(memory > 0.0 && memory < 2.0 * 1024.0 * 1024.0 * 1024.0, "{after}");
     let dispatched = |t: &str| sample(t, "dagr_attempts_dispatched_total").unwrap_or(0.0);
     assert!(dispatched(&after) >= dispatched(&before) + 2.0, "{after}");
     assert!(sample(&after, "dagr_store_commit_seconds_count").unwrap_or(0.0) > 0.0, "{after}");

@@ -43,6 +43,8 @@
 //!   rotate`), on SQLite and PostgreSQL, through a `kill -9`.
 //! - `fuzz_api`: hostile bodies and query strings on every route of a
 //!   real `dagr serve`: never a 5xx.
+//! - `traces`: spans over OTLP/HTTP to a receiver in the test, one trace
+//!   per run from trigger to result, on one node and across a cluster.
 //! - `registry`: tenants' plugins (upload, versions, deletion, the limits
 //!   of the compiling child) against a real `dagr serve`.
 
@@ -75,6 +77,7 @@ mod runtime;
 mod sdks;
 mod tenancy;
 mod tls;
+mod traces;
 mod ui;
 mod ui_bench;
 mod webhooks;

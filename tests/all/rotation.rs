@@ -1,7 +1,8 @@
 //! Rotating the key that seals tenants' secrets: `dagr secret rotate`
 //! re-seals every secret under `[secrets] key` while `previous_keys` still
-//! open them, on SQLite and PostgreSQL; killed with SIGKILL half-way, it
-//! leaves every secret readable, and a second run finishes the job.
+//! open them (tenants' secrets and webhooks' signing secrets), on SQLite
+//! and PostgreSQL; killed with SIGKILL half-way, it leaves every secret
+//! readable, and a second run finishes the job.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead as _, BufReader};
@@ -9,7 +10,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use dagr_protocol::sealed::SecretKey;
-use dagr_store::{SqlStore, Store, Synchronous, TenancyStore as _};
+use dagr_store::{
+    SqlStore, Store, Synchronous, TenancyStore as _, WebhookRow, WebhookState, WebhookStore as _, webhook_secret_name,
+};
 
 use crate::support;
 
@@ -31,6 +34,27 @@ async fn fill(store: &dyn Store, old: &SecretKey) -> BTreeMap<(String, String), 
     }
     let lost = SecretKey::generate().seal("t1", "lost", "nobody can read this");
     store.put_secret("t1", "lost", &lost, 1).await.unwrap();
+    // Two webhooks: one sealed by `old`, one stored before sealing.
+    for (id, sealed) in [("wh_sealed", true), ("wh_legacy", false)] {
+        let name = webhook_secret_name(id);
+        let value = format!("whsec_{id}");
+        let row = WebhookRow {
+            id: id.into(),
+            tenant: "t2".into(),
+            url: "https://hooks.example.org/x".into(),
+            kinds: String::new(),
+            workflow: None,
+            secret: if sealed { old.seal("t2", &name, &value) } else { value.clone() },
+            batch: 1,
+            cursor: 0,
+            state: WebhookState::Active,
+            failing_since: None,
+            disabled_reason: None,
+            created_at: 1,
+        };
+        store.create_webhook(&row).await.unwrap();
+        values.insert(("t2".into(), name), value);
+    }
     values
 }
 
@@ -45,6 +69,12 @@ async fn all_open(store: &dyn Store, key: &SecretKey, values: &BTreeMap<(String,
             let got = key.open(tenant, &name, &stored).unwrap_or_else(|e| panic!("{tenant}/{name}: {e}"));
             assert_eq!(&got, want, "{tenant}/{name}");
         }
+    }
+    for id in ["wh_sealed", "wh_legacy"] {
+        let stored = store.get_webhook("t2", id).await.unwrap().unwrap().secret;
+        let name = webhook_secret_name(id);
+        let got = key.open("t2", &name, &stored).unwrap_or_else(|e| panic!("webhook {id}: {e}"));
+        assert_eq!(got, values[&("t2".to_owned(), name)], "webhook {id}");
     }
 }
 
@@ -99,7 +129,9 @@ async fn rotation_survives_kill_9(url: &str) {
     // Once more: nothing left to do.
     let (_, said) = rotate(&config);
     assert!(said.starts_with("0 re-sealed"), "{said}");
-    assert!(said.contains(&format!("{} already under the current key", SECRETS + 2)), "{said}");
+    assert!(said.contains(&format!("{} already under the current key", SECRETS + 4)), "{said}");
+    let legacy = store.get_webhook("t2", "wh_legacy").await.unwrap().unwrap().secret;
+    assert!(legacy.starts_with("sealed:v1:"), "a plain webhook secret is sealed: {legacy}");
     // Re-sealing is not writing: the last write times are the tenants'.
     let metas = store.list_secrets("t0").await.unwrap();
     assert!(metas.iter().any(|m| m.name == "s00000" && m.updated_at == 0), "{:?}", &metas[..2]);

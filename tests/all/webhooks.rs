@@ -95,6 +95,22 @@ impl Receiver {
         Receiver { url, seen, secret }
     }
 
+    /// The numbers of the events taken, in the order taken, whether one
+    /// per request or in batches.
+    fn seqs(&self) -> Vec<i64> {
+        let seen = self.seen.lock().unwrap();
+        let mut seqs = Vec::new();
+        for (_, body) in &seen.taken {
+            match body["type"].as_str() {
+                Some("batch") => {
+                    seqs.extend(body["data"].as_array().unwrap().iter().map(|e| e["data"]["seq"].as_i64().unwrap()))
+                }
+                _ => seqs.push(body["data"]["seq"].as_i64().unwrap()),
+            }
+        }
+        seqs
+    }
+
     fn ids(&self) -> Vec<i64> {
         let seen = self.seen.lock().unwrap();
         seen.taken.iter().map(|(id, _)| id.strip_prefix("evt_").unwrap().parse().unwrap()).collect()
@@ -187,6 +203,61 @@ async fn deliveries_are_signed_in_order_and_survive_a_failing_receiver_and_a_kil
     let log = log.as_array().unwrap();
     assert!(log.iter().any(|d| d["status"] == 500 && d["attempt"].as_i64() > Some(0)), "{log:?}");
     assert!(log.iter().any(|d| d["status"] == 204), "{log:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batching_webhook_takes_consecutive_events_per_request_and_its_secret_is_stored_sealed() {
+    let server = tokio::task::spawn_blocking(|| server_with(&[])).await.unwrap();
+    let api = Api::of(&server);
+    api.apply(FLOW).await;
+    let receiver = Receiver::start(1, false).await;
+    for batch in [0, 101] {
+        let (status, body) = api.post("/v1/webhooks", json!({"url": receiver.url, "batch": batch})).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        assert_eq!(body["location"], "batch", "{body}");
+    }
+    let (status, hook) =
+        api.post("/v1/webhooks", json!({"url": receiver.url, "kinds": ["run.state", "task.state"], "batch": 4})).await;
+    assert_eq!(status, StatusCode::CREATED, "{hook}");
+    assert_eq!(hook["batch"], 4, "{hook}");
+    let secret = hook["secret"].as_str().unwrap().to_owned();
+    *receiver.secret.lock().unwrap() = secret.clone();
+    let from = hook["cursor"].as_i64().unwrap();
+    for _ in 0..3 {
+        let run = api.trigger("hooked", json!({})).await;
+        api.finished(&run).await;
+    }
+    let want = expected(&api, from).await;
+    wait_for("every event", || {
+        let mut seqs = receiver.seqs();
+        seqs.dedup();
+        seqs.len() >= want.len()
+    })
+    .await;
+    let seen = receiver.seen.lock().unwrap();
+    assert!(seen.bad_signatures.is_empty(), "{:?}", seen.bad_signatures);
+    assert!(seen.refused >= 1, "the first request was refused and retried");
+    for (id, body) in &seen.taken {
+        assert_eq!(body["type"], "batch", "{body}");
+        let events = body["data"].as_array().unwrap();
+        assert!((1..=4).contains(&events.len()), "{body}");
+        let (first, last) =
+            (events[0]["data"]["seq"].as_i64().unwrap(), events[events.len() - 1]["data"]["seq"].as_i64().unwrap());
+        assert_eq!(id, &format!("evt_{first}-{last}"), "the id names the batch's first and last event");
+        assert!(events.iter().all(|e| e["type"] == e["data"]["kind"]), "{body}");
+    }
+    assert!(seen.taken.iter().any(|(_, b)| b["data"].as_array().unwrap().len() > 1), "events were batched");
+    drop(seen);
+    let mut seqs = receiver.seqs();
+    assert!(seqs.windows(2).all(|w| w[0] <= w[1]), "in order: {seqs:?}");
+    seqs.dedup();
+    assert_eq!(seqs, want, "every event, nothing else");
+
+    // The signing secret is in the database only sealed.
+    for file in ["dagr.db", "dagr.db-wal"] {
+        let Ok(bytes) = std::fs::read(server.data_dir().join(file)) else { continue };
+        assert!(!bytes.windows(secret.len()).any(|w| w == secret.as_bytes()), "the secret is plain in {file}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -22,16 +22,17 @@ use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use axum::body::Body;
 use axum::extract::State;
-use axum::http::HeaderMap;
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
+use bytes::{Bytes, BytesMut};
 use dagr_core::events::KindFilter;
 use dagr_protocol::api::{ApiError, EventPage, EventView};
 use dagr_protocol::tenancy::ADMIN_TENANT;
 use dagr_store::{EventRow, EventScope, Store};
 use serde::Deserialize;
-use tokio::sync::{OnceCell, broadcast};
+use tokio::sync::{OnceCell, broadcast, watch};
 
 use crate::error::AppError;
 use crate::extract::Query;
@@ -43,17 +44,42 @@ const PAGE: i64 = 500;
 /// `BACKLOG * PAGE` events); one further behind reads the store.
 const BACKLOG: usize = 64;
 
-/// An event with its JSON, made once and shared by every stream.
+/// Most bytes of events one write to a stream carries; a stream that is
+/// further behind writes several.
+const CHUNK: usize = 256 * 1024;
+/// An idle stream sends a comment this often, so that proxies and clients
+/// see that it lives.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// An event with its SSE frame (`id`, `event` and `data` lines), made once
+/// and shared by every stream: a stream only copies the frames it wants
+/// into its next write.
 pub(crate) struct Shared {
     row: EventRow,
-    json: String,
+    frame: Bytes,
 }
 
 impl Shared {
     fn new(row: EventRow) -> Arc<Shared> {
         let json = serde_json::to_string(&dagr_notify::event_view(&row)).unwrap_or_default();
-        Arc::new(Shared { row, json })
+        let frame = sse_frame(row.seq, &row.kind, &json);
+        Arc::new(Shared { row, frame })
     }
+}
+
+/// One Server-Sent Event. Compact JSON has no line breaks, and kinds are
+/// the engine's own words; a kind with a line break in it would break the
+/// framing, so any is replaced.
+fn sse_frame(seq: i64, kind: &str, json: &str) -> Bytes {
+    let mut frame = String::with_capacity(json.len() + kind.len() + 32);
+    frame.push_str("id: ");
+    frame.push_str(&seq.to_string());
+    frame.push_str("\nevent: ");
+    frame.extend(kind.chars().map(|c| if c == '\n' || c == '\r' { ' ' } else { c }));
+    frame.push_str("\ndata: ");
+    frame.push_str(json);
+    frame.push_str("\n\n");
+    Bytes::from(frame)
 }
 
 /// Reads new events for every subscriber of this process.
@@ -67,6 +93,8 @@ pub struct EventHub {
     head: AtomicI64,
     started: OnceCell<()>,
     streams: Arc<AtomicUsize>,
+    /// Changes when an engine in this process committed events.
+    nudge: std::sync::Mutex<Option<watch::Receiver<u64>>>,
 }
 
 impl EventHub {
@@ -80,7 +108,14 @@ impl EventHub {
             head: AtomicI64::new(0),
             started: OnceCell::new(),
             streams: Arc::new(AtomicUsize::new(0)),
+            nudge: std::sync::Mutex::new(None),
         })
+    }
+
+    /// Reads the log as soon as `committed` changes, not only every
+    /// `poll` (for an engine in the same process: `dagr serve`).
+    pub fn nudged_by(&self, committed: watch::Receiver<u64>) {
+        *self.nudge.lock().unwrap_or_else(|e| e.into_inner()) = Some(committed);
     }
 
     /// Event streams open now.
@@ -102,9 +137,11 @@ impl EventHub {
     }
 }
 
-/// The hub's reader: what is new, every `poll`, to every subscriber.
+/// The hub's reader: what is new, every `poll` (or when nudged), to
+/// every subscriber.
 async fn follow(hub: Weak<EventHub>, mut head: i64) {
     let scope = EventScope::default();
+    let mut nudge = hub.upgrade().and_then(|h| h.nudge.lock().unwrap_or_else(|e| e.into_inner()).clone());
     loop {
         let Some(hub) = hub.upgrade() else { return };
         let page = match hub.store.event_page(&scope, head, PAGE).await {
@@ -128,7 +165,19 @@ async fn follow(hub: Weak<EventHub>, mut head: i64) {
         let poll = hub.poll;
         drop(hub);
         if !full {
-            tokio::time::sleep(poll).await;
+            match &mut nudge {
+                Some(committed) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep(poll) => {}
+                        changed = committed.changed() => {
+                            if changed.is_err() {
+                                nudge = None;
+                            }
+                        }
+                    }
+                }
+                None => tokio::time::sleep(poll).await,
+            }
         }
     }
 }
@@ -298,15 +347,60 @@ async fn stream(state: &ApiState, filter: Filter, after: Option<i64>) -> Result<
         ready: VecDeque::new(),
         _open: guard,
     };
-    let events = futures::stream::unfold(follower, |mut f| async move {
-        let event = f.next().await?;
-        let frame = Event::default().id(event.row.seq.to_string()).event(&event.row.kind).data(&event.json);
-        Some((Ok::<_, std::convert::Infallible>(frame), f))
+    // Every event that is ready goes out in one write: a hundred streams
+    // following a burst make a hundred writes per batch, not one per event
+    // and stream.
+    let chunks = futures::stream::unfold(follower, |mut f| async move {
+        let chunk = match tokio::time::timeout(KEEP_ALIVE, f.next_chunk()).await {
+            Ok(chunk) => chunk?,
+            Err(_) => Bytes::from_static(b":\n\n"),
+        };
+        Some((Ok::<_, std::convert::Infallible>(chunk), f))
     });
-    Ok(Sse::new(events).keep_alive(KeepAlive::default()).into_response())
+    let mut response = Body::from_stream(chunks).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    Ok(response)
 }
 
 impl Follower {
+    /// The frames of every event that is ready for this subscriber (at
+    /// least one, at most about [`CHUNK`] bytes); `None` ends the stream.
+    async fn next_chunk(&mut self) -> Option<Bytes> {
+        let first = self.next().await?;
+        if self.ready.is_empty() {
+            self.drain_broadcast();
+        }
+        if self.ready.is_empty() {
+            return Some(first.frame.clone());
+        }
+        let mut chunk = BytesMut::with_capacity(CHUNK.min(first.frame.len() * (self.ready.len() + 1)));
+        chunk.extend_from_slice(&first.frame);
+        while chunk.len() < CHUNK {
+            let Some(event) = self.ready.pop_front() else { break };
+            chunk.extend_from_slice(&event.frame);
+        }
+        Some(chunk.freeze())
+    }
+
+    /// Takes the batches already broadcast, without waiting.
+    fn drain_broadcast(&mut self) {
+        if self.catch_up_to.is_some() {
+            return;
+        }
+        loop {
+            match self.rx.try_recv() {
+                Ok(batch) => self.take(batch.iter()),
+                Err(broadcast::error::TryRecvError::Lagged(_)) => {
+                    self.catch_up_to = Some(self.hub.head.load(Ordering::Acquire));
+                    return;
+                }
+                Err(_) => return,
+            }
+        }
+    }
+
     /// The next event for this subscriber; `None` ends the stream.
     async fn next(&mut self) -> Option<Arc<Shared>> {
         loop {
@@ -372,6 +466,22 @@ mod tests {
             task: None,
             data: "{}".into(),
         }
+    }
+
+    #[test]
+    fn a_frame_is_one_server_sent_event() {
+        // Compact JSON writes a line break in a string as `\n`.
+        let frame = sse_frame(42, "task.state", r#"{"a":"x\ny"}"#);
+        assert_eq!(
+            &frame[..],
+            br#"id: 42
+event: task.state
+data: {"a":"x\ny"}
+
+"#
+        );
+        let odd = sse_frame(1, "run\nstate", "{}");
+        assert_eq!(&odd[..], b"id: 1\nevent: run state\ndata: {}\n\n");
     }
 
     #[test]

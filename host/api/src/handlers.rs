@@ -135,7 +135,10 @@ pub async fn trigger_run(
         },
     );
     let summary = run_summary(&run.run);
-    state.store.create_runs(vec![run], admit()).await?;
+    // The run's trace starts here.
+    let span = tracing::info_span!("trigger", run = %summary.id, workflow = %name, tenant = %tenant.0);
+    dagr_telemetry::in_run(&span, &summary.id);
+    tracing::Instrument::instrument(state.store.create_runs(vec![run], admit()), span).await?;
     state.control.wake();
     let detail = json!({"workflow": name, "version": version});
     audit(&state, &caller, &tenant.0, "run.trigger", &summary.id, detail).await;

@@ -113,7 +113,9 @@ pub async fn create_job(
         },
     );
     let run_id = run.run.id.clone();
-    state.store.create_runs(vec![run], admit()).await?;
+    let span = tracing::info_span!("trigger", run = %run_id, job = %name, tenant = %tenant.0);
+    dagr_telemetry::in_run(&span, &run_id);
+    tracing::Instrument::instrument(state.store.create_runs(vec![run], admit()), span).await?;
     state.control.wake();
     audit(&state, &caller, &tenant.0, "job.create", &run_id, json!({"name": name})).await;
     if !q.wait.unwrap_or(false) {

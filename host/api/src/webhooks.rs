@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use dagr_core::events::KindFilter;
 use dagr_protocol::api::{ApiError, DeliveryView, WebhookRequest, WebhookView};
 use dagr_protocol::now_ms;
-use dagr_store::{WebhookRow, WebhookState};
+use dagr_store::{WebhookRow, WebhookState, webhook_secret_name};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -18,7 +18,10 @@ use crate::{ApiState, Tenant};
 
 type Answer<T> = ApiResult<(StatusCode, axum::Json<T>)>;
 
-fn view(row: &WebhookRow, secret: bool) -> WebhookView {
+/// The most events one delivery may carry.
+const MAX_BATCH: u32 = 100;
+
+fn view(row: &WebhookRow, secret: Option<String>) -> WebhookView {
     WebhookView {
         id: row.id.clone(),
         url: row.url.clone(),
@@ -29,7 +32,8 @@ fn view(row: &WebhookRow, secret: bool) -> WebhookView {
         failing_since: row.failing_since.map(time),
         disabled_reason: row.disabled_reason.clone(),
         created_at: time(row.created_at),
-        secret: secret.then(|| row.secret.clone()),
+        batch: row.batch,
+        secret,
     }
 }
 
@@ -58,19 +62,27 @@ pub async fn create_webhook(
     {
         return Err(AppError::bad_at("invalid_webhook", "workflow", "a workflow name is 1 to 128 characters"));
     }
+    let batch = req.batch.unwrap_or(1);
+    if !(1..=MAX_BATCH).contains(&batch) {
+        return Err(AppError::bad_at("invalid_webhook", "batch", format!("must be between 1 and {MAX_BATCH}")));
+    }
     let max = state.config.max_webhooks;
     if state.store.list_webhooks(&tenant.0).await?.len() >= max {
         return Err(AppError::Conflict(format!(
             "the tenant has {max} webhooks, the most it may have ([webhooks] max_per_tenant); delete one first"
         )));
     }
+    let id = format!("wh_{}", uuid::Uuid::new_v4().simple());
+    // Stored sealed; shown once, in this answer.
+    let secret = dagr_notify::new_secret();
     let row = WebhookRow {
-        id: format!("wh_{}", uuid::Uuid::new_v4().simple()),
+        secret: state.config.secrets.seal(&tenant.0, &webhook_secret_name(&id), &secret),
+        id,
         tenant: tenant.0.clone(),
         url: url.to_string(),
         kinds: kinds.to_list(),
         workflow: req.workflow.clone(),
-        secret: dagr_notify::new_secret(),
+        batch: i64::from(batch),
         cursor: state.store.last_event_seq().await?,
         state: WebhookState::Active,
         failing_since: None,
@@ -79,14 +91,14 @@ pub async fn create_webhook(
     };
     state.store.create_webhook(&row).await?;
     audit(&state, &caller, &tenant.0, "webhook.create", &row.id, json!({"url": row.url, "kinds": row.kinds})).await;
-    Ok((StatusCode::CREATED, axum::Json(view(&row, true))))
+    Ok((StatusCode::CREATED, axum::Json(view(&row, Some(secret)))))
 }
 
 /// The tenant's webhooks (without their secrets).
 #[utoipa::path(get, path = "/v1/webhooks", tag = "webhooks", responses((status = 200, body = Vec<WebhookView>)))]
 pub async fn list_webhooks(State(state): State<ApiState>, tenant: Tenant) -> Answer<Vec<WebhookView>> {
     let rows = state.store.list_webhooks(&tenant.0).await?;
-    Ok((StatusCode::OK, axum::Json(rows.iter().map(|r| view(r, false)).collect())))
+    Ok((StatusCode::OK, axum::Json(rows.iter().map(|r| view(r, None)).collect())))
 }
 
 /// A webhook: its state, its cursor, why it is failing or disabled.
@@ -95,7 +107,7 @@ pub async fn list_webhooks(State(state): State<ApiState>, tenant: Tenant) -> Ans
     responses((status = 200, body = WebhookView), (status = 404, body = ApiError))
 )]
 pub async fn get_webhook(State(state): State<ApiState>, tenant: Tenant, Path(id): Path<String>) -> Answer<WebhookView> {
-    Ok((StatusCode::OK, axum::Json(view(&find(&state, &tenant.0, &id).await?, false))))
+    Ok((StatusCode::OK, axum::Json(view(&find(&state, &tenant.0, &id).await?, None))))
 }
 
 /// Deletes a webhook and its delivery log.
@@ -130,7 +142,7 @@ pub async fn enable_webhook(
     find(&state, &tenant.0, &id).await?;
     state.store.set_webhook_disabled(&id, None).await?;
     audit(&state, &caller, &tenant.0, "webhook.enable", &id, json!({})).await;
-    Ok((StatusCode::OK, axum::Json(view(&find(&state, &tenant.0, &id).await?, false))))
+    Ok((StatusCode::OK, axum::Json(view(&find(&state, &tenant.0, &id).await?, None))))
 }
 
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]

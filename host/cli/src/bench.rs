@@ -71,6 +71,9 @@ pub struct BenchArgs {
     /// (the server needs `[webhooks] allow_private`).
     #[arg(long, default_value_t = 0, requires = "remote")]
     webhooks: u32,
+    /// With `--webhooks`: events per request (the subscriptions' `batch`).
+    #[arg(long, default_value_t = 1, requires = "webhooks")]
+    webhook_batch: u32,
     /// With `--remote`: read `/metrics` every second (admin token in
     /// `DAGR_ADMIN_TOKEN`).
     #[arg(long, requires = "remote")]
@@ -216,7 +219,20 @@ async fn measure_remote(
     let api = Api::with_credentials(server, Credentials { token: token.clone(), tenant: None })?;
     let watchers = if args.sse > 0 || args.webhooks > 0 || args.scrape {
         let token = token.clone().unwrap_or_default();
-        Some(crate::bench_events::start(&api, server, &token, args.sse, args.webhooks, args.scrape).await?)
+        Some(
+            crate::bench_events::start(
+                &api,
+                server,
+                &token,
+                crate::bench_events::Watch {
+                    sse: args.sse,
+                    webhooks: args.webhooks,
+                    webhook_batch: args.webhook_batch,
+                    scrape: args.scrape,
+                },
+            )
+            .await?,
+        )
     } else {
         None
     };

@@ -1,4 +1,5 @@
-//! `dagr bench --remote URL --sse N --webhooks N [--scrape]`: the event
+//! `dagr bench --remote URL --sse N --webhooks N [--webhook-batch N]
+//! [--scrape]`: the event
 //! stream and webhooks under load. While the measured runs go, N clients
 //! follow `GET /v1/events` (every event) and N webhook subscriptions POST
 //! to a receiver in this process; each records, per event of the runs,
@@ -24,20 +25,50 @@ pub struct Watchers {
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
-fn delay_of(event: &Value) -> Option<f64> {
-    let at = chrono::DateTime::parse_from_rfc3339(event["at"].as_str()?).ok()?.timestamp_micros() as f64 / 1000.0;
+/// What is watched during a bench.
+#[derive(Debug, Clone, Copy)]
+pub struct Watch {
+    pub sse: u32,
+    pub webhooks: u32,
+    /// Events per webhook request (the subscriptions' `batch`).
+    pub webhook_batch: u32,
+    pub scrape: bool,
+}
+
+/// The two fields of an event the bench reads (the rest is skipped, not
+/// parsed: the followers share the server's two cores).
+#[derive(serde::Deserialize)]
+struct Probe<'a> {
+    #[serde(borrow)]
+    run_id: Option<&'a str>,
+    at: &'a str,
+}
+
+/// The delay of a run's event, from its time to now; `None` for events
+/// of no run.
+fn delay_of(event: &Probe<'_>) -> Option<f64> {
+    event.run_id?;
+    let at = chrono::DateTime::parse_from_rfc3339(event.at).ok()?.timestamp_micros() as f64 / 1000.0;
     Some(chrono::Utc::now().timestamp_micros() as f64 / 1000.0 - at)
 }
 
+/// A webhook request's body with one event.
+#[derive(serde::Deserialize)]
+struct One<'a> {
+    #[serde(borrow)]
+    data: Probe<'a>,
+}
+
+/// A webhook request's body with a batch of events.
+#[derive(serde::Deserialize)]
+struct Batch<'a> {
+    #[serde(borrow)]
+    data: Vec<One<'a>>,
+}
+
 /// Starts the followers, the receiver and the scraper.
-pub async fn start(
-    api: &Api,
-    base: &str,
-    token: &str,
-    sse: u32,
-    webhooks: u32,
-    scrape: bool,
-) -> anyhow::Result<Watchers> {
+pub async fn start(api: &Api, base: &str, token: &str, watch: Watch) -> anyhow::Result<Watchers> {
+    let Watch { sse, webhooks, webhook_batch, scrape } = watch;
     let sse_delays: Delays = Arc::new(Mutex::new(vec![Vec::new(); sse as usize]));
     let hook_delays: Delays = Arc::new(Mutex::new(vec![Vec::new(); webhooks as usize]));
     let mut tasks = Vec::new();
@@ -49,18 +80,25 @@ pub async fn start(
         tasks.push(tokio::spawn(async move {
             let mut body = response.bytes_stream();
             let mut buffer: Vec<u8> = Vec::new();
+            let mut mine = Vec::new();
             while let Some(Ok(chunk)) = body.next().await {
                 buffer.extend_from_slice(&chunk);
-                while let Some(end) = buffer.windows(2).position(|w| w == b"\n\n") {
-                    let frame: Vec<u8> = buffer.drain(..end + 2).collect();
-                    let text = String::from_utf8_lossy(&frame);
-                    let Some(data) = text.lines().find_map(|l| l.strip_prefix("data: ")) else { continue };
-                    let Ok(event) = serde_json::from_str::<Value>(data) else { continue };
-                    if event["run_id"].is_string()
+                let mut start = 0;
+                while let Some(end) = buffer[start..].windows(2).position(|w| w == b"\n\n") {
+                    let frame = &buffer[start..start + end];
+                    start += end + 2;
+                    let Some(data) = frame.split(|b| *b == b'\n').find_map(|l| l.strip_prefix(b"data: ")) else {
+                        continue;
+                    };
+                    if let Ok(event) = serde_json::from_slice::<Probe<'_>>(data)
                         && let Some(delay) = delay_of(&event)
                     {
-                        delays.lock().unwrap_or_else(|e| e.into_inner())[i].push(delay);
+                        mine.push(delay);
                     }
+                }
+                buffer.drain(..start);
+                if !mine.is_empty() {
+                    delays.lock().unwrap_or_else(|e| e.into_inner())[i].append(&mut mine);
                 }
             }
         }));
@@ -75,12 +113,14 @@ pub async fn start(
             axum::routing::post(move |axum::extract::Path(i): axum::extract::Path<usize>, body: axum::body::Bytes| {
                 let delays = delays.clone();
                 async move {
-                    if let Ok(message) = serde_json::from_slice::<Value>(&body)
-                        && message["data"]["run_id"].is_string()
-                        && let Some(delay) = delay_of(&message["data"])
-                        && let Some(list) = delays.lock().unwrap_or_else(|e| e.into_inner()).get_mut(i)
-                    {
-                        list.push(delay);
+                    let mut mine = Vec::new();
+                    if let Ok(one) = serde_json::from_slice::<One<'_>>(&body) {
+                        mine.extend(delay_of(&one.data));
+                    } else if let Ok(batch) = serde_json::from_slice::<Batch<'_>>(&body) {
+                        mine.extend(batch.data.iter().filter_map(|one| delay_of(&one.data)));
+                    }
+                    if let Some(list) = delays.lock().unwrap_or_else(|e| e.into_inner()).get_mut(i) {
+                        list.append(&mut mine);
                     }
                     axum::http::StatusCode::NO_CONTENT
                 }
@@ -91,7 +131,10 @@ pub async fn start(
         }));
         for i in 0..webhooks {
             let created: Value = api
-                .json(api.post(&["v1", "webhooks"]).json(&json!({"url": format!("http://{addr}/hook/{i}")})))
+                .json(api.post(&["v1", "webhooks"]).json(&json!({
+                    "url": format!("http://{addr}/hook/{i}"),
+                    "batch": webhook_batch.max(1),
+                })))
                 .await?;
             webhook_ids.push(created["id"].as_str().unwrap_or_default().to_owned());
         }

@@ -156,6 +156,9 @@ fn announce(role: Role, id: &str, url: &str) {
 /// `dagr master`.
 pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
     let settings = settings(&args, Role::Master)?;
+    let _telemetry = crate::node::telemetry(&settings, "master")?;
+    // The leader delivers webhooks, whose signing secrets are sealed.
+    let secrets_key = crate::node::secrets_key(&settings, false)?;
     crate::node::node_runtime(&settings, false)?.block_on(async move {
         let internal = internal(&settings)?;
         let id = node_id(&settings, Role::Master);
@@ -219,7 +222,7 @@ pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
                 tokio::time::sleep(std::time::Duration::from_millis(250)).await;
             }
         });
-        crate::node::start_outbox(&settings, store.clone(), deliver.clone());
+        crate::node::start_outbox(&settings, store.clone(), secrets_key, deliver.clone());
         let app = dagr_master::cluster::router(MasterService {
             engine: engine.clone(),
             owned_slots: owned,
@@ -237,6 +240,7 @@ pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
 /// `dagr worker`.
 pub fn worker(args: RoleArgs) -> anyhow::Result<ExitCode> {
     let settings = settings(&args, Role::Worker)?;
+    let _telemetry = crate::node::telemetry(&settings, "worker")?;
     let secrets_key = crate::node::secrets_key(&settings, false)?;
     crate::node::node_runtime(&settings, true)?.block_on(async move {
         let internal = internal(&settings)?;
@@ -296,6 +300,7 @@ pub fn worker(args: RoleArgs) -> anyhow::Result<ExitCode> {
 /// `dagr api`.
 pub fn api(args: RoleArgs) -> anyhow::Result<ExitCode> {
     let settings = settings(&args, Role::Api)?;
+    let _telemetry = crate::node::telemetry(&settings, "api")?;
     let secrets_key = crate::node::secrets_key(&settings, false)?;
     crate::node::node_runtime(&settings, false)?.block_on(async move {
         let internal = internal(&settings)?;

@@ -105,15 +105,27 @@ impl Command {
     }
 }
 
+impl Command {
+    /// Whether the verb runs a node, which sets up its logs and traces
+    /// itself once it has read its configuration (`[telemetry]`).
+    fn runs_a_node(&self) -> bool {
+        matches!(self, Command::Serve(_) | Command::Master(_) | Command::Worker(_) | Command::Api(_))
+    }
+}
+
 fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("DAGR_LOG")
-                .unwrap_or_else(|_| "info,sqlx=warn,wasmtime=warn,cranelift=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let mut cli = Cli::parse();
+    let _logs = if cli.command.runs_a_node() {
+        None
+    } else {
+        match dagr_telemetry::init(None) {
+            Ok(logs) => Some(logs),
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                return std::process::ExitCode::FAILURE;
+            }
+        }
+    };
     if let Some(admin) = cli.command.connects() {
         match client::connect(&cli.server, cli.token.take(), &cli.profile, cli.as_tenant.take(), admin) {
             Ok(server) => cli.server = server,

@@ -83,7 +83,7 @@ impl Node {
         dagr_worker::metrics::register(&worker);
         // One node delivers every webhook.
         let (delivering, deliver) = tokio::sync::watch::channel(true);
-        start_outbox(settings, store.clone(), deliver);
+        start_outbox(settings, store.clone(), key.clone(), deliver);
         // One worker, in this process, for every group.
         engine.workers(vec![WorkerInfo {
             id: worker.id().to_owned(),
@@ -96,12 +96,15 @@ impl Node {
         engine.own_slots((0..dagr_protocol::SLOTS).collect());
         engine.lead(Some(dagr_protocol::now_ms()));
 
-        let api = dagr_api::router(dagr_api::ApiState::new(
+        let state = dagr_api::ApiState::new(
             store.clone(),
             Arc::new(engine.clone()),
             plugins,
             api_config(settings, key, inspector)?,
-        ));
+        );
+        // Event streams read what the engine commits at once.
+        state.events.nudged_by(engine.events_committed());
+        let api = dagr_api::router(state);
         let listener = tokio::net::TcpListener::bind(settings.listen)
             .await
             .with_context(|| format!("cannot listen on {}", settings.listen))?;
@@ -153,6 +156,20 @@ fn lock_data_dir(dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
     }
 }
 
+/// Sets up this node's logs, and its traces if `[telemetry]
+/// otlp_endpoint` is set (`service.name`: `[telemetry] service_name`, else
+/// `dagr-<role>`).
+pub fn telemetry(settings: &Settings, role: &str) -> anyhow::Result<dagr_telemetry::Telemetry> {
+    let otlp = (!settings.otlp_endpoint.is_empty()).then(|| dagr_telemetry::Otlp {
+        endpoint: settings.otlp_endpoint.clone(),
+        service: match settings.service_name.as_str() {
+            "" => format!("dagr-{role}"),
+            name => name.to_owned(),
+        },
+    });
+    dagr_telemetry::init(otlp)
+}
+
 /// The key that seals tenants' secrets: `[secrets] key`, else (if
 /// `in_data_dir`, as for `dagr serve`) `<data_dir>/secrets.key`, made at the
 /// first start. Cluster nodes that handle secrets (api, worker) must be
@@ -171,7 +188,7 @@ pub fn secrets_key(settings: &Settings, in_data_dir: bool) -> anyhow::Result<Sec
     }
     if !in_data_dir {
         anyhow::bail!(
-            "secrets.key is not set: the api and worker nodes of a cluster must share the key that seals tenants' \
+            "secrets.key is not set: every node of a cluster (api, master, worker) must share the key that seals tenants' \
              secrets. Set it in the config file ([secrets] key) or as DAGR_SECRETS__KEY, e.g. \
              DAGR_SECRETS__KEY=$(openssl rand -hex 32), and keep it apart from the database's backups"
         );
@@ -320,11 +337,12 @@ impl dagr_worker::Precompile for ChildCompiler {
 pub fn start_outbox(
     settings: &Settings,
     store: Arc<dyn dagr_store::Store>,
+    key: SecretKey,
     active: tokio::sync::watch::Receiver<bool>,
 ) {
     start_sinks(settings, store.clone(), active.clone());
     start_alerts(settings, store.clone(), active.clone());
-    dagr_notify::Deliverer::start(store, webhook_config(settings), active);
+    dagr_notify::Deliverer::start(store, webhook_config(settings), key, active);
 }
 
 /// Starts the NATS sink if `[nats] url` is set; it publishes while `active`.

@@ -300,6 +300,8 @@ mod tests {
             progress: None,
             elapsed: Duration::ZERO,
             fuel_consumed: None,
+            instantiate: None,
+            memory_bytes: 0,
         }
     }
 

@@ -165,6 +165,35 @@ pub async fn rotate_store(store: &dyn Store, key: &SecretKey, limit: Option<u64>
         }
         eprintln!("{} re-sealed, {} already under the current key so far", done.resealed, done.current);
     }
+    // Webhooks' signing secrets, the same way.
+    let mut after: Option<String> = None;
+    loop {
+        let page = store.webhook_secrets_page(after.as_deref(), ROTATE_PAGE).await?;
+        let Some((_, id, _)) = page.last() else { break };
+        after = Some(id.clone());
+        for (tenant, id, stored) in &page {
+            if limit.is_some_and(|l| done.resealed >= l) {
+                return Ok(done);
+            }
+            let name = dagr_store::webhook_secret_name(id);
+            match key.reseal(tenant, &name, stored) {
+                Ok(Reseal::Current) => done.current += 1,
+                Ok(Reseal::Sealed(sealed)) => {
+                    if store.reseal_webhook_secret(id, stored, &sealed).await? {
+                        done.resealed += 1;
+                    } else {
+                        done.changed += 1;
+                    }
+                }
+                Err(e) => {
+                    done.unopened += 1;
+                    eprintln!(
+                        "the signing secret of webhook `{id}` (tenant `{tenant}`) does not open with any key: {e}"
+                    );
+                }
+            }
+        }
+    }
     Ok(done)
 }
 

@@ -37,6 +37,7 @@ pub fn load_config(
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let settings = load_config(args.config.as_ref(), args.listen, args.data_dir)?;
+    let _telemetry = crate::node::telemetry(&settings, "serve")?;
     let runtime = crate::node::node_runtime(&settings, true)?;
     runtime.block_on(async {
         let node = crate::node::Node::start(&settings).await?;

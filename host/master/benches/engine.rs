@@ -32,6 +32,7 @@ fn result(key: &dagr_protocol::wire::AttemptKey, epoch: i64) -> Input {
         started_at: 0,
         finished_at: 0,
         outcome: Outcome::Succeeded { output: "{}".into() },
+        trace: None,
     };
     Input::Result { result, ack: None }
 }

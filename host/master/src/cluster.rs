@@ -58,9 +58,14 @@ impl Transport for HttpTransport {
     async fn dispatch(&self, specs: Vec<AttemptSpec>, worker: &str) -> Result<Accepted, DispatchError> {
         let n = specs.len();
         let addr = self.addr(worker).ok_or_else(|| DispatchError::NotMember(worker.into()))?;
-        let response = self
-            .http
-            .post(format!("{addr}/internal/attempts"))
+        // The request continues the trace of its first attempt (a batch is
+        // mostly one run's); each attempt carries its own in its spec.
+        let traceparent = specs.first().and_then(|s| s.trace.clone());
+        let mut request = self.http.post(format!("{addr}/internal/attempts"));
+        if let Some(value) = traceparent {
+            request = request.header("traceparent", value);
+        }
+        let response = request
             .json(&DispatchBatch { attempts: specs })
             .send()
             .await

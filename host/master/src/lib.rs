@@ -245,12 +245,21 @@ pub struct EngineHandle {
     tx: mpsc::UnboundedSender<Message>,
     commands: broadcast::Sender<(i64, CommandOutcome)>,
     finished: broadcast::Sender<(String, String)>,
+    /// Counts the steps that committed events.
+    events: tokio::sync::watch::Sender<u64>,
     store: Arc<dyn Store>,
     pub metrics: Arc<EngineMetrics>,
     pub plugins: Arc<dyn PluginDirectory>,
 }
 
 impl EngineHandle {
+    /// Changes each time a step of this engine committed events: an event
+    /// stream in the same process can read them at once instead of at its
+    /// next poll.
+    pub fn events_committed(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.events.subscribe()
+    }
+
     /// A worker's report of a finished attempt.
     pub fn report(&self, result: AttemptResult) {
         let _ = self.tx.send(Message::Result(result, None));

@@ -24,6 +24,9 @@ pub const OTHER: &str = "other";
 pub const FAST_SECONDS: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 /// Buckets for durations of tasks and delays, in seconds (10 ms – 1 h).
 pub const SLOW_SECONDS: &[f64] = &[0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0];
+/// Buckets for short host work such as making a guest's instance, in
+/// seconds (50 µs – 100 ms).
+pub const MICRO_SECONDS: &[f64] = &[0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1];
 /// Buckets for sizes in bytes (64 KiB – 4 GiB).
 pub const BYTES: &[f64] =
     &[65536.0, 262144.0, 1048576.0, 4194304.0, 16777216.0, 67108864.0, 268435456.0, 1073741824.0, 4294967296.0];

@@ -1,5 +1,6 @@
 //! The deliverer: one task per active subscription, each sending the
-//! events its subscription wants in log order, one at a time.
+//! events its subscription wants in log order, one request at a time
+//! (one event per request, or a batch of consecutive events).
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -9,7 +10,10 @@ use chrono::{TimeZone, Utc};
 use dagr_core::events::KindFilter;
 use dagr_metrics::{Counter, FAST_SECONDS, Family, Histogram, SLOW_SECONDS, global};
 use dagr_protocol::api::EventView;
-use dagr_store::{DeliveryRow, EventRow, EventScope, NewEvent, Store, WebhookRow, WebhookState, WriteBatch};
+use dagr_protocol::sealed::SecretKey;
+use dagr_store::{
+    DeliveryRow, EventRow, EventScope, NewEvent, Store, WebhookRow, WebhookState, WriteBatch, webhook_secret_name,
+};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -71,6 +75,8 @@ pub struct Deliverer {
     store: Arc<dyn Store>,
     config: WebhookConfig,
     http: reqwest::Client,
+    /// Opens the subscriptions' signing secrets.
+    key: SecretKey,
 }
 
 /// What a page of events delivered so far.
@@ -89,14 +95,19 @@ enum Stop {
 }
 
 impl Deliverer {
-    pub fn start(store: Arc<dyn Store>, config: WebhookConfig, active: watch::Receiver<bool>) -> JoinHandle<()> {
+    pub fn start(
+        store: Arc<dyn Store>,
+        config: WebhookConfig,
+        key: SecretKey,
+        active: watch::Receiver<bool>,
+    ) -> JoinHandle<()> {
         metrics();
         let http = reqwest::Client::builder()
             .timeout(config.timeout)
             .redirect(reqwest::redirect::Policy::none())
             .build()
             .unwrap_or_default();
-        let deliverer = Arc::new(Deliverer { store, config, http });
+        let deliverer = Arc::new(Deliverer { store, config, http, key });
         tokio::spawn(deliverer.supervise(active))
     }
 
@@ -158,13 +169,14 @@ impl Deliverer {
                 continue;
             };
             let mut page = Page { failing_since: hook.failing_since, delivered: Vec::new(), upto: hook.cursor };
-            for event in events.iter().filter(|e| kinds.wants(&e.kind)) {
-                let outcome = self.deliver(&hook, event, &mut page, &active).await;
+            let wanted: Vec<&EventRow> = events.iter().filter(|e| kinds.wants(&e.kind)).collect();
+            for batch in wanted.chunks(hook.batch.clamp(1, PAGE) as usize) {
+                let outcome = self.deliver(&hook, batch, &mut page, &active).await;
                 if outcome.is_err() {
                     self.settle(&hook, &mut page).await;
                     return outcome;
                 }
-                page.upto = event.seq;
+                page.upto = batch.last().map_or(page.upto, |e| e.seq);
             }
             // The page's cursor and log in one write each: a restart repeats
             // at most this page (same webhook-ids, for receivers to drop).
@@ -191,23 +203,19 @@ impl Deliverer {
         }
     }
 
-    /// Sends one event until the receiver takes it (or the subscription
-    /// is disabled for failing too long).
+    /// Sends one request (one event, or a batch of them) until the
+    /// receiver takes it (or the subscription is disabled for failing too
+    /// long).
     async fn deliver(
         &self,
         hook: &WebhookRow,
-        event: &EventRow,
+        events: &[&EventRow],
         page: &mut Page,
         active: &watch::Receiver<bool>,
     ) -> Result<(), Stop> {
         let m = metrics();
-        let id = format!("evt_{}", event.seq);
-        let body = serde_json::json!({
-            "type": event.kind,
-            "timestamp": time(event.at),
-            "data": event_view(event),
-        })
-        .to_string();
+        let (Some(first), Some(last)) = (events.first(), events.last()) else { return Ok(()) };
+        let (id, body) = message(hook.batch > 1, events);
         let url = reqwest::Url::parse(&hook.url).map_err(|_| Stop::Gone)?;
         let mut attempt = 0i64;
         loop {
@@ -218,7 +226,7 @@ impl Deliverer {
             m.request.observe_duration(took);
             let row = DeliveryRow {
                 webhook_id: hook.id.clone(),
-                seq: event.seq,
+                seq: last.seq,
                 attempt,
                 at: now_ms(),
                 status: outcome.as_ref().ok().copied().or_else(|| outcome.as_ref().err().and_then(|(s, _)| *s)),
@@ -229,7 +237,10 @@ impl Deliverer {
                 Ok(_) => {
                     page.delivered.push(row);
                     m.deliveries.with(&["delivered"]).inc();
-                    m.lag.observe((now_ms() - event.at).max(0) as f64 / 1000.0);
+                    let now = now_ms();
+                    for event in events {
+                        m.lag.observe((now - event.at).max(0) as f64 / 1000.0);
+                    }
                     if page.failing_since.take().is_some() {
                         let _ = self.store.set_webhook_failing(&hook.id, None).await;
                     }
@@ -250,7 +261,7 @@ impl Deliverer {
                         self.disable(hook, &error, now - since).await;
                         return Err(Stop::Gone);
                     }
-                    tracing::info!(seq = event.seq, attempt, %error, "webhook delivery failed; will retry");
+                    tracing::info!(first = first.seq, last = last.seq, attempt, %error, "webhook delivery failed; will retry");
                     let backoff = backoff(&self.config, attempt);
                     tokio::time::sleep(backoff).await;
                     if !*active.borrow() {
@@ -277,7 +288,10 @@ impl Deliverer {
     ) -> Result<i64, (Option<i64>, String)> {
         check_destination(url, self.config.allow_private).await.map_err(|e| (None, e))?;
         let timestamp = Utc::now().timestamp();
-        let signature = sign(&hook.secret, id, timestamp, body.as_bytes()).map_err(|e| (None, e))?;
+        let secret = self.key.open(&hook.tenant, &webhook_secret_name(&hook.id), &hook.secret).map_err(|e| {
+            (None, format!("the signing secret does not open with this node's secrets key ([secrets] key): {e}"))
+        })?;
+        let signature = sign(&secret, id, timestamp, body.as_bytes()).map_err(|e| (None, e))?;
         let response = self
             .http
             .post(url.clone())
@@ -324,6 +338,33 @@ impl Deliverer {
     }
 }
 
+/// A request's `webhook-id` and body: one event as the Standard Webhooks
+/// specification has it, or (`batch`) several, consecutive in the log,
+/// each as it would be alone.
+fn message(batch: bool, events: &[&EventRow]) -> (String, String) {
+    let one = |e: &EventRow| {
+        serde_json::json!({
+            "type": e.kind,
+            "timestamp": time(e.at),
+            "data": event_view(e),
+        })
+    };
+    match events {
+        [event] if !batch => (format!("evt_{}", event.seq), one(event).to_string()),
+        _ => {
+            let first = events.first().map_or(0, |e| e.seq);
+            let last = events.last().map_or(0, |e| e.seq);
+            let at = events.last().map_or(0, |e| e.at);
+            let body = serde_json::json!({
+                "type": "batch",
+                "timestamp": time(at),
+                "data": events.iter().map(|e| one(e)).collect::<Vec<_>>(),
+            });
+            (format!("evt_{first}-{last}"), body.to_string())
+        }
+    }
+}
+
 /// The delay before retry `attempt` (1 after the first failure): the base
 /// doubled each time, capped, with up to 10 % jitter.
 fn backoff(config: &WebhookConfig, attempt: i64) -> Duration {
@@ -335,6 +376,39 @@ fn backoff(config: &WebhookConfig, attempt: i64) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn event(seq: i64) -> EventRow {
+        EventRow {
+            seq,
+            tenant: "acme".into(),
+            at: 1_700_000_000_000 + seq,
+            kind: "task.state".into(),
+            workflow: Some("wf".into()),
+            run_id: Some("r1".into()),
+            task: Some("t".into()),
+            data: r#"{"state":"running"}"#.into(),
+        }
+    }
+
+    #[test]
+    fn a_message_is_one_event_or_a_batch() {
+        let (a, b) = (event(7), event(9));
+        let (id, body) = message(false, &[&a]);
+        let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(id, "evt_7");
+        assert_eq!(body["type"], "task.state");
+        assert_eq!(body["data"]["seq"], 7);
+        assert_eq!(body["data"]["data"]["state"], "running");
+        let (id, batch) = message(true, &[&a, &b]);
+        let batch: serde_json::Value = serde_json::from_str(&batch).unwrap();
+        assert_eq!(id, "evt_7-9");
+        assert_eq!(batch["type"], "batch");
+        assert_eq!(batch["data"][0], body, "each event in a batch as it is alone");
+        assert_eq!(batch["data"][1]["data"]["seq"], 9);
+        let (id, single) = message(true, &[&b]);
+        assert_eq!(id, "evt_9-9", "a batching subscription always gets batches");
+        assert!(single.contains(r#""type":"batch""#));
+    }
 
     #[test]
     fn backoff_doubles_up_to_its_cap() {

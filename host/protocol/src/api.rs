@@ -463,6 +463,14 @@ pub struct WebhookRequest {
     /// Only this workflow's events.
     #[serde(default)]
     pub workflow: Option<String>,
+    /// Most events one request carries, 1–100 (default 1). Above 1, a
+    /// request carries up to that many consecutive events as
+    /// `{"type": "batch", "timestamp": …, "data": [event, …]}`, each event
+    /// as a single delivery would have it, and its `webhook-id` is
+    /// `evt_<first>-<last>`: a subscription that follows a busy tenant
+    /// keeps up with one request per batch, not per event.
+    #[serde(default)]
+    pub batch: Option<u32>,
 }
 
 /// A webhook subscription.
@@ -483,6 +491,8 @@ pub struct WebhookView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disabled_reason: Option<String>,
     pub created_at: String,
+    /// Most events one request carries.
+    pub batch: i64,
     /// The signing secret (`whsec_…`): shown only when the subscription is
     /// created. Deliveries carry `webhook-id`, `webhook-timestamp` and
     /// `webhook-signature` as the Standard Webhooks specification says.

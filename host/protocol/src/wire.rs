@@ -58,6 +58,10 @@ pub struct AttemptSpec {
     /// Most bytes the attempt may keep in its scratch directory.
     #[serde(default)]
     pub scratch_bytes: Option<u64>,
+    /// The W3C `traceparent` of the span that dispatched it, when traces
+    /// are exported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<String>,
 }
 
 pub use dagr_core::attempt::FailureKind;
@@ -80,6 +84,10 @@ pub struct AttemptResult {
     pub started_at: i64,
     pub finished_at: i64,
     pub outcome: Outcome,
+    /// The W3C `traceparent` of the attempt's span, when traces are
+    /// exported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<String>,
 }
 
 /// What a master made of a worker's result.

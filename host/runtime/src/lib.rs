@@ -396,6 +396,10 @@ pub struct AttemptReport {
     pub elapsed: Duration,
     /// Fuel burnt, when fuel metering is on.
     pub fuel_consumed: Option<u64>,
+    /// How long making the instance took (`None`: it was not made).
+    pub instantiate: Option<Duration>,
+    /// The most linear memory the guest had (bytes).
+    pub memory_bytes: u64,
 }
 
 /// What a plugin says about itself (the WIT `plugin-info`).
@@ -927,9 +931,12 @@ impl Runtime {
         // and return by itself (the WIT promises that it can), then it is
         // stopped (the epoch callback enforces the same grace on a guest
         // that keeps computing).
+        let mut instantiate = None;
         let (outcome, cancelled) = {
             let mut call = std::pin::pin!(async {
+                let begun = Instant::now();
                 let instance = plugin.inner.pre.instantiate_async(&mut store).await?;
+                instantiate = Some(begun.elapsed());
                 instance.dagr_plugin_task().call_run(&mut store, &wit_context, &params, &inputs).await
             });
             // A guest that waited in the run queue past its deadline is
@@ -978,12 +985,16 @@ impl Runtime {
             (true, Ok(left)) => Some(limits.fuel.unwrap_or(u64::MAX) - left),
             _ => None,
         };
+        let memory_bytes = store.data().limiter.memory_used();
         drop(store);
         if let Some(scratch) = scratch {
             self.inner.scratch.give_back(scratch, returned).await;
         }
         let progress = progress.lock().unwrap_or_else(|e| e.into_inner()).take();
-        finish(&log, result, started, progress, fuel_consumed)
+        let mut report = finish(&log, result, started, progress, fuel_consumed);
+        report.instantiate = instantiate;
+        report.memory_bytes = memory_bytes;
+        report
     }
 }
 
@@ -1021,6 +1032,8 @@ fn failed_before_start(failure: Failure) -> AttemptReport {
         progress: None,
         elapsed: Duration::ZERO,
         fuel_consumed: None,
+        instantiate: None,
+        memory_bytes: 0,
     }
 }
 
@@ -1039,7 +1052,16 @@ fn finish(
         log.push(LogSource::Dagr, level, &format!("attempt failed ({}): {}", failure.kind, failure.message));
     }
     let (lines, log_truncated) = log.finish();
-    AttemptReport { result, log: lines, log_truncated, progress, elapsed: started.elapsed(), fuel_consumed }
+    AttemptReport {
+        result,
+        log: lines,
+        log_truncated,
+        progress,
+        elapsed: started.elapsed(),
+        fuel_consumed,
+        instantiate: None,
+        memory_bytes: 0,
+    }
 }
 
 /// What a cancelled attempt reports, given how its call ended: always

@@ -74,6 +74,12 @@ impl AttemptLimiter {
     pub(crate) fn new(memory_limit: u64) -> Self {
         AttemptLimiter { memory_limit, memory_used: 0 }
     }
+
+    /// The linear memory the guest has now (memories only grow, so also
+    /// the most it had).
+    pub(crate) fn memory_used(&self) -> u64 {
+        self.memory_used
+    }
 }
 
 impl wasmtime::ResourceLimiter for AttemptLimiter {

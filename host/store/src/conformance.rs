@@ -59,6 +59,7 @@ async fn webhooks(store: &dyn Store, p: &str) -> Result<()> {
         kinds: "run.*".into(),
         workflow: Some("wf".into()),
         secret: "whsec_c2VjcmV0".into(),
+        batch: 50,
         cursor: 10,
         state: WebhookState::Active,
         failing_since: None,
@@ -73,6 +74,16 @@ async fn webhooks(store: &dyn Store, p: &str) -> Result<()> {
     let read = store.get_webhook(&tenant, &row.id).await?.unwrap_or(row.clone());
     check(read.cursor == 12, "a cursor only moves forward")?;
     check(store.active_webhooks().await?.iter().any(|w| w.id == row.id), "an active webhook is delivered")?;
+    let secrets = store.webhook_secrets_page(None, 10_000).await?;
+    check(secrets.contains(&(tenant.clone(), row.id.clone(), row.secret.clone())), "webhook secrets are listed")?;
+    check(
+        store.webhook_secrets_page(Some(&row.id), 10_000).await?.iter().all(|(_, id, _)| *id > row.id),
+        "a page of webhook secrets starts after its cursor",
+    )?;
+    check(store.reseal_webhook_secret(&row.id, &row.secret, "sealed").await?, "a webhook secret re-sealed")?;
+    check(!store.reseal_webhook_secret(&row.id, &row.secret, "again").await?, "not over a secret that changed")?;
+    let read = store.get_webhook(&tenant, &row.id).await?.unwrap_or(row.clone());
+    check(read.secret == "sealed" && read.batch == 50, "the re-sealed secret and the batch read back")?;
     store.set_webhook_failing(&row.id, Some(5)).await?;
     store.set_webhook_disabled(&row.id, Some("failing for 1h")).await?;
     let read = store.get_webhook(&tenant, &row.id).await?.unwrap_or(row.clone());

@@ -53,7 +53,7 @@ pub use crate::reads::ReadStore;
 pub use crate::registry::{PluginInsert, PluginRow, RegistryStore};
 pub use crate::sql::{SqlStore, Synchronous};
 pub use crate::tenancy::TenancyStore;
-pub use crate::webhooks::{DeliveryRow, WebhookRow, WebhookState, WebhookStore};
+pub use crate::webhooks::{DeliveryRow, WebhookRow, WebhookState, WebhookStore, webhook_secret_name};
 
 /// Errors of the store.
 #[derive(Debug, thiserror::Error)]

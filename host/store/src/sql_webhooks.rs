@@ -16,6 +16,7 @@ fn webhook_from(r: &AnyRow) -> Result<WebhookRow> {
         kinds: r.try_get("kinds")?,
         workflow: r.try_get("workflow")?,
         secret: r.try_get("secret")?,
+        batch: r.try_get("batch")?,
         cursor: r.try_get("cursor")?,
         state: WebhookState::parse(&state)
             .ok_or_else(|| Error::Invalid(format!("unknown webhook state `{state}` in the database")))?,
@@ -30,7 +31,7 @@ impl WebhookStore for SqlStore {
     async fn create_webhook(&self, w: &WebhookRow) -> Result<()> {
         sqlx::query(
             "INSERT INTO webhooks (id, tenant, url, kinds, workflow, secret, cursor, state, failing_since, \
-             disabled_reason, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+             disabled_reason, created_at, batch) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
         )
         .bind(&w.id)
         .bind(&w.tenant)
@@ -43,6 +44,7 @@ impl WebhookStore for SqlStore {
         .bind(w.failing_since)
         .bind(&w.disabled_reason)
         .bind(w.created_at)
+        .bind(w.batch)
         .execute(&self.write)
         .await?;
         Ok(())
@@ -139,6 +141,25 @@ impl WebhookStore for SqlStore {
         .await?;
         tx.commit().await?;
         Ok(())
+    }
+
+    async fn webhook_secrets_page(&self, after: Option<&str>, limit: i64) -> Result<Vec<(String, String, String)>> {
+        let rows = sqlx::query("SELECT tenant, id, secret FROM webhooks WHERE id > $1 ORDER BY id LIMIT $2")
+            .bind(after.unwrap_or(""))
+            .bind(limit)
+            .fetch_all(&self.read)
+            .await?;
+        rows.iter().map(|r| Ok((r.try_get("tenant")?, r.try_get("id")?, r.try_get("secret")?))).collect()
+    }
+
+    async fn reseal_webhook_secret(&self, id: &str, expected: &str, value: &str) -> Result<bool> {
+        let done = sqlx::query("UPDATE webhooks SET secret = $1 WHERE id = $2 AND secret = $3")
+            .bind(value)
+            .bind(id)
+            .bind(expected)
+            .execute(&self.write)
+            .await?;
+        Ok(done.rows_affected() > 0)
     }
 
     async fn sink_cursor(&self, name: &str, start: i64) -> Result<i64> {

@@ -17,12 +17,23 @@ pub struct WebhookRow {
     /// Comma-separated kinds; empty for every kind.
     pub kinds: String,
     pub workflow: Option<String>,
+    /// The signing secret, sealed with the node's secrets key (named
+    /// [`webhook_secret_name`]); rows written before sealing hold it
+    /// plain.
     pub secret: String,
+    /// Most events one request carries (1: one per request).
+    pub batch: i64,
     pub cursor: i64,
     pub state: WebhookState,
     pub failing_since: Option<i64>,
     pub disabled_reason: Option<String>,
     pub created_at: i64,
+}
+
+/// The name a webhook's signing secret is sealed under (its tenant is the
+/// webhook's).
+pub fn webhook_secret_name(id: &str) -> String {
+    format!("webhook:{id}")
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,6 +91,13 @@ pub trait WebhookStore: Send + Sync {
     async fn record_deliveries(&self, rows: &[DeliveryRow], keep: i64) -> Result<()>;
     /// The newest attempts first, at most `limit`.
     async fn deliveries(&self, webhook_id: &str, limit: i64) -> Result<Vec<DeliveryRow>>;
+
+    /// Webhooks after `after` by id, at most `limit`: (tenant, id,
+    /// stored secret), for re-sealing under a new key.
+    async fn webhook_secrets_page(&self, after: Option<&str>, limit: i64) -> Result<Vec<(String, String, String)>>;
+    /// Replaces a webhook's stored secret if it still is `expected`;
+    /// whether it did.
+    async fn reseal_webhook_secret(&self, id: &str, expected: &str, value: &str) -> Result<bool>;
 
     /// Where an event sink is in the log; set to `start` when it has no
     /// place yet.

@@ -227,8 +227,15 @@ impl Worker {
             run = %spec.key.run_id,
             task = %spec.task_name,
             attempt = spec.key.number,
-            tenant = %spec.tenant
+            tenant = %spec.tenant,
+            plugin = %spec.plugin.name,
+            outcome = tracing::field::Empty,
         );
+        // In the run's trace: a child of the master's dispatch.
+        match spec.trace.as_deref() {
+            Some(parent) => dagr_telemetry::follow(&span, Some(parent)),
+            None => dagr_telemetry::in_run(&span, &spec.key.run_id),
+        }
         tokio::spawn(tracing::Instrument::instrument(
             async move {
                 let key = spec.key.clone();
@@ -241,10 +248,18 @@ impl Worker {
                         message: "the worker lost its lease and stopped the attempt".into(),
                     };
                 }
+                let current = tracing::Span::current();
                 match &result.outcome {
-                    Outcome::Succeeded { .. } => tracing::debug!("attempt succeeded"),
-                    Outcome::Failed { kind, message } => tracing::debug!(%kind, %message, "attempt failed"),
+                    Outcome::Succeeded { .. } => {
+                        current.record("outcome", "succeeded");
+                        tracing::debug!("attempt succeeded");
+                    }
+                    Outcome::Failed { kind, message } => {
+                        current.record("outcome", kind.as_str());
+                        tracing::debug!(%kind, %message, "attempt failed");
+                    }
                 }
+                result.trace = dagr_telemetry::traceparent(&current);
                 reporter.report(result);
             },
             span,
@@ -290,6 +305,7 @@ impl Worker {
             started_at,
             finished_at: now_ms(),
             outcome: storable_outcome(outcome),
+            trace: None,
         };
         let plugin = match self.plugin(&spec.plugin.sha256).await {
             Ok(plugin) => plugin,
@@ -340,6 +356,7 @@ impl Worker {
         let report = self.inner.runtime.execute(&plugin, exec).await;
         observer.flush().await;
         let fenced = keep_going.as_ref().is_some_and(|ok| !ok());
+        metrics::guest_used(&spec.plugin.name, &report);
         let elapsed = report.elapsed;
         let result = finish(match report.result {
             Ok(output) => Outcome::Succeeded { output },

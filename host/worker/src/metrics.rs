@@ -3,8 +3,9 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use dagr_metrics::{Counter, Family, Histogram, SLOW_SECONDS, global};
+use dagr_metrics::{BYTES, Counter, Family, Histogram, MICRO_SECONDS, SLOW_SECONDS, global};
 use dagr_protocol::wire::Outcome;
+use dagr_runtime::AttemptReport;
 
 use crate::Worker;
 
@@ -14,6 +15,8 @@ const MAX_PLUGINS: usize = 200;
 struct WorkerMetrics {
     attempts: Arc<Family<Counter>>,
     durations: Arc<Family<Histogram>>,
+    instantiate: Arc<Family<Histogram>>,
+    memory: Arc<Family<Histogram>>,
 }
 
 fn metrics() -> &'static WorkerMetrics {
@@ -33,7 +36,30 @@ fn metrics() -> &'static WorkerMetrics {
             MAX_PLUGINS,
             || Histogram::new(SLOW_SECONDS),
         ),
+        instantiate: global().family(
+            "dagr_instantiate_seconds",
+            "How long making a guest's instance took (its memory, tables and start), by plugin.",
+            &["plugin"],
+            MAX_PLUGINS,
+            || Histogram::new(MICRO_SECONDS),
+        ),
+        memory: global().family(
+            "dagr_guest_memory_bytes",
+            "The most linear memory an attempt's guest had, by plugin.",
+            &["plugin"],
+            MAX_PLUGINS,
+            || Histogram::new(BYTES),
+        ),
     })
+}
+
+/// Records what an attempt's guest took: its instantiation and memory.
+pub(crate) fn guest_used(plugin: &str, report: &AttemptReport) {
+    if let Some(took) = report.instantiate {
+        let m = metrics();
+        m.instantiate.with(&[plugin]).observe_duration(took);
+        m.memory.with(&[plugin]).observe(report.memory_bytes as f64);
+    }
 }
 
 /// Counts an attempt's end.

@@ -239,7 +239,17 @@ pub fn router(service: WorkerService) -> axum::Router {
         .with_state(service)
 }
 
-async fn accept(State(s): State<WorkerService>, Json(batch): Json<DispatchBatch>) -> Json<DispatchResponse> {
+async fn accept(
+    State(s): State<WorkerService>,
+    headers: axum::http::HeaderMap,
+    Json(batch): Json<DispatchBatch>,
+) -> Json<DispatchResponse> {
+    let span = tracing::info_span!("accept", attempts = batch.attempts.len(), otel.kind = "server");
+    dagr_telemetry::extract(&span, &headers);
+    tracing::Instrument::instrument(accept_batch(s, batch), span).await
+}
+
+async fn accept_batch(s: WorkerService, batch: DispatchBatch) -> Json<DispatchResponse> {
     let capacity = s.worker.slots() as u32;
     let answer =
         |verdicts: Vec<Verdict>| Json(DispatchResponse { verdicts, running: s.worker.running() as u32, capacity });

@@ -217,6 +217,7 @@ impl EngineState {
                     started_at: now,
                     finished_at: now,
                     outcome: Outcome::Failed { kind, message },
+                    trace: None,
                 };
                 effects.batch.attempts.push(crate::engine::results::finished_attempt(&result, &started));
                 self.apply_result(effects, result, now, false);

@@ -182,6 +182,7 @@ impl EngineState {
             started_at,
             finished_at: now,
             outcome: Outcome::Failed { kind: FailureKind::WorkerLost, message },
+            trace: None,
         };
         self.apply_result(effects, result, now, true);
     }
@@ -220,6 +221,7 @@ impl EngineState {
                 started_at: now,
                 finished_at: now,
                 outcome: Outcome::Failed { kind: FailureKind::DispatchFailed, message },
+                trace: None,
             };
             self.apply_result(effects, result, now, true);
         }
@@ -361,6 +363,7 @@ pub(crate) fn lost_result(attempt: &AttemptRow, epoch: i64, now: i64, why: &str)
         started_at: attempt.started_at,
         finished_at: now,
         outcome: Outcome::Failed { kind: FailureKind::WorkerLost, message: format!("the attempt was lost: {why}") },
+        trace: None,
     }
 }
 

@@ -44,6 +44,7 @@ pub struct Engine {
     answers_rx: mpsc::UnboundedReceiver<Input>,
     commands_tx: broadcast::Sender<(i64, dagr_protocol::control::CommandOutcome)>,
     finished_tx: broadcast::Sender<(String, String)>,
+    events_tx: tokio::sync::watch::Sender<u64>,
     /// Inputs for the next step (answers to this step's dispatches).
     pending: Vec<Input>,
     /// Whoever waits for the verdict on a worker's result.
@@ -70,12 +71,14 @@ impl Engine {
         let (answers_tx, answers_rx) = mpsc::unbounded_channel();
         let (commands_tx, _) = broadcast::channel(1024);
         let (finished_tx, _) = broadcast::channel(4096);
+        let (events_tx, _) = tokio::sync::watch::channel(0u64);
         let metrics = Arc::new(EngineMetrics::default());
         crate::metrics::register(&metrics);
         let handle = EngineHandle {
             tx,
             commands: commands_tx.clone(),
             finished: finished_tx.clone(),
+            events: events_tx.clone(),
             store: store.clone(),
             metrics: metrics.clone(),
             plugins: plugins.clone(),
@@ -93,6 +96,7 @@ impl Engine {
             answers_rx,
             commands_tx,
             finished_tx,
+            events_tx,
             pending: Vec::new(),
             acks: HashMap::new(),
             next_ack: 0,
@@ -198,6 +202,19 @@ impl Engine {
     /// One step: the passes, the commit, the effects.
     async fn step(&mut self, inputs: Vec<Input>) -> Effects {
         let now = now_ms();
+        // Each result a worker reported, in its attempt's trace, until the
+        // step that records it has committed and acted.
+        let _results: Vec<tracing::Span> = if dagr_telemetry::enabled() {
+            inputs
+                .iter()
+                .filter_map(|input| match input {
+                    Input::Result { result, .. } => Some(result_span(result)),
+                    _ => None,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         let mut effects = Effects::default();
         self.state.begin(&mut effects);
         let mut data = Data { tenant_limits: self.limits_changed(), ..Data::default() };
@@ -220,6 +237,9 @@ impl Engine {
             crate::metrics::committed(&effects, started.elapsed());
         }
         self.state.committed(&committed);
+        if !effects.batch.events.is_empty() {
+            self.events_tx.send_modify(|n| *n = n.wrapping_add(1));
+        }
         self.wake_peers(&effects);
         self.act(&mut effects, &committed).await;
         effects
@@ -280,8 +300,14 @@ impl Engine {
         }
         // One request per worker (cut if big), all workers at once.
         let mut by_worker: BTreeMap<String, Vec<AttemptSpec>> = BTreeMap::new();
-        for (spec, worker) in effects.dispatches.drain(..) {
+        let mut spans = Vec::new();
+        for (mut spec, worker) in effects.dispatches.drain(..) {
             if !fenced.contains(spec.key.run_id.as_str()) {
+                if dagr_telemetry::enabled() {
+                    let span = dispatch_span(&spec, &worker);
+                    spec.trace = dagr_telemetry::traceparent(&span);
+                    spans.push(span);
+                }
                 by_worker.entry(worker).or_default().push(spec);
             }
         }
@@ -301,6 +327,7 @@ impl Engine {
             Input::Dispatched { worker, sent, answer }
         }))
         .await;
+        drop(spans);
         self.pending.extend(answers);
         for (key, worker) in effects.cancels.drain(..) {
             let transport = self.transport.clone();
@@ -316,6 +343,7 @@ impl Engine {
         }
         for (run, state) in &effects.finished {
             if !fenced.contains(run.as_str()) {
+                dagr_telemetry::run_ended(run, state.as_str());
                 let _ = self.finished_tx.send((run.clone(), state.as_str().to_owned()));
             }
         }
@@ -604,4 +632,41 @@ fn schedule_row(row: &dagr_store::WorkflowRow, version: &dagr_store::VersionRow)
             None
         }
     }
+}
+
+/// The span of one attempt's dispatch, in its run's trace; the worker's
+/// attempt span continues from it.
+fn dispatch_span(spec: &AttemptSpec, worker: &str) -> tracing::Span {
+    let span = tracing::info_span!(
+        "dispatch",
+        run = %spec.key.run_id,
+        task = %spec.task_name,
+        attempt = spec.key.number,
+        worker = %worker,
+        otel.kind = "producer",
+    );
+    dagr_telemetry::in_run(&span, &spec.key.run_id);
+    span
+}
+
+/// The span of recording one attempt's result: a child of the worker's
+/// attempt span (or of the run, for a result the master made itself).
+fn result_span(result: &dagr_protocol::wire::AttemptResult) -> tracing::Span {
+    let outcome = match &result.outcome {
+        dagr_protocol::wire::Outcome::Succeeded { .. } => "succeeded",
+        dagr_protocol::wire::Outcome::Failed { kind, .. } => kind.as_str(),
+    };
+    let span = tracing::info_span!(
+        "result",
+        run = %result.key.run_id,
+        task = %result.task_name,
+        attempt = result.key.number,
+        outcome,
+        otel.kind = "consumer",
+    );
+    match result.trace.as_deref() {
+        Some(parent) => dagr_telemetry::follow(&span, Some(parent)),
+        None => dagr_telemetry::in_run(&span, &result.key.run_id),
+    }
+    span
 }

@@ -83,6 +83,8 @@ pub(crate) fn build_spec(
         max_log_bytes: settings.max_log_bytes,
         allow_hosts: t.allow_hosts.clone(),
         scratch_bytes: limits.and_then(|l| l.scratch_bytes),
+        // Set by the shell as it dispatches, if traces are exported.
+        trace: None,
     })
 }
 

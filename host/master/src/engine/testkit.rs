@@ -280,6 +280,7 @@ impl TestEnv {
             started_at: self.now,
             finished_at: self.now,
             outcome,
+            trace: None,
         };
         self.step(vec![Input::Result { result, ack: Some(1) }])
     }
