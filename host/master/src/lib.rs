@@ -26,10 +26,12 @@
 
 pub mod cluster;
 pub mod engine;
+mod hash;
 pub mod metrics;
 pub mod policy;
 mod ready;
 pub mod rebalance;
+pub mod sim;
 pub use dagr_protocol::sharding;
 
 use std::collections::HashMap;

@@ -11,7 +11,9 @@
 //! come, first served.
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, VecDeque};
+
+use crate::hash::Map;
 use std::sync::Arc;
 
 /// How long a ready task waits to gain one grade.
@@ -67,7 +69,7 @@ impl Graded {
 
 #[derive(Debug, Default)]
 pub(crate) struct ReadyQueue {
-    tenants: HashMap<Arc<str>, Graded>,
+    tenants: Map<Arc<str>, Graded>,
     /// Tenants with ready work, in the order they get their next turn.
     turn: VecDeque<Arc<str>>,
     seq: u64,

@@ -328,6 +328,30 @@ pub struct RunOrigin {
     pub parent: Option<(String, i64)>,
 }
 
+thread_local! {
+    /// Where run ids come from on this thread, if not from the clock and
+    /// chance ([`with_run_ids`]).
+    static RUN_IDS: std::cell::RefCell<Option<Box<dyn FnMut() -> String>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with the ids of runs made on this thread taken from `next` (a
+/// deterministic simulation must not draw them from the clock).
+pub fn with_run_ids<T>(next: impl FnMut() -> String + 'static, f: impl FnOnce() -> T) -> T {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            RUN_IDS.with(|ids| ids.borrow_mut().take());
+        }
+    }
+    RUN_IDS.with(|ids| *ids.borrow_mut() = Some(Box::new(next)));
+    let _reset = Reset;
+    f()
+}
+
+fn next_run_id() -> String {
+    RUN_IDS.with(|ids| ids.borrow_mut().as_mut().map(|next| next())).unwrap_or_else(|| uuid::Uuid::now_v7().to_string())
+}
+
 impl NewRun {
     /// A queued (or, if it needs upstream instances, waiting) run of
     /// `workflow` with all its tasks pending, created at
@@ -335,7 +359,7 @@ impl NewRun {
     /// the engine (schedules) share. Its id is a UUIDv7 (time-ordered), its
     /// slot the hash of its id.
     pub fn new(workflow: &dagr_core::Workflow, origin: RunOrigin, now: i64) -> NewRun {
-        let id = uuid::Uuid::now_v7().to_string();
+        let id = next_run_id();
         NewRun {
             run: RunRow {
                 slot: dagr_core::slots::slot_of(&id) as i64,

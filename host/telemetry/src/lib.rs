@@ -82,7 +82,12 @@ impl Drop for Telemetry {
 /// Sets up logging, and the export of spans if `otlp` says where to.
 /// Call once per process.
 pub fn init(otlp: Option<Otlp>) -> anyhow::Result<Telemetry> {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("DAGR_LOG").unwrap_or_else(|_| DEFAULT_LOG.into());
+    init_with(otlp, DEFAULT_LOG)
+}
+
+/// As [`init`], with another log filter when `DAGR_LOG` is not set.
+pub fn init_with(otlp: Option<Otlp>, default_log: &str) -> anyhow::Result<Telemetry> {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("DAGR_LOG").unwrap_or_else(|_| default_log.into());
     let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(filter);
     let provider = otlp.map(provider).transpose()?;
     let spans = provider.as_ref().map(|p| {

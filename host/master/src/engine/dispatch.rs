@@ -2,7 +2,6 @@
 //! one, start as attempts on workers with room, within their workflow's
 //! `concurrency` and their tenant's `max_concurrent`.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use dagr_core::run::TaskState;
@@ -15,6 +14,7 @@ use crate::engine::effects::{Effects, Need};
 use crate::engine::runs::InFlight;
 use crate::engine::state::EngineState;
 use crate::engine::timers::Timer;
+use crate::hash::Set;
 use crate::ready::ReadyTask;
 
 /// Ready tasks set aside in one step because their worker group is full;
@@ -34,7 +34,7 @@ impl EngineState {
             self.ready.restore(item);
         }
         let mut set_aside: Vec<ReadyTask> = Vec::new();
-        let mut full_groups: HashSet<Option<String>> = HashSet::new();
+        let mut full_groups: Set<Option<String>> = Set::default();
         while self.in_flight.len() < self.settings.max_in_flight && !self.owned.is_empty() {
             let Some(item) = self.ready.pop(now) else { break };
             let Some(run) = self.runs.get(&item.run) else {

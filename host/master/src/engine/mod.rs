@@ -57,11 +57,12 @@ mod tests;
 mod tests_outer;
 
 pub use effects::{
-    Accepted, Data, Effects, Input, LoadError, LoadedRun, Need, PendingCommand, ScheduleRow, ScheduleSource, Transition,
+    Accepted, Data, Effects, Input, LoadError, LoadedRun, Need, PendingCommand, Probe, ScheduleRow, ScheduleSource,
+    Transition,
 };
 pub use placement::{Strategy, WorkerInfo};
 pub use shell::Engine;
-pub use state::{Counters, EngineState};
+pub use state::{Counters, EngineState, MAX_PASSES};
 
 /// The singleton duty the leader holds (cron materialisation).
 pub(crate) const SCHEDULER: &str = "scheduler";

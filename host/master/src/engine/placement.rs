@@ -9,7 +9,9 @@
 //! master would send the same attempts to it in every step, as fast as it
 //! can commit.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use crate::hash::Map;
 use std::str::FromStr;
 
 /// How a worker is chosen.
@@ -67,12 +69,12 @@ pub(crate) struct Placement {
     strategy: Strategy,
     workers: BTreeMap<String, WorkerInfo>,
     /// Attempts this master has on each worker.
-    outstanding: HashMap<String, u32>,
+    outstanding: Map<String, u32>,
     /// What each worker last said it runs, over all masters.
-    reported: HashMap<String, u32>,
+    reported: Map<String, u32>,
     /// Smooth weighted round robin: current weights.
-    current: HashMap<String, i64>,
-    resting: HashMap<String, Rest>,
+    current: Map<String, i64>,
+    resting: Map<String, Rest>,
 }
 
 impl Placement {

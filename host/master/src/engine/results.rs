@@ -1,8 +1,6 @@
 //! Results: workers' reports, attempts lost with their worker, answers to
 //! dispatches and to probes (adoption after a takeover, periodic checks).
 
-use std::collections::HashSet;
-
 use dagr_core::run::{FailureClass, Input as RunInput, TaskState};
 use dagr_protocol::wire::{Ack, AttemptKey, AttemptResult, FailureKind, Outcome};
 use dagr_store::{AttemptRow, AttemptState, OutputWrite};
@@ -10,6 +8,7 @@ use dagr_store::{AttemptRow, AttemptState, OutputWrite};
 use crate::engine::effects::{Accepted, Effects, Need, Probe};
 use crate::engine::runs::CACHED_OUTPUT;
 use crate::engine::state::EngineState;
+use crate::hash::Set;
 use crate::{Adoption, DispatchError};
 
 /// Most in-flight attempts asked about in one step.
@@ -331,7 +330,7 @@ impl EngineState {
     /// change.
     pub(crate) fn found_owners(&mut self, effects: &mut Effects, owners: Vec<(String, u32, Option<String>)>) {
         let me = self.settings.node_id.as_str();
-        let orphans: HashSet<u32> = owners
+        let orphans: Set<u32> = owners
             .iter()
             .filter(|(id, slot, owner)| {
                 self.owned.contains(slot)

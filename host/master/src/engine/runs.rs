@@ -2,7 +2,7 @@
 //! forgetting one, and turning its machine's actions into writes, events,
 //! ready tasks and timers.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use chrono_tz::Tz;
@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use crate::engine::effects::{Effects, LoadError, LoadedRun, Probe, Transition};
 use crate::engine::state::EngineState;
 use crate::engine::timers::Timer;
+use crate::hash::{Map, Set};
 
 /// Outputs up to this size stay in memory for dependents; larger ones are
 /// read back from the store when needed.
@@ -49,9 +50,9 @@ pub(crate) struct ActiveRun {
     pub extra: Vec<TaskExtra>,
     /// Outputs of finished tasks kept for their dependents (small ones, and
     /// big ones read back for a dispatch).
-    pub outputs: HashMap<usize, Arc<str>>,
+    pub outputs: Map<usize, Arc<str>>,
     /// Tasks whose output the store does not have (read and found absent).
-    pub absent: HashSet<usize>,
+    pub absent: Set<usize>,
     /// A backfill's parallelism, if the run belongs to one.
     pub backfill_parallel: Option<usize>,
 }
@@ -224,8 +225,8 @@ impl EngineState {
             row,
             machine,
             extra,
-            outputs: HashMap::new(),
-            absent: HashSet::new(),
+            outputs: Map::default(),
+            absent: Set::default(),
             backfill_parallel,
         };
         if matches!(run.machine.state(), RunState::Running | RunState::Paused) {

@@ -443,7 +443,9 @@ impl Engine {
         claims.sort();
         claims.dedup();
         for id in claims {
-            if self.state.has_run(&id) {
+            // A run of a gained slot was claimed above: claiming it twice
+            // would leave the state with the first claim's epoch.
+            if self.state.has_run(&id) || data.loaded.iter().any(|l| l.row.id == id) {
                 continue;
             }
             match self.claim_and_load(&id, now).await {

@@ -1,6 +1,6 @@
 //! The engine's state and the order in which a step decides.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,11 +11,12 @@ use dagr_store::Committed;
 
 use crate::EngineConfig;
 use crate::engine::SCHEDULER;
-use crate::engine::effects::{Data, Effects, Input, LoadError, Need, PendingCommand, UpstreamQuery};
+use crate::engine::effects::{Data, Effects, Input, LoadError, LoadedRun, Need, PendingCommand, UpstreamQuery};
 use crate::engine::placement::Placement;
 use crate::engine::runs::{ActiveRun, InFlight, WorkflowKey};
 use crate::engine::schedules::ScheduleEntry;
 use crate::engine::timers::Timers;
+use crate::hash::{Map, Set};
 use crate::ready::{ReadyQueue, ReadyTask};
 
 /// The settings a decision reads (the engine's config without its I/O).
@@ -81,39 +82,43 @@ pub struct Counters {
 /// Everything the engine knows. See the [module docs](crate::engine).
 pub struct EngineState {
     pub(crate) settings: Settings,
-    pub(crate) runs: HashMap<Arc<str>, ActiveRun>,
+    pub(crate) runs: Map<Arc<str>, ActiveRun>,
     /// Runs dropped during the current step, with the epoch held: their
     /// writes waiting in the step are still fenced.
-    pub(crate) dropped_epochs: HashMap<String, i64>,
+    pub(crate) dropped_epochs: Map<String, i64>,
     pub(crate) ready: ReadyQueue,
-    pub(crate) in_flight: HashMap<AttemptKey, InFlight>,
+    pub(crate) in_flight: Map<AttemptKey, InFlight>,
     /// When in-flight attempts were last reconciled with their workers.
     pub(crate) last_attempt_check: i64,
     /// When the owned slots were last searched for runs loaded nowhere.
     pub(crate) last_orphan_sweep: i64,
     /// Tasks running per workflow (for `concurrency`).
-    pub(crate) running_by_workflow: HashMap<WorkflowKey, usize>,
+    pub(crate) running_by_workflow: Map<WorkflowKey, usize>,
     /// Ready tasks held back by their workflow's `concurrency`.
-    pub(crate) parked: HashMap<WorkflowKey, VecDeque<ReadyTask>>,
+    pub(crate) parked: Map<WorkflowKey, VecDeque<ReadyTask>>,
     /// Attempts running per tenant, and ready tasks held back by the
     /// tenant's `max_concurrent`.
-    pub(crate) running_by_tenant: HashMap<Arc<str>, usize>,
-    pub(crate) parked_by_tenant: HashMap<Arc<str>, VecDeque<ReadyTask>>,
+    pub(crate) running_by_tenant: Map<Arc<str>, usize>,
+    pub(crate) parked_by_tenant: Map<Arc<str>, VecDeque<ReadyTask>>,
     /// Running or paused runs per workflow (for `max_active_runs`) and per backfill.
-    pub(crate) active_by_workflow: HashMap<WorkflowKey, usize>,
-    pub(crate) active_by_backfill: HashMap<String, usize>,
+    pub(crate) active_by_workflow: Map<WorkflowKey, usize>,
+    pub(crate) active_by_backfill: Map<String, usize>,
     /// Queued runs waiting for admission, per workflow, oldest first.
-    pub(crate) waiting: HashMap<WorkflowKey, VecDeque<Arc<str>>>,
+    pub(crate) waiting: Map<WorkflowKey, VecDeque<Arc<str>>>,
     pub(crate) timers: Timers,
-    pub(crate) schedules: HashMap<WorkflowKey, ScheduleEntry>,
+    pub(crate) schedules: Map<WorkflowKey, ScheduleEntry>,
     /// The last command id seen.
     pub(crate) command_cursor: i64,
     /// Commands waiting for their run to be loaded, in order.
     pub(crate) deferred_commands: Vec<PendingCommand>,
     /// Runs that could not be loaded in this step, and why.
-    pub(crate) load_failures: HashMap<String, LoadError>,
+    pub(crate) load_failures: Map<String, LoadError>,
     /// Runs to forget at the end of the step if they are finished.
     pub(crate) retiring: Vec<Arc<str>>,
+    /// Runs claimed again in the step that dropped them: the step holds
+    /// writes made under the epoch they had, which must not be committed
+    /// under the new one. Installed at the next step, claimed afresh.
+    pub(crate) reclaim: Vec<String>,
     /// Waiting runs to forget at the end of the step (loaded again when
     /// woken).
     pub(crate) parking: Vec<Arc<str>>,
@@ -122,7 +127,7 @@ pub struct EngineState {
     /// Whether the plugin directory was refreshed in this step.
     pub(crate) plugins_refreshed: bool,
     /// Slots this master owns (and drives the runs of).
-    pub(crate) owned: HashSet<u32>,
+    pub(crate) owned: Set<u32>,
     /// Owned slots whose runs could not be read: asked for again at the
     /// next step.
     pub(crate) pending_slots: Vec<u32>,
@@ -132,30 +137,30 @@ pub struct EngineState {
     pub(crate) leading: Option<i64>,
     pub(crate) placement: Placement,
     /// Tenants' limits; `None`: no tenant limits apply.
-    pub(crate) limits: Option<Arc<HashMap<String, TenantLimits>>>,
+    pub(crate) limits: Option<Arc<std::collections::HashMap<String, TenantLimits>>>,
     pub(crate) counters: Counters,
     /// Which workflows (and tasks) other workflows wait for: only their
     /// state changes wake anyone. `None` until read.
     pub(crate) watched: Option<Watched>,
     /// Latest versions of workflows other runs need (upstream schedules,
     /// children to run); `None`: no such live workflow.
-    pub(crate) definitions: HashMap<(String, String), Option<crate::engine::effects::Versioned>>,
+    pub(crate) definitions: Map<(String, String), Option<crate::engine::effects::Versioned>>,
     /// Upstream runs read in this step.
-    pub(crate) upstream_runs: HashMap<UpstreamQuery, Vec<dagr_store::CycleRun>>,
+    pub(crate) upstream_runs: Map<UpstreamQuery, Vec<dagr_store::CycleRun>>,
     /// Evaluations of waits that wait for data in this step.
     pub(crate) evaluating: Vec<Arc<str>>,
     /// Runs rerun or re-flushed with their downstream: (tenant, run) whose
     /// released runs get a re-flush command once they are read.
     pub(crate) reflushing: Vec<(String, String)>,
     /// The runs a run released, read in this step.
-    pub(crate) released: HashMap<String, Vec<String>>,
+    pub(crate) released: Map<String, Vec<String>>,
 }
 
 /// What workflows wait for.
 #[derive(Debug, Default)]
 pub(crate) struct Watched {
-    pub runs: std::collections::HashSet<(String, String)>,
-    pub tasks: std::collections::HashSet<(String, String, String)>,
+    pub runs: Set<(String, String)>,
+    pub tasks: Set<(String, String, String)>,
 }
 
 /// Passes of one step at most: a need answered can raise another (claim a
@@ -167,29 +172,30 @@ impl EngineState {
     pub fn new(config: &EngineConfig, now: i64) -> EngineState {
         EngineState {
             settings: Settings::of(config),
-            runs: HashMap::new(),
-            dropped_epochs: HashMap::new(),
+            runs: Map::default(),
+            dropped_epochs: Map::default(),
             ready: ReadyQueue::default(),
-            in_flight: HashMap::new(),
+            in_flight: Map::default(),
             last_attempt_check: now,
             last_orphan_sweep: now,
-            running_by_workflow: HashMap::new(),
-            parked: HashMap::new(),
-            running_by_tenant: HashMap::new(),
-            parked_by_tenant: HashMap::new(),
-            active_by_workflow: HashMap::new(),
-            active_by_backfill: HashMap::new(),
-            waiting: HashMap::new(),
+            running_by_workflow: Map::default(),
+            parked: Map::default(),
+            running_by_tenant: Map::default(),
+            parked_by_tenant: Map::default(),
+            active_by_workflow: Map::default(),
+            active_by_backfill: Map::default(),
+            waiting: Map::default(),
             timers: Timers::default(),
-            schedules: HashMap::new(),
+            schedules: Map::default(),
             command_cursor: 0,
             deferred_commands: Vec::new(),
-            load_failures: HashMap::new(),
+            load_failures: Map::default(),
             retiring: Vec::new(),
+            reclaim: Vec::new(),
             parking: Vec::new(),
             awaiting: Vec::new(),
             plugins_refreshed: false,
-            owned: HashSet::new(),
+            owned: Set::default(),
             pending_slots: Vec::new(),
             leader: None,
             leading: None,
@@ -197,11 +203,11 @@ impl EngineState {
             limits: None,
             counters: Counters::default(),
             watched: None,
-            definitions: HashMap::new(),
-            upstream_runs: HashMap::new(),
+            definitions: Map::default(),
+            upstream_runs: Map::default(),
             evaluating: Vec::new(),
             reflushing: Vec::new(),
-            released: HashMap::new(),
+            released: Map::default(),
         }
     }
 
@@ -217,6 +223,9 @@ impl EngineState {
             effects.need(Need::Lead(token));
         }
         self.reclaim_deferred(effects);
+        if !self.reclaim.is_empty() {
+            effects.need(Need::Claim(std::mem::take(&mut self.reclaim)));
+        }
         if self.watched.is_none() {
             effects.need(Need::Watched);
         }
@@ -298,10 +307,22 @@ impl EngineState {
             self.pending_slots.extend(data.slots_failed);
         }
         self.found_owners(effects, data.owners);
-        let loaded: Vec<String> = data.loaded.iter().map(|l| l.row.id.clone()).collect();
-        for run in data.loaded {
+        // A run dropped earlier in this step has writes in it fenced by
+        // the epoch it had: installed now, they would be fenced by the new
+        // one and land. They are fenced off instead, and the run is taken
+        // over at the next step.
+        let mut loaded = data.loaded;
+        // Claimed twice in one read: the last claim's epoch is the one held.
+        loaded.sort_by(|a, b| (&a.row.id, b.row.epoch).cmp(&(&b.row.id, a.row.epoch)));
+        loaded.dedup_by(|later, first| later.row.id == first.row.id);
+        let (loaded, again): (Vec<LoadedRun>, Vec<LoadedRun>) =
+            loaded.into_iter().partition(|l| !self.dropped_epochs.contains_key(l.row.id.as_str()));
+        self.reclaim.extend(again.into_iter().map(|l| l.row.id));
+        let ids: Vec<String> = loaded.iter().map(|l| l.row.id.clone()).collect();
+        for run in loaded {
             self.install_run(effects, run, now);
         }
+        let loaded = ids;
         self.admit_loaded(effects, &loaded, now);
         for (run, error) in data.failed {
             self.load_failed(effects, &run, error);
@@ -354,10 +375,10 @@ impl EngineState {
     /// The slots this master owns now: runs of lost slots are forgotten
     /// (nothing is written: the new owner takes them over), those of gained
     /// slots are asked for.
-    fn set_ownership(&mut self, effects: &mut Effects, slots: HashSet<u32>) {
+    fn set_ownership(&mut self, effects: &mut Effects, slots: std::collections::HashSet<u32>) {
         self.pending_slots.clear();
-        let lost: HashSet<u32> = self.owned.difference(&slots).copied().collect();
-        let gained: Vec<u32> = slots.difference(&self.owned).copied().collect();
+        let lost: Set<u32> = self.owned.iter().filter(|s| !slots.contains(s)).copied().collect();
+        let gained: Vec<u32> = slots.iter().filter(|s| !self.owned.contains(s)).copied().collect();
         self.owned.retain(|s| slots.contains(s));
         if !lost.is_empty() {
             let ids: Vec<Arc<str>> = self
@@ -432,7 +453,7 @@ impl EngineState {
         let batch = &mut effects.batch;
         batch.at = now;
         if !batch.is_empty() && self.settings.fence_writes {
-            let mut touched: HashSet<&str> = HashSet::new();
+            let mut touched: Set<&str> = Set::default();
             touched.extend(batch.runs.iter().map(|r| r.id.as_str()));
             touched.extend(batch.tasks.iter().map(|t| t.run_id.as_str()));
             touched.extend(batch.attempts.iter().map(|a| a.run_id.as_str()));

@@ -81,11 +81,11 @@ pub type StoredWorkflow = (i64, Arc<Workflow>, Option<i64>);
 #[derive(Debug, Default)]
 pub struct FakeStore {
     pub runs: BTreeMap<String, RunRow>,
-    pub tasks: HashMap<String, Vec<TaskRow>>,
-    pub outputs: HashMap<(String, i64), String>,
+    pub tasks: BTreeMap<String, Vec<TaskRow>>,
+    pub outputs: BTreeMap<(String, i64), String>,
     pub attempts: BTreeMap<(String, i64, i64), AttemptRow>,
     pub commands: Vec<(i64, String, Command)>,
-    pub done: HashMap<i64, String>,
+    pub done: BTreeMap<i64, String>,
     pub events: Vec<dagr_store::NewEvent>,
     /// Live workflows: (tenant, name) → (version, workflow, cursor).
     pub workflows: BTreeMap<(String, String), StoredWorkflow>,
@@ -94,10 +94,362 @@ pub struct FakeStore {
     /// Schedules taken offline: (tenant, workflow).
     pub paused: HashSet<(String, String)>,
     /// Waits recorded: run → (upstream workflow, from, to).
-    pub waits: HashMap<String, Vec<(String, i64, i64)>>,
+    pub waits: BTreeMap<String, Vec<(String, i64, i64)>>,
     /// (tenant, upstream run, the run it released).
     pub links: Vec<(String, String, String)>,
+    /// Singleton duties: name → the highest token that acquired it.
+    pub singletons: HashMap<String, i64>,
     next_command: i64,
+}
+
+/// Who reads the fake store, for [`FakeStore::answer`].
+pub struct Reader<'a> {
+    /// The master (owner of what it claims).
+    pub node: &'a str,
+    pub now: i64,
+    pub plugins: &'a FakePlugins,
+    /// Whether the master already has a run (it is not claimed again).
+    pub has_run: &'a dyn Fn(&str) -> bool,
+}
+
+impl FakeStore {
+    /// Inserts a new run with its pending task rows.
+    pub fn insert_run(&mut self, new: dagr_store::NewRun) {
+        let id = new.run.id.clone();
+        let tasks = new
+            .tasks
+            .iter()
+            .enumerate()
+            .map(|(i, name)| TaskRow {
+                run_id: id.clone(),
+                idx: i as i64,
+                name: name.clone(),
+                state: TaskState::Pending,
+                attempts: 0,
+                failures: 0,
+                lost: 0,
+                forced: false,
+                retry_at: None,
+                error: None,
+                started_at: None,
+                finished_at: None,
+                child_run: None,
+            })
+            .collect();
+        self.tasks.insert(id.clone(), tasks);
+        self.runs.insert(id, new.run);
+    }
+
+    /// Writes a command for a run; returns it as a master reads it.
+    pub fn command(&mut self, run: &str, command: Command) -> PendingCommand {
+        self.next_command += 1;
+        let id = self.next_command;
+        let slot = self.runs.get(run).map_or(0, |r| r.slot as u32);
+        self.commands.push((id, run.to_owned(), command.clone()));
+        PendingCommand { id, run_id: run.to_owned(), slot, command: Ok(command) }
+    }
+
+    /// The commands after `cursor` not yet done, oldest first, at most
+    /// `limit` (as the store's `pending_commands`).
+    pub fn commands_after(&self, cursor: i64, limit: usize) -> Vec<PendingCommand> {
+        self.commands
+            .iter()
+            .filter(|(id, _, _)| *id > cursor && !self.done.contains_key(id))
+            .take(limit)
+            .map(|(id, run, command)| PendingCommand {
+                id: *id,
+                run_id: run.clone(),
+                slot: self.runs.get(run).map_or(0, |r| r.slot as u32),
+                command: Ok(command.clone()),
+            })
+            .collect()
+    }
+
+    /// A workflow by name (shared by every tenant of the bench).
+    fn workflow_named(&self, name: &str) -> Option<Arc<Workflow>> {
+        self.workflows.iter().find(|((_, n), _)| n == name).map(|(_, (_, w, _))| w.clone())
+    }
+
+    /// Records `token` as the holder of a singleton duty unless a higher
+    /// one holds it; whether `token` holds it now.
+    pub fn acquire_singleton(&mut self, name: &str, token: i64) -> bool {
+        let held = self.singletons.entry(name.to_owned()).or_insert(token);
+        if *held <= token {
+            *held = token;
+        }
+        *held == token
+    }
+
+    /// Answers a master's needs as the shell would (claims bump epochs
+    /// and make `reader.node` the owner).
+    pub fn answer(&mut self, needs: Vec<Need>, reader: &Reader<'_>) -> Data {
+        let mut data = Data::default();
+        for need in needs {
+            match need {
+                Need::Claim(runs) => {
+                    for id in runs {
+                        if (reader.has_run)(&id) || data.loaded.iter().any(|l| l.row.id == id) {
+                            continue;
+                        }
+                        match self.load(&id, reader.node) {
+                            Ok(loaded) => data.loaded.push(loaded),
+                            Err(e) => data.failed.push((id, e)),
+                        }
+                    }
+                }
+                Need::Slots(slots) => {
+                    let set: HashSet<u32> = slots.iter().copied().collect();
+                    let ids: Vec<String> = self
+                        .runs
+                        .values()
+                        .filter(|r| set.contains(&(r.slot as u32)) && !r.state.is_terminal())
+                        .map(|r| r.id.clone())
+                        .filter(|id| !(reader.has_run)(id) && !data.loaded.iter().any(|l| l.row.id == *id))
+                        .collect();
+                    for id in ids {
+                        match self.load(&id, reader.node) {
+                            Ok(loaded) => data.loaded.push(loaded),
+                            Err(e) => data.failed.push((id, e)),
+                        }
+                    }
+                    data.gained.extend(slots);
+                }
+                Need::Owners(slots) => {
+                    let set: HashSet<u32> = slots.iter().copied().collect();
+                    data.owners.extend(
+                        self.runs
+                            .values()
+                            .filter(|r| set.contains(&(r.slot as u32)) && !r.state.is_terminal())
+                            .map(|r| (r.id.clone(), r.slot as u32, r.owner.clone())),
+                    );
+                }
+                Need::Outputs { run, idxs } => {
+                    for idx in idxs {
+                        data.outputs.push((run.clone(), idx, self.outputs.get(&(run.clone(), idx)).cloned()));
+                    }
+                }
+                Need::RefreshPlugins => {
+                    futures::executor::block_on(reader.plugins.refresh());
+                    data.plugins_refreshed = true;
+                }
+                Need::Lead(token) if !self.acquire_singleton(crate::engine::SCHEDULER, token) => {
+                    data.lead = Some((token, None));
+                }
+                Need::Lead(token) => {
+                    let schedules = self
+                        .workflows
+                        .iter()
+                        .map(|((tenant, name), (version, workflow, cursor))| ScheduleSource {
+                            tenant: tenant.clone(),
+                            name: name.clone(),
+                            current: Some(ScheduleRow {
+                                version: *version,
+                                workflow: workflow.clone(),
+                                cursor: *cursor,
+                                since: reader.now,
+                                paused: false,
+                            }),
+                        })
+                        .collect();
+                    data.lead = Some((token, Some(schedules)));
+                }
+                Need::Schedule { tenant, name } => {
+                    let current =
+                        self.workflows.get(&(tenant.clone(), name.clone())).map(|(version, workflow, cursor)| {
+                            ScheduleRow {
+                                version: *version,
+                                workflow: workflow.clone(),
+                                cursor: *cursor,
+                                since: reader.now,
+                                paused: self.paused.contains(&(tenant.clone(), name.clone())),
+                            }
+                        });
+                    data.schedules.push(ScheduleSource { tenant, name, current });
+                }
+                Need::Watched => {
+                    let mut watched: Vec<(String, String, Option<String>)> = Vec::new();
+                    for ((tenant, _), (_, workflow, _)) in &self.workflows {
+                        for u in workflow.upstream.iter().chain(workflow.tasks.iter().flat_map(|t| &t.upstream)) {
+                            watched.push((tenant.clone(), u.workflow.clone(), u.task.clone()));
+                        }
+                    }
+                    data.watched = Some(watched);
+                }
+                Need::WatchedBy { tenant, workflow } => {
+                    if let Some((_, wf, _)) = self.workflows.get(&(tenant.clone(), workflow)) {
+                        for u in wf.upstream.iter().chain(wf.tasks.iter().flat_map(|t| &t.upstream)) {
+                            data.watched_add.push((tenant.clone(), u.workflow.clone(), u.task.clone()));
+                        }
+                    }
+                }
+                Need::Workflows { tenant, names } => {
+                    for name in names {
+                        let found =
+                            self.workflows.get(&(tenant.clone(), name.clone())).map(|(v, w, _)| (*v, w.clone()));
+                        data.workflows.push((tenant.clone(), name, found));
+                    }
+                }
+                Need::UpstreamRuns(query) => {
+                    let runs = self
+                        .runs
+                        .values()
+                        .filter(|r| {
+                            r.tenant == query.tenant
+                                && r.workflow == query.workflow
+                                && r.logical_time >= query.from
+                                && r.logical_time <= query.to
+                        })
+                        .map(|r| dagr_store::CycleRun {
+                            id: r.id.clone(),
+                            logical_time: r.logical_time,
+                            state: r.state,
+                            task_state: query.task.as_ref().and_then(|t| {
+                                self.tasks.get(&r.id).and_then(|ts| ts.iter().find(|x| &x.name == t)).map(|x| x.state)
+                            }),
+                        })
+                        .collect();
+                    data.upstream_runs.push((query, runs));
+                }
+                Need::ReleasedBy(run) => {
+                    let mut released: Vec<String> =
+                        self.links.iter().filter(|(_, up, _)| *up == run).map(|(_, _, down)| down.clone()).collect();
+                    released.sort();
+                    released.dedup();
+                    data.released.push((run, released));
+                }
+            }
+        }
+        data
+    }
+
+    /// Claims a run (its epoch goes up) and loads it, as the shell does.
+    pub fn load(&mut self, id: &str, node: &str) -> Result<LoadedRun, LoadError> {
+        if let Some(e) = self.unloadable.get(id) {
+            return Err(e.clone());
+        }
+        let row = self.runs.get_mut(id).ok_or_else(|| LoadError::Gone(format!("there is no run {id}")))?;
+        row.epoch += 1;
+        row.owner = Some(node.to_owned());
+        let row = row.clone();
+        let workflow = self.workflow_named(&row.workflow).ok_or_else(|| LoadError::Invalid("no workflow".into()))?;
+        let fresh = row.epoch == 1 && row.state == RunState::Queued;
+        let tasks = (!fresh).then(|| self.tasks.get(id).cloned().unwrap_or_default());
+        let running =
+            self.attempts.values().filter(|a| a.run_id == id && a.state == AttemptState::Running).cloned().collect();
+        Ok(LoadedRun { row, tasks, workflow, backfill_parallel: None, running })
+    }
+
+    /// Applies a batch (fencing by epoch and by the scheduler's token like
+    /// the real store); returns what was committed and the commands it
+    /// wrote.
+    pub fn commit(&mut self, batch: &WriteBatch) -> (Committed, Vec<PendingCommand>) {
+        let mut written = Vec::new();
+        let mut committed = Committed::default();
+        let stale: HashSet<&str> = batch
+            .fences
+            .iter()
+            .filter(|(id, epoch)| self.runs.get(id).is_some_and(|r| r.epoch != *epoch))
+            .map(|(id, _)| id.as_str())
+            .collect();
+        committed.fenced = stale.iter().map(|s| s.to_string()).collect();
+        committed.fenced.sort();
+        let mut new_runs: &[dagr_store::NewRun] = &batch.new_runs;
+        let mut cursors: &[(String, String, i64)] = &batch.schedule_cursors;
+        if let Some((name, token)) = &batch.singleton
+            && self.singletons.get(name).is_some_and(|held| held > token)
+        {
+            new_runs = &[];
+            cursors = &[];
+            committed.singleton_fenced = true;
+        }
+        for new in new_runs {
+            let duplicate = self.runs.values().any(|r| {
+                r.workflow == new.run.workflow && r.logical_time == new.run.logical_time && r.kind == RunKind::Schedule
+            });
+            if duplicate {
+                continue;
+            }
+            let id = new.run.id.clone();
+            self.insert_run(new.clone());
+            if batch.new_run_command.is_some() {
+                written.push(self.command(&id, Command::Admit));
+            }
+        }
+        for new in &batch.child_runs {
+            if new.run.parent_run.as_deref().is_some_and(|p| stale.contains(p)) {
+                continue;
+            }
+            let id = new.run.id.clone();
+            self.insert_run(new.clone());
+            written.push(self.command(&id, Command::Admit));
+        }
+        for id in &batch.clear_waits {
+            self.waits.remove(id);
+        }
+        for w in &batch.run_waits {
+            self.waits.entry(w.run_id.clone()).or_default().push((w.upstream.clone(), w.from_time, w.to_time));
+        }
+        for wake in &batch.wakes {
+            let woken: Vec<String> = self
+                .waits
+                .iter()
+                .filter(|(_, spans)| {
+                    spans.iter().any(|(up, from, to)| {
+                        *up == wake.workflow && *from <= wake.logical_time && wake.logical_time <= *to
+                    })
+                })
+                .map(|(run, _)| run.clone())
+                .collect();
+            for run in woken {
+                written.push(self.command(&run, Command::Wake));
+            }
+        }
+        self.links.extend(batch.links.iter().cloned());
+        for c in &batch.commands {
+            let command = Command::decode(&c.command.kind, &c.command.payload).unwrap_or(Command::Wake);
+            written.push(self.command(&c.run_id, command));
+        }
+        for w in batch.runs.iter().filter(|w| !stale.contains(w.id.as_str())) {
+            if let Some(r) = self.runs.get_mut(&w.id) {
+                r.state = w.state;
+                r.started_at = r.started_at.or(w.started_at);
+                r.finished_at = w.finished_at;
+                r.updated_at = w.updated_at;
+            }
+        }
+        for t in batch.tasks.iter().filter(|t| !stale.contains(t.run_id.as_str())) {
+            if let Some(rows) = self.tasks.get_mut(&t.run_id)
+                && let Some(row) = rows.get_mut(t.idx as usize)
+            {
+                *row = t.clone();
+            }
+        }
+        for o in &batch.outputs {
+            match o {
+                OutputWrite::Set { run_id, idx, output } if !stale.contains(run_id.as_str()) => {
+                    self.outputs.insert((run_id.clone(), *idx), output.clone());
+                }
+                OutputWrite::Clear { run_id, idx } if !stale.contains(run_id.as_str()) => {
+                    self.outputs.remove(&(run_id.clone(), *idx));
+                }
+                _ => {}
+            }
+        }
+        for a in batch.attempts.iter().filter(|a| !stale.contains(a.run_id.as_str())) {
+            self.attempts.insert((a.run_id.clone(), a.task_idx, a.number), a.clone());
+        }
+        self.events
+            .extend(batch.events.iter().filter(|e| e.run_id.as_deref().is_none_or(|r| !stale.contains(r))).cloned());
+        for (id, result) in &batch.commands_done {
+            self.done.insert(*id, result.clone());
+        }
+        for (tenant, name, cursor) in cursors {
+            if let Some(w) = self.workflows.get_mut(&(tenant.clone(), name.clone())) {
+                w.2 = Some(*cursor);
+            }
+        }
+        (committed, written)
+    }
 }
 
 /// The engine's state on a fake clock with a fake store. See the module docs.
@@ -200,38 +552,14 @@ impl TestEnv {
     }
 
     fn insert_run(&mut self, new: dagr_store::NewRun) {
-        let id = new.run.id.clone();
-        let tasks = new
-            .tasks
-            .iter()
-            .enumerate()
-            .map(|(i, name)| TaskRow {
-                run_id: id.clone(),
-                idx: i as i64,
-                name: name.clone(),
-                state: TaskState::Pending,
-                attempts: 0,
-                failures: 0,
-                lost: 0,
-                forced: false,
-                retry_at: None,
-                error: None,
-                started_at: None,
-                finished_at: None,
-                child_run: None,
-            })
-            .collect();
-        self.store.tasks.insert(id.clone(), tasks);
-        self.store.runs.insert(id, new.run);
+        self.store.insert_run(new);
     }
 
     /// Writes a command for a run; the engine reads it at the next step.
     pub fn command(&mut self, run: &str, command: Command) -> i64 {
-        self.store.next_command += 1;
-        let id = self.store.next_command;
-        let slot = self.store.runs.get(run).map_or(0, |r| r.slot as u32);
-        self.store.commands.push((id, run.to_owned(), command.clone()));
-        self.unread.push(PendingCommand { id, run_id: run.to_owned(), slot, command: Ok(command) });
+        let pending = self.store.command(run, command);
+        let id = pending.id;
+        self.unread.push(pending);
         id
     }
 
@@ -260,11 +588,15 @@ impl TestEnv {
                 break;
             }
             self.needs_seen.extend(needs.iter().cloned());
-            data = self.answer(needs);
+            let (state, node, now, plugins) = (&self.state, self.node.as_str(), self.now, &self.plugins);
+            let has_run = |id: &str| state.has_run(id);
+            data = self.store.answer(needs, &Reader { node, now, plugins, has_run: &has_run });
         }
         effects.needs.clear();
         self.state.seal(&mut effects, self.now);
-        let committed = self.commit(&effects.batch);
+        let (committed, written) = self.store.commit(&effects.batch);
+        self.unread.extend(written);
+        self.batches.push(effects.batch.clone());
         self.state.committed(&committed);
         effects
     }
@@ -340,279 +672,6 @@ impl TestEnv {
     /// A command's recorded outcome.
     pub fn outcome(&self, id: i64) -> Option<serde_json::Value> {
         self.store.done.get(&id).and_then(|o| serde_json::from_str(o).ok())
-    }
-
-    fn answer(&mut self, needs: Vec<Need>) -> Data {
-        let mut data = Data::default();
-        for need in needs {
-            match need {
-                Need::Claim(runs) => {
-                    for id in runs {
-                        match self.load(&id) {
-                            Ok(loaded) => data.loaded.push(loaded),
-                            Err(e) => data.failed.push((id, e)),
-                        }
-                    }
-                }
-                Need::Slots(slots) => {
-                    let set: HashSet<u32> = slots.iter().copied().collect();
-                    let ids: Vec<String> = self
-                        .store
-                        .runs
-                        .values()
-                        .filter(|r| set.contains(&(r.slot as u32)) && !r.state.is_terminal())
-                        .map(|r| r.id.clone())
-                        .filter(|id| !self.state.has_run(id))
-                        .collect();
-                    for id in ids {
-                        match self.load(&id) {
-                            Ok(loaded) => data.loaded.push(loaded),
-                            Err(e) => data.failed.push((id, e)),
-                        }
-                    }
-                    data.gained.extend(slots);
-                }
-                Need::Owners(slots) => {
-                    let set: HashSet<u32> = slots.iter().copied().collect();
-                    data.owners.extend(
-                        self.store
-                            .runs
-                            .values()
-                            .filter(|r| set.contains(&(r.slot as u32)) && !r.state.is_terminal())
-                            .map(|r| (r.id.clone(), r.slot as u32, r.owner.clone())),
-                    );
-                }
-                Need::Outputs { run, idxs } => {
-                    for idx in idxs {
-                        data.outputs.push((run.clone(), idx, self.store.outputs.get(&(run.clone(), idx)).cloned()));
-                    }
-                }
-                Need::RefreshPlugins => {
-                    futures::executor::block_on(self.plugins.refresh());
-                    data.plugins_refreshed = true;
-                }
-                Need::Lead(token) => {
-                    let schedules = self
-                        .store
-                        .workflows
-                        .iter()
-                        .map(|((tenant, name), (version, workflow, cursor))| ScheduleSource {
-                            tenant: tenant.clone(),
-                            name: name.clone(),
-                            current: Some(ScheduleRow {
-                                version: *version,
-                                workflow: workflow.clone(),
-                                cursor: *cursor,
-                                since: self.now,
-                                paused: false,
-                            }),
-                        })
-                        .collect();
-                    data.lead = Some((token, Some(schedules)));
-                }
-                Need::Schedule { tenant, name } => {
-                    let current =
-                        self.store.workflows.get(&(tenant.clone(), name.clone())).map(|(version, workflow, cursor)| {
-                            ScheduleRow {
-                                version: *version,
-                                workflow: workflow.clone(),
-                                cursor: *cursor,
-                                since: self.now,
-                                paused: self.store.paused.contains(&(tenant.clone(), name.clone())),
-                            }
-                        });
-                    data.schedules.push(ScheduleSource { tenant, name, current });
-                }
-                Need::Watched => {
-                    let mut watched: Vec<(String, String, Option<String>)> = Vec::new();
-                    for ((tenant, _), (_, workflow, _)) in &self.store.workflows {
-                        for u in workflow.upstream.iter().chain(workflow.tasks.iter().flat_map(|t| &t.upstream)) {
-                            watched.push((tenant.clone(), u.workflow.clone(), u.task.clone()));
-                        }
-                    }
-                    data.watched = Some(watched);
-                }
-                Need::WatchedBy { tenant, workflow } => {
-                    if let Some((_, wf, _)) = self.store.workflows.get(&(tenant.clone(), workflow)) {
-                        for u in wf.upstream.iter().chain(wf.tasks.iter().flat_map(|t| &t.upstream)) {
-                            data.watched_add.push((tenant.clone(), u.workflow.clone(), u.task.clone()));
-                        }
-                    }
-                }
-                Need::Workflows { tenant, names } => {
-                    for name in names {
-                        let found =
-                            self.store.workflows.get(&(tenant.clone(), name.clone())).map(|(v, w, _)| (*v, w.clone()));
-                        data.workflows.push((tenant.clone(), name, found));
-                    }
-                }
-                Need::UpstreamRuns(query) => {
-                    let runs = self
-                        .store
-                        .runs
-                        .values()
-                        .filter(|r| {
-                            r.tenant == query.tenant
-                                && r.workflow == query.workflow
-                                && r.logical_time >= query.from
-                                && r.logical_time <= query.to
-                        })
-                        .map(|r| dagr_store::CycleRun {
-                            id: r.id.clone(),
-                            logical_time: r.logical_time,
-                            state: r.state,
-                            task_state: query.task.as_ref().and_then(|t| {
-                                self.store
-                                    .tasks
-                                    .get(&r.id)
-                                    .and_then(|ts| ts.iter().find(|x| &x.name == t))
-                                    .map(|x| x.state)
-                            }),
-                        })
-                        .collect();
-                    data.upstream_runs.push((query, runs));
-                }
-                Need::ReleasedBy(run) => {
-                    let mut released: Vec<String> = self
-                        .store
-                        .links
-                        .iter()
-                        .filter(|(_, up, _)| *up == run)
-                        .map(|(_, _, down)| down.clone())
-                        .collect();
-                    released.sort();
-                    released.dedup();
-                    data.released.push((run, released));
-                }
-            }
-        }
-        data
-    }
-
-    /// Claims a run (its epoch goes up) and loads it, as the shell does.
-    fn load(&mut self, id: &str) -> Result<LoadedRun, LoadError> {
-        if let Some(e) = self.store.unloadable.get(id) {
-            return Err(e.clone());
-        }
-        let row = self.store.runs.get_mut(id).ok_or_else(|| LoadError::Gone(format!("there is no run {id}")))?;
-        row.epoch += 1;
-        row.owner = Some(self.node.clone());
-        let row = row.clone();
-        let workflow =
-            self.workflows.get(&row.workflow).cloned().ok_or_else(|| LoadError::Invalid("no workflow".into()))?;
-        let fresh = row.epoch == 1 && row.state == RunState::Queued;
-        let tasks = (!fresh).then(|| self.store.tasks.get(id).cloned().unwrap_or_default());
-        let running = self
-            .store
-            .attempts
-            .values()
-            .filter(|a| a.run_id == id && a.state == AttemptState::Running)
-            .cloned()
-            .collect();
-        Ok(LoadedRun { row, tasks, workflow, backfill_parallel: None, running })
-    }
-
-    /// Applies a batch to the fake store (fencing by epoch like the real one).
-    fn commit(&mut self, batch: &WriteBatch) -> Committed {
-        let mut committed = Committed::default();
-        let stale: HashSet<&str> = batch
-            .fences
-            .iter()
-            .filter(|(id, epoch)| self.store.runs.get(id).is_some_and(|r| r.epoch != *epoch))
-            .map(|(id, _)| id.as_str())
-            .collect();
-        committed.fenced = stale.iter().map(|s| s.to_string()).collect();
-        committed.fenced.sort();
-        for new in &batch.new_runs {
-            let duplicate = self.store.runs.values().any(|r| {
-                r.workflow == new.run.workflow && r.logical_time == new.run.logical_time && r.kind == RunKind::Schedule
-            });
-            if duplicate {
-                continue;
-            }
-            let id = new.run.id.clone();
-            self.insert_run(new.clone());
-            if batch.new_run_command.is_some() {
-                self.command(&id, Command::Admit);
-            }
-        }
-        for new in &batch.child_runs {
-            if new.run.parent_run.as_deref().is_some_and(|p| stale.contains(p)) {
-                continue;
-            }
-            let id = new.run.id.clone();
-            self.insert_run(new.clone());
-            self.command(&id, Command::Admit);
-        }
-        for id in &batch.clear_waits {
-            self.store.waits.remove(id);
-        }
-        for w in &batch.run_waits {
-            self.store.waits.entry(w.run_id.clone()).or_default().push((w.upstream.clone(), w.from_time, w.to_time));
-        }
-        for wake in &batch.wakes {
-            let woken: Vec<String> = self
-                .store
-                .waits
-                .iter()
-                .filter(|(_, spans)| {
-                    spans.iter().any(|(up, from, to)| {
-                        *up == wake.workflow && *from <= wake.logical_time && wake.logical_time <= *to
-                    })
-                })
-                .map(|(run, _)| run.clone())
-                .collect();
-            for run in woken {
-                self.command(&run, Command::Wake);
-            }
-        }
-        self.store.links.extend(batch.links.iter().cloned());
-        for c in &batch.commands {
-            let command = Command::decode(&c.command.kind, &c.command.payload).unwrap_or(Command::Wake);
-            self.command(&c.run_id, command);
-        }
-        for w in batch.runs.iter().filter(|w| !stale.contains(w.id.as_str())) {
-            if let Some(r) = self.store.runs.get_mut(&w.id) {
-                r.state = w.state;
-                r.started_at = r.started_at.or(w.started_at);
-                r.finished_at = w.finished_at;
-                r.updated_at = w.updated_at;
-            }
-        }
-        for t in batch.tasks.iter().filter(|t| !stale.contains(t.run_id.as_str())) {
-            if let Some(rows) = self.store.tasks.get_mut(&t.run_id)
-                && let Some(row) = rows.get_mut(t.idx as usize)
-            {
-                *row = t.clone();
-            }
-        }
-        for o in &batch.outputs {
-            match o {
-                OutputWrite::Set { run_id, idx, output } if !stale.contains(run_id.as_str()) => {
-                    self.store.outputs.insert((run_id.clone(), *idx), output.clone());
-                }
-                OutputWrite::Clear { run_id, idx } if !stale.contains(run_id.as_str()) => {
-                    self.store.outputs.remove(&(run_id.clone(), *idx));
-                }
-                _ => {}
-            }
-        }
-        for a in batch.attempts.iter().filter(|a| !stale.contains(a.run_id.as_str())) {
-            self.store.attempts.insert((a.run_id.clone(), a.task_idx, a.number), a.clone());
-        }
-        self.store
-            .events
-            .extend(batch.events.iter().filter(|e| e.run_id.as_deref().is_none_or(|r| !stale.contains(r))).cloned());
-        for (id, result) in &batch.commands_done {
-            self.store.done.insert(*id, result.clone());
-        }
-        for (tenant, name, cursor) in &batch.schedule_cursors {
-            if let Some(w) = self.store.workflows.get_mut(&(tenant.clone(), name.clone())) {
-                w.2 = Some(*cursor);
-            }
-        }
-        self.batches.push(batch.clone());
-        committed
     }
 }
 

@@ -599,3 +599,59 @@ fn an_attempt_past_its_timeout_warn_raises_one_event_and_goes_on() {
     let later = env.step(vec![]);
     assert!(!later.batch.events.iter().any(|e| e.kind == "task.timeout_warn"), "once");
 }
+
+/// Found by the simulation (`dagr sim`, seed 2): a result applied, then the
+/// run's slot lost and gained again in one step (ownership messages that
+/// piled up during a slow commit). The write made under the old epoch
+/// must not be committed under the new one.
+#[test]
+fn writes_made_before_a_run_was_dropped_and_claimed_again_in_one_step_are_fenced_off() {
+    use dagr_protocol::wire::{AttemptResult, Outcome};
+    let mut env = TestEnv::new();
+    env.apply(PLAIN);
+    let run = env.trigger("plain");
+    env.step(vec![]);
+    let a = env.in_flight("a");
+    let result = AttemptResult {
+        key: a,
+        epoch: 1,
+        task_name: "a".into(),
+        worker: "w1".into(),
+        started_at: env.now,
+        finished_at: env.now,
+        outcome: Outcome::Succeeded { output: "{}".into() },
+        trace: None,
+    };
+    let all: std::collections::HashSet<u32> = (0..dagr_protocol::SLOTS).collect();
+    let effects = env.step(vec![
+        Input::Result { result, ack: Some(1) },
+        Input::Ownership(Default::default()),
+        Input::Ownership(all),
+    ]);
+    assert!(effects.batch.fences.contains(&(run.clone(), 1)), "fenced by the epoch it was written under");
+    assert_eq!(env.store.runs[&run].epoch, 2, "claimed again in the step");
+    assert_eq!(env.task_state(&run, "a"), TaskState::Running, "the write made under epoch 1 did not land");
+    assert!(!env.state.has_run(&run));
+    // The next step takes it over afresh, from the store.
+    env.step(vec![]);
+    assert!(env.needs_seen.contains(&Need::Claim(vec![run.clone()])), "{:?}", env.needs_seen);
+    assert_eq!(env.store.runs[&run].epoch, 3);
+    assert!(env.state.has_run(&run));
+}
+
+/// Found by the simulation (`dagr sim`, seed 5): a run claimed both as a
+/// run of a gained slot and for its command, in one read, was claimed
+/// twice; the state kept the first claim's epoch, its writes were fenced
+/// off by its own second claim, and the run stayed queued for good.
+#[test]
+fn a_run_wanted_twice_in_one_read_is_claimed_once() {
+    let mut env = TestEnv::new();
+    env.apply(PLAIN);
+    env.step(vec![Input::Ownership(Default::default())]);
+    let run = env.trigger("plain");
+    let all: std::collections::HashSet<u32> = (0..dagr_protocol::SLOTS).collect();
+    let effects = env.step(vec![Input::Ownership(all)]);
+    assert_eq!(env.store.runs[&run].epoch, 1, "claimed once: {:?}", env.needs_seen);
+    assert_eq!(env.store.runs[&run].state, RunState::Running, "admitted, not fenced off");
+    assert_eq!(dispatched_names(&effects), ["a"]);
+}

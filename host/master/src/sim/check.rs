@@ -1,0 +1,153 @@
+//! The invariants, checked around every commit and at the end.
+//!
+//! - Every write a step makes for a run is fenced by the run's epoch (an
+//!   unfenced write could come from a master that lost the run).
+//! - The store takes no write from a stale epoch.
+//! - A task instance has at most one attempt accepted as its result.
+//! - Scheduler writes are taken only from the newest leader's token (at
+//!   most one leader acts per term), and a cycle has one scheduled run.
+//! - The event log of a run is gap-free: each state event of a run and
+//!   of each of its tasks starts where the previous one ended.
+//! - At the end: every run has ended (the caller checks it), nothing
+//!   runs, and a succeeded run's tasks all ended.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use dagr_core::attempt::AttemptState;
+use dagr_store::{Committed, RunKind, RunState, WriteBatch};
+
+use crate::engine::testkit::FakeStore;
+
+#[derive(Debug, Default)]
+pub(crate) struct Checker {
+    /// The highest scheduler token whose writes the store took.
+    scheduler_token: i64,
+    /// The last state each run's (task `None`) and task's events reached.
+    last_state: HashMap<(String, Option<String>), String>,
+}
+
+impl Checker {
+    /// Before the store sees a batch: is every write fenced?
+    pub(crate) fn before_commit(&mut self, writer: &str, batch: &WriteBatch, _store: &FakeStore) -> Result<(), String> {
+        let fenced: HashSet<&str> = batch.fences.iter().map(|(id, _)| id.as_str()).collect();
+        let written = batch
+            .runs
+            .iter()
+            .map(|w| &w.id)
+            .chain(batch.tasks.iter().map(|t| &t.run_id))
+            .chain(batch.attempts.iter().map(|a| &a.run_id));
+        for id in written {
+            if !fenced.contains(id.as_str()) {
+                return Err(format!("{writer} wrote run {id} without fencing it by its epoch"));
+            }
+        }
+        Ok(())
+    }
+
+    /// After the store applied a batch.
+    pub(crate) fn after_commit(
+        &mut self,
+        writer: &str,
+        batch: &WriteBatch,
+        committed: &Committed,
+        store: &FakeStore,
+    ) -> Result<(), String> {
+        let stale: HashSet<&str> = committed.fenced.iter().map(String::as_str).collect();
+        // No write from a stale epoch was taken.
+        for (id, epoch) in &batch.fences {
+            let stored = store.runs.get(id).map(|r| r.epoch);
+            if !stale.contains(id.as_str()) && stored != Some(*epoch) {
+                return Err(format!(
+                    "the store took {writer}'s writes to run {id} at epoch {epoch}, but the run is at {stored:?}"
+                ));
+            }
+        }
+        // At most one accepted result per task instance.
+        let touched: HashSet<&str> =
+            batch.attempts.iter().map(|a| a.run_id.as_str()).filter(|id| !stale.contains(id)).collect();
+        for run in touched {
+            self.one_result_per_task(store, run)?;
+        }
+        // One leader's scheduling at a time.
+        if let Some((_, token)) = &batch.singleton
+            && !committed.singleton_fenced
+            && (!batch.new_runs.is_empty() || !batch.schedule_cursors.is_empty())
+        {
+            if *token < self.scheduler_token {
+                return Err(format!(
+                    "the store took {writer}'s schedule writes under token {token} after token {}",
+                    self.scheduler_token
+                ));
+            }
+            self.scheduler_token = *token;
+        }
+        if !batch.new_runs.is_empty() {
+            let mut cycles: HashSet<(&str, i64)> = HashSet::new();
+            for r in store.runs.values().filter(|r| r.kind == RunKind::Schedule) {
+                if !cycles.insert((r.workflow.as_str(), r.logical_time)) {
+                    return Err(format!("two scheduled runs of {} for the cycle {}", r.workflow, r.logical_time));
+                }
+            }
+        }
+        // Gap-free event chains.
+        for event in batch.events.iter().filter(|e| e.run_id.as_deref().is_none_or(|r| !stale.contains(r))) {
+            let (Some(run), "run.state" | "task.state") = (&event.run_id, event.kind.as_str()) else { continue };
+            let data: serde_json::Value = serde_json::from_str(&event.data).unwrap_or_default();
+            let (Some(from), Some(to)) = (data["from"].as_str(), data["to"].as_str()) else {
+                return Err(format!("a {} event of run {run} says no from/to: {}", event.kind, event.data));
+            };
+            let task = (event.kind == "task.state").then(|| event.task.clone().unwrap_or_default());
+            let key = (run.clone(), task);
+            if let Some(last) = self.last_state.get(&key)
+                && last != from
+            {
+                return Err(format!(
+                    "the events of run {run}{} skip a step: the last went to `{last}`, the next ({writer}'s) starts from `{from}`",
+                    key.1.as_deref().map(|t| format!(", task {t}")).unwrap_or_default()
+                ));
+            }
+            self.last_state.insert(key, to.to_owned());
+        }
+        Ok(())
+    }
+
+    fn one_result_per_task(&self, store: &FakeStore, run: &str) -> Result<(), String> {
+        let mut succeeded: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+        for ((_, task, number), a) in store.attempts.range((run.to_owned(), i64::MIN, i64::MIN)..) {
+            if a.run_id != run {
+                break;
+            }
+            if a.state == AttemptState::Succeeded {
+                succeeded.entry(*task).or_default().push(*number);
+            }
+        }
+        match succeeded.into_iter().find(|(_, numbers)| numbers.len() > 1) {
+            Some((task, numbers)) => Err(format!(
+                "task {task} of run {run} has {} attempts accepted as its result: {numbers:?}",
+                numbers.len()
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// At the end: every run that ended, checked whole.
+    pub(crate) fn at_end(&self, store: &FakeStore) -> Result<(), String> {
+        for run in store.runs.values().filter(|r| r.state.is_terminal()) {
+            self.one_result_per_task(store, &run.id)?;
+            if let Some(last) = self.last_state.get(&(run.id.clone(), None))
+                && last != run.state.as_str()
+            {
+                return Err(format!("run {} is {:?}, but its last event says `{last}`", run.id, run.state));
+            }
+            let tasks = store.tasks.get(&run.id).map(Vec::as_slice).unwrap_or_default();
+            if run.state == RunState::Succeeded && tasks.iter().any(|t| !t.state.is_terminal()) {
+                return Err(format!("run {} succeeded with tasks not ended: {tasks:?}", run.id));
+            }
+        }
+        let ended = |run: &str| store.runs.get(run).is_some_and(|r| r.state.is_terminal());
+        if let Some(a) = store.attempts.values().find(|a| a.state == AttemptState::Running && ended(&a.run_id)) {
+            return Err(format!("attempt {}/{}#{} is still running, and its run ended", a.run_id, a.task, a.number));
+        }
+        Ok(())
+    }
+}

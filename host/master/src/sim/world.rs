@@ -1,0 +1,1066 @@
+//! The simulated cluster and its event loop.
+//!
+//! Everything that happens is an [`Event`] at a simulated time, taken from
+//! one queue in (time, number) order: a master's step, a commit landing, a
+//! message arriving, an attempt ending, the coordination service's round,
+//! a fault. Nothing reads a real clock or iterates a hash map where order
+//! matters, so a seed replays exactly.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use dagr_core::Workflow;
+use dagr_core::definition::Format;
+use dagr_protocol::commands::Command;
+use dagr_protocol::plugins::TrustedCatalog;
+use dagr_protocol::wire::{Ack, AttemptKey, AttemptResult, AttemptSpec, FailureKind, Outcome};
+use dagr_store::{RunKind, RunOrigin, WriteBatch};
+
+use crate::engine::testkit::{FakePlugins, FakeStore, Reader, TENANT};
+use crate::engine::{Accepted, Data, Effects, EngineState, Input, Probe, WorkerInfo};
+use crate::sim::check::Checker;
+use crate::sim::{Failure, Report, Rng, SimConfig};
+use crate::{Adoption, DispatchError, EngineConfig};
+
+/// The simulated epoch (2023-11-14).
+const START: i64 = 1_700_000_000_000;
+/// A master steps at least this often.
+const POLL_MS: i64 = 200;
+/// The coordination service's round.
+const COORD_MS: i64 = 100;
+/// An unanswered dispatch or probe fails after this long.
+const HTTP_TIMEOUT_MS: i64 = 2_000;
+/// A run made after the faults stopped must have ended within this.
+const STUCK_MS: i64 = 30_000;
+/// Commands a step reads at most.
+const COMMAND_PAGE: usize = 100;
+
+const CHAIN: &str = "name: chain
+tasks:
+- {name: a, plugin: echo}
+- {name: b, plugin: echo, depends_on: [a], retries: 2}
+- {name: c, plugin: echo, depends_on: [a]}
+- {name: d, plugin: echo, depends_on: [b, c], retries: 1}
+";
+
+const TICKING: &str = "name: ticking
+schedule: {cron: \"*/2 * * * * *\"}
+tasks:
+- {name: x, plugin: echo}
+- {name: y, plugin: echo, depends_on: [x]}
+";
+
+#[derive(Debug)]
+enum Event {
+    Tick(usize),
+    /// A master's commit lands (its incarnation).
+    Commit(usize, u32),
+    Deliver(Msg),
+    /// An attempt ends on a worker (its incarnation).
+    Finish(usize, u32, AttemptKey),
+    /// A worker sends its unacknowledged results again.
+    Resend(usize, u32),
+    Coord,
+    Faults,
+    RestartMaster(usize),
+    RestartWorker(usize),
+    Resume(usize),
+    EtcdUp,
+    Trigger,
+}
+
+#[derive(Debug)]
+enum Msg {
+    Dispatch { master: usize, m_inc: u32, worker: usize, specs: Vec<AttemptSpec> },
+    Dispatched { master: usize, m_inc: u32, worker: String, sent: Vec<(AttemptKey, i64, String)>, answer: Answer },
+    Result { master: usize, m_inc: u32, worker: usize, w_inc: u32, result: AttemptResult },
+    Acked { worker: usize, w_inc: u32, key: AttemptKey, ack: Ack },
+    Cancel { worker: usize, key: AttemptKey },
+    Probe { master: usize, m_inc: u32, worker: usize, probe: Probe },
+    Probed { master: usize, m_inc: u32, probe: Probe, adoption: Adoption },
+}
+
+type Answer = Result<Accepted, DispatchError>;
+
+/// A master: the engine's state and what its shell holds.
+struct Master {
+    id: String,
+    config: EngineConfig,
+    state: Option<EngineState>,
+    incarnation: u32,
+    paused: bool,
+    lease_until: i64,
+    inbox: Vec<Input>,
+    /// A step whose commit has not landed yet.
+    committing: Option<Effects>,
+    /// Who waits for each ack: (worker, its incarnation, the attempt).
+    acks: BTreeMap<u64, (usize, u32, AttemptKey)>,
+    next_ack: u64,
+    told_slots: Option<BTreeSet<u32>>,
+    told_lead: Option<Option<i64>>,
+    told_workers: Option<Vec<String>>,
+    tick_at: Option<i64>,
+}
+
+/// An attempt on a worker: its spec, and whom and with which epoch it
+/// reports (changed by adoption).
+struct Running {
+    spec: AttemptSpec,
+    epoch: i64,
+    master: String,
+}
+
+struct Worker {
+    id: String,
+    alive: bool,
+    incarnation: u32,
+    lease_until: i64,
+    running: BTreeMap<AttemptKey, Running>,
+    /// Results not yet acknowledged, with the master they go to first.
+    outbox: BTreeMap<AttemptKey, (AttemptResult, String)>,
+}
+
+pub(crate) struct World {
+    seed: u64,
+    config: SimConfig,
+    rng: Rng,
+    now: i64,
+    queue: BinaryHeap<Reverse<(i64, u64)>>,
+    events: BTreeMap<u64, Event>,
+    next_event: u64,
+    store: FakeStore,
+    plugins: FakePlugins,
+    masters: Vec<Master>,
+    workers: Vec<Worker>,
+    etcd_up: bool,
+    leader: Option<(usize, i64)>,
+    term: i64,
+    triggered: usize,
+    checker: Checker,
+    report: Report,
+    trace: Option<VecDeque<String>>,
+}
+
+impl World {
+    pub(crate) fn new(seed: u64, config: SimConfig) -> World {
+        let masters = (0..config.masters)
+            .map(|i| {
+                let id = format!("m{}", i + 1);
+                let engine = EngineConfig {
+                    node_id: id.clone(),
+                    fence_writes: true,
+                    attempt_check: Some(Duration::from_secs(5)),
+                    max_in_flight: 1_000,
+                    ..EngineConfig::default()
+                };
+                Master {
+                    id,
+                    config: engine,
+                    state: None,
+                    incarnation: 0,
+                    paused: false,
+                    lease_until: 0,
+                    inbox: Vec::new(),
+                    committing: None,
+                    acks: BTreeMap::new(),
+                    next_ack: 0,
+                    told_slots: None,
+                    told_lead: None,
+                    told_workers: None,
+                    tick_at: None,
+                }
+            })
+            .collect();
+        let workers = (0..config.workers)
+            .map(|i| Worker {
+                id: format!("w{}", i + 1),
+                alive: true,
+                incarnation: 0,
+                lease_until: 0,
+                running: BTreeMap::new(),
+                outbox: BTreeMap::new(),
+            })
+            .collect();
+        let trace = config.full_trace.then(VecDeque::new);
+        World {
+            seed,
+            rng: Rng::new(seed),
+            now: START,
+            queue: BinaryHeap::new(),
+            events: BTreeMap::new(),
+            next_event: 0,
+            store: FakeStore::default(),
+            plugins: FakePlugins::default(),
+            masters,
+            workers,
+            etcd_up: true,
+            leader: None,
+            term: 0,
+            triggered: 0,
+            checker: Checker::default(),
+            report: Report { seed, ..Report::default() },
+            trace,
+            config,
+        }
+    }
+
+    /// One simulation, as it goes (with the trace if the config keeps it).
+    pub(crate) fn simulate_once(&mut self) -> Result<Report, Failure> {
+        match self.simulate() {
+            Ok(()) => Ok(self.report.clone()),
+            Err(invariant) => Err(self.failure(invariant)),
+        }
+    }
+
+    pub(crate) fn trace_lines(&self) -> Vec<String> {
+        self.trace.iter().flatten().cloned().collect()
+    }
+
+    fn failure(&self, invariant: String) -> Failure {
+        Failure { seed: self.seed, at_ms: self.now - START, invariant, trace: self.trace_lines() }
+    }
+
+    fn note(&mut self, line: impl FnOnce() -> String) {
+        if let Some(trace) = &mut self.trace {
+            trace.push_back(format!("[{:>6} ms] {}", self.now - START, line()));
+        }
+    }
+
+    fn schedule(&mut self, at: i64, event: Event) {
+        self.next_event += 1;
+        self.queue.push(Reverse((at.max(self.now), self.next_event)));
+        self.events.insert(self.next_event, event);
+    }
+
+    fn simulate(&mut self) -> Result<(), String> {
+        self.setup();
+        let faults_end = START + self.config.faults_for_ms;
+        let deadline = faults_end + self.config.settle_ms;
+        let mut healed = false;
+        while let Some(Reverse((at, n))) = self.queue.pop() {
+            let Some(event) = self.events.remove(&n) else { continue };
+            self.now = at;
+            self.report.path = mix(self.report.path, at as u64 ^ n.rotate_left(17));
+            if !healed && self.now >= faults_end {
+                healed = true;
+                self.heal();
+            }
+            self.handle(event)?;
+            if healed && self.all_finished() {
+                break;
+            }
+            if self.now > deadline {
+                return Err(format!(
+                    "runs not finished {} ms after the faults stopped: {}",
+                    self.config.settle_ms,
+                    self.unfinished().join(", ")
+                ));
+            }
+        }
+        if !self.all_finished() {
+            return Err(format!("the simulation stalled with runs unfinished: {}", self.unfinished().join(", ")));
+        }
+        if let Some(stuck) =
+            self.store.runs.values().find(|r| !r.state.is_terminal() && self.now - r.created_at > STUCK_MS)
+        {
+            return Err(format!(
+                "run {} ({}) is still {:?} {} ms after it was made",
+                stuck.id,
+                stuck.workflow,
+                stuck.state,
+                self.now - stuck.created_at
+            ));
+        }
+        self.checker.at_end(&self.store)?;
+        self.report.sim_ms = self.now - START;
+        self.report.runs = self.store.runs.len();
+        self.report.attempts = self.store.attempts.len();
+        Ok(())
+    }
+
+    fn setup(&mut self) {
+        for yaml in [CHAIN, TICKING] {
+            let spec = dagr_core::WorkflowSpec::parse(yaml, Format::Yaml).unwrap_or_else(|e| panic!("{e}"));
+            let workflow = Arc::new(Workflow::validate(spec, &TrustedCatalog).unwrap_or_else(|e| panic!("{e}")));
+            self.store.workflows.insert((TENANT.to_owned(), workflow.name().to_owned()), (1, workflow, None));
+        }
+        for i in 0..self.masters.len() {
+            self.start_master(i);
+        }
+        for w in &mut self.workers {
+            w.lease_until = START + self.config.lease_ttl_ms;
+        }
+        self.schedule(self.now, Event::Coord);
+        self.schedule(self.now + 1_000, Event::Faults);
+        for _ in 0..self.config.runs {
+            let at = self.now + self.rng.between(0, self.config.faults_for_ms / 2);
+            self.schedule(at, Event::Trigger);
+        }
+    }
+
+    fn start_master(&mut self, i: usize) {
+        let m = &mut self.masters[i];
+        m.incarnation += 1;
+        m.state = Some(EngineState::new(&m.config, self.now));
+        m.paused = false;
+        m.lease_until = self.now + self.config.lease_ttl_ms;
+        m.inbox.clear();
+        m.committing = None;
+        m.acks.clear();
+        m.told_slots = None;
+        m.told_lead = None;
+        m.told_workers = None;
+        m.tick_at = None;
+        self.wake(i, self.now + 1);
+    }
+
+    /// Makes master `i` step at `at` (or earlier, if it already will).
+    fn wake(&mut self, i: usize, at: i64) {
+        let m = &mut self.masters[i];
+        if m.tick_at.is_some_and(|t| t <= at) {
+            return;
+        }
+        m.tick_at = Some(at);
+        self.schedule(at, Event::Tick(i));
+    }
+
+    fn heal(&mut self) {
+        self.note(|| "faults stop: every node restarts or resumes, etcd is up".into());
+        self.config.faults = crate::sim::FaultMix::none();
+        self.etcd_up = true;
+        for i in 0..self.masters.len() {
+            if self.masters[i].state.is_none() {
+                self.start_master(i);
+            } else if self.masters[i].paused {
+                self.resume(i);
+            }
+        }
+        for i in 0..self.workers.len() {
+            if !self.workers[i].alive {
+                self.restart_worker(i);
+            }
+        }
+    }
+
+    /// Every run made while faults lasted has ended (the schedule goes on
+    /// making runs; those must not be stuck either: [`STUCK_MS`]).
+    fn all_finished(&self) -> bool {
+        let faults_end = START + self.config.faults_for_ms;
+        self.triggered == self.config.runs
+            && self.store.runs.values().filter(|r| r.created_at <= faults_end).all(|r| r.state.is_terminal())
+    }
+
+    fn unfinished(&self) -> Vec<String> {
+        let faults_end = START + self.config.faults_for_ms;
+        self.store
+            .runs
+            .values()
+            .filter(|r| !r.state.is_terminal() && r.created_at <= faults_end)
+            .map(|r| format!("{} ({} {:?}, epoch {}, owner {:?})", r.id, r.workflow, r.state, r.epoch, r.owner))
+            .collect()
+    }
+
+    fn handle(&mut self, event: Event) -> Result<(), String> {
+        match event {
+            Event::Tick(i) => {
+                self.masters[i].tick_at = None;
+                self.tick(i)?;
+            }
+            Event::Commit(i, inc) => self.land(i, inc)?,
+            Event::Deliver(msg) => self.deliver(msg),
+            Event::Finish(w, inc, key) => self.finish(w, inc, key),
+            Event::Resend(w, inc) => self.resend(w, inc),
+            Event::Coord => self.coordinate(),
+            Event::Faults => self.faults()?,
+            Event::RestartMaster(i) => {
+                if self.masters[i].state.is_none() {
+                    self.note(|| format!("m{} restarts", i + 1));
+                    self.start_master(i);
+                }
+            }
+            Event::RestartWorker(w) => self.restart_worker(w),
+            Event::Resume(i) => self.resume(i),
+            Event::EtcdUp => {
+                self.note(|| "etcd is back".into());
+                self.etcd_up = true;
+            }
+            Event::Trigger => self.trigger(),
+        }
+        Ok(())
+    }
+
+    fn trigger(&mut self) {
+        let Some((_, workflow, _)) = self.store.workflows.get(&(TENANT.to_owned(), "chain".to_owned())).cloned() else {
+            return;
+        };
+        let origin = RunOrigin {
+            tenant: TENANT.into(),
+            version: Some(1),
+            kind: RunKind::Manual,
+            logical_time: self.now,
+            params: "{}".into(),
+            spec: None,
+            backfill_id: None,
+            parent: None,
+        };
+        let mut new = dagr_store::NewRun::new(&workflow, origin, self.now);
+        // A run id from the seed (the real one is random).
+        new.run.id = format!("{:016x}-{:04}", self.seed, self.triggered);
+        new.run.slot = (self.rng.next_u64() % u64::from(dagr_protocol::SLOTS)) as i64;
+        let id = new.run.id.clone();
+        self.store.insert_run(new);
+        self.store.command(&id, Command::Admit);
+        self.triggered += 1;
+        self.note(|| format!("run {id} triggered"));
+    }
+
+    // Masters -------------------------------------------------------------------------------
+
+    /// One engine step, as the shell takes it: inputs and new commands in,
+    /// needs answered from the store, the batch sealed and sent to commit.
+    fn tick(&mut self, i: usize) -> Result<(), String> {
+        let poll = self.now + POLL_MS;
+        let m = &mut self.masters[i];
+        if m.state.is_none() || m.paused {
+            return Ok(());
+        }
+        if m.committing.is_some() {
+            return Ok(());
+        }
+        // A master that lost its lease gives everything up, as the real
+        // node does when the coordinator says so.
+        if m.lease_until < self.now {
+            if m.told_slots.as_ref().is_none_or(|s| !s.is_empty()) {
+                m.inbox.push(Input::Ownership(Default::default()));
+                m.told_slots = Some(BTreeSet::new());
+            }
+            if m.told_lead != Some(None) {
+                m.inbox.push(Input::Leadership(None));
+                m.told_lead = Some(None);
+            }
+        }
+        let mut inputs = std::mem::take(&mut m.inbox);
+        let Some(state) = m.state.as_mut() else { return Ok(()) };
+        state.restart_command_scan();
+        let commands = self.store.commands_after(state.command_cursor(), COMMAND_PAGE);
+        if !commands.is_empty() {
+            inputs.push(Input::Commands(commands));
+        }
+        let count = inputs.len();
+        let mut effects = Effects::default();
+        state.begin(&mut effects);
+        let mut data = Data::default();
+        for _ in 0..crate::engine::MAX_PASSES {
+            state.step(&mut effects, std::mem::take(&mut inputs), data, &self.plugins, self.now);
+            let needs = effects.take_needs();
+            if needs.is_empty() {
+                break;
+            }
+            let node = m.id.as_str();
+            let has_run = |id: &str| state.has_run(id);
+            data = self.store.answer(needs, &Reader { node, now: self.now, plugins: &self.plugins, has_run: &has_run });
+        }
+        effects.needs.clear();
+        state.seal(&mut effects, self.now);
+        let next = state.next_wake(self.now).unwrap_or(poll).clamp(self.now + 1, poll);
+        self.report.steps += 1;
+        let writes = effects.batch.runs.len() + effects.batch.tasks.len() + effects.batch.attempts.len();
+        let dispatches = effects.dispatches.len();
+        let id = m.id.clone();
+        let inc = m.incarnation;
+        self.note(|| format!("{id} steps: {count} inputs, {writes} writes, {dispatches} dispatches"));
+        let delay = if self.rng.chance(self.config.faults.commit_error) {
+            self.report.faults.commit_errors += 1;
+            self.note(|| format!("{id}'s commit fails; the shell retries it"));
+            self.rng.between(50, 1_000)
+        } else if self.rng.chance(self.config.faults.slow_commit) {
+            self.report.faults.slow_commits += 1;
+            self.note(|| format!("{id}'s commit is slow"));
+            self.rng.between(100, self.config.faults.max_delay_ms.max(100))
+        } else {
+            1
+        };
+        self.masters[i].committing = Some(effects);
+        self.schedule(self.now + delay, Event::Commit(i, inc));
+        self.wake(i, next.max(self.now + delay + 1));
+        let _ = count;
+        Ok(())
+    }
+
+    /// A commit lands: the store applies it (fencing), the invariants are
+    /// checked, and the step's effects go out.
+    fn land(&mut self, i: usize, inc: u32) -> Result<(), String> {
+        let m = &mut self.masters[i];
+        if m.incarnation != inc || m.state.is_none() {
+            return Ok(());
+        }
+        let Some(mut effects) = m.committing.take() else { return Ok(()) };
+        let again = effects.read_commands;
+        let committed = if effects.batch.is_empty() { Default::default() } else { self.commit(i, &effects.batch)? };
+        let m = &mut self.masters[i];
+        if let Some(state) = m.state.as_mut() {
+            state.committed(&committed);
+        }
+        let fenced: HashSet<&str> = committed.fenced.iter().map(String::as_str).collect();
+        let m_inc = m.incarnation;
+        let mut acks: Vec<(u64, String, Ack)> = effects.acks.drain(..).collect();
+        acks.sort_by_key(|(ack, _, _)| *ack);
+        for (ack, run, verdict) in acks {
+            if let Some((worker, w_inc, key)) = self.masters[i].acks.remove(&ack) {
+                let ack = if fenced.contains(run.as_str()) { Ack::NotOwner } else { verdict };
+                self.send(Msg::Acked { worker, w_inc, key, ack });
+            }
+        }
+        let mut by_worker: BTreeMap<String, Vec<AttemptSpec>> = BTreeMap::new();
+        for (spec, worker) in effects.dispatches.drain(..) {
+            if !fenced.contains(spec.key.run_id.as_str()) {
+                by_worker.entry(worker).or_default().push(spec);
+            }
+        }
+        for (worker, mut specs) in by_worker {
+            specs.sort_by(|a, b| a.key.cmp(&b.key));
+            match self.member_worker(&worker) {
+                Some(w) => self.send(Msg::Dispatch { master: i, m_inc, worker: w, specs }),
+                None => {
+                    let sent = specs.iter().map(|s| (s.key.clone(), s.epoch, s.task_name.clone())).collect();
+                    let answer = Err(DispatchError::NotMember(worker.clone()));
+                    self.masters[i].inbox.push(Input::Dispatched { worker, sent, answer });
+                }
+            }
+        }
+        let mut cancels: Vec<(AttemptKey, String)> = effects.cancels.drain(..).collect();
+        cancels.sort();
+        for (key, worker) in cancels {
+            if let Some(w) = self.worker_index(&worker) {
+                self.send(Msg::Cancel { worker: w, key });
+            }
+        }
+        let mut probes: Vec<Probe> = effects.probes.drain(..).collect();
+        probes.sort_by(|a, b| (&a.key, &a.worker).cmp(&(&b.key, &b.worker)));
+        for probe in probes {
+            match self.member_worker(&probe.worker) {
+                Some(w) => self.send(Msg::Probe { master: i, m_inc, worker: w, probe }),
+                None => self.masters[i].inbox.push(Input::Probed {
+                    key: probe.key,
+                    worker: probe.worker,
+                    epoch: probe.epoch,
+                    adoption: Adoption::Unknown,
+                }),
+            }
+        }
+        if again || !self.masters[i].inbox.is_empty() {
+            self.wake(i, self.now + 1);
+        }
+        Ok(())
+    }
+
+    fn commit(&mut self, i: usize, batch: &WriteBatch) -> Result<dagr_store::Committed, String> {
+        self.report.commits += 1;
+        let writer = self.masters[i].id.clone();
+        self.checker.before_commit(&writer, batch, &self.store)?;
+        let (committed, _) = self.store.commit(batch);
+        self.checker.after_commit(&writer, batch, &committed, &self.store)?;
+        self.note(|| {
+            let mut what: Vec<String> = batch.new_runs.iter().map(|n| format!("new {}", n.run.id)).collect();
+            what.extend(batch.runs.iter().map(|r| format!("{} {:?}", r.id, r.state)));
+            what.extend(batch.tasks.iter().map(|t| format!("{}/{} {:?}", t.run_id, t.name, t.state)));
+            what.extend(committed.fenced.iter().map(|id| format!("FENCED {id}")));
+            if committed.singleton_fenced {
+                what.push("SCHEDULER FENCED".into());
+            }
+            format!("{writer}'s commit lands: {}", what.join(", "))
+        });
+        Ok(committed)
+    }
+
+    fn resume(&mut self, i: usize) {
+        let m = &mut self.masters[i];
+        if !m.paused {
+            return;
+        }
+        m.paused = false;
+        let id = m.id.clone();
+        self.note(|| format!("{id} wakes up"));
+        // It may step once on what it had before it learns that its lease
+        // is gone: the store's fences must hold.
+        self.wake(i, self.now + 1);
+    }
+
+    fn crash_master(&mut self, i: usize) -> Result<(), String> {
+        let m = &mut self.masters[i];
+        if m.state.is_none() {
+            return Ok(());
+        }
+        // A crash mid-commit: the transaction landed or it did not.
+        if let Some(effects) = m.committing.take()
+            && !effects.batch.is_empty()
+            && self.rng.chance(0.5)
+        {
+            self.commit(i, &effects.batch)?;
+        }
+        let m = &mut self.masters[i];
+        m.state = None;
+        m.paused = false;
+        let id = m.id.clone();
+        self.report.faults.master_crashes += 1;
+        self.note(|| format!("{id} crashes (kill -9)"));
+        let at = self.now + self.rng.between(500, 5_000);
+        self.schedule(at, Event::RestartMaster(i));
+        Ok(())
+    }
+
+    // Workers -------------------------------------------------------------------------------
+
+    fn worker_index(&self, id: &str) -> Option<usize> {
+        self.workers.iter().position(|w| w.id == id)
+    }
+
+    /// A worker that is a member now (alive, its lease held).
+    fn member_worker(&self, id: &str) -> Option<usize> {
+        self.worker_index(id).filter(|&w| self.workers[w].alive && self.workers[w].lease_until >= self.now)
+    }
+
+    fn master_index(&self, id: &str) -> Option<usize> {
+        self.masters.iter().position(|m| m.id == id)
+    }
+
+    /// A dispatch reaching a worker: it accepts what it has room for and
+    /// whose epoch the store confirms (as the real worker does).
+    fn accept(&mut self, master: usize, m_inc: u32, w: usize, specs: Vec<AttemptSpec>) {
+        let worker = &mut self.workers[w];
+        let sent: Vec<(AttemptKey, i64, String)> =
+            specs.iter().map(|s| (s.key.clone(), s.epoch, s.task_name.clone())).collect();
+        let healthy = worker.alive && worker.lease_until >= self.now;
+        let mut verdicts = Vec::with_capacity(specs.len());
+        let mut started = Vec::new();
+        for spec in specs {
+            let verdict = if !healthy {
+                Err("this worker is fenced (lease lost)".to_owned())
+            } else if worker.running.len() >= self.config.slots as usize {
+                Err("the worker is at capacity".to_owned())
+            } else if worker.running.contains_key(&spec.key) || worker.outbox.contains_key(&spec.key) {
+                Err("the attempt is already here".to_owned())
+            } else {
+                match self.store.runs.get(&spec.key.run_id).map(|r| r.epoch) {
+                    Some(epoch) if epoch == spec.epoch => Ok(()),
+                    current => Err(format!("stale dispatch: the run's epoch is {current:?}, not {}", spec.epoch)),
+                }
+            };
+            if verdict.is_ok() {
+                started.push(spec.key.clone());
+                let master_id = spec.master.clone();
+                worker.running.insert(spec.key.clone(), Running { epoch: spec.epoch, master: master_id, spec });
+            }
+            verdicts.push(verdict);
+        }
+        let (inc, running) = (worker.incarnation, worker.running.len() as u32);
+        for key in started {
+            let at = self.now + self.rng.between(5, 300);
+            self.schedule(at, Event::Finish(w, inc, key));
+        }
+        let worker = self.workers[w].id.clone();
+        let answer = Ok(Accepted { verdicts, running: Some(running) });
+        self.send(Msg::Dispatched { master, m_inc, worker, sent, answer });
+    }
+
+    fn finish(&mut self, w: usize, inc: u32, key: AttemptKey) {
+        let fails = self.rng.chance(0.1);
+        let worker = &mut self.workers[w];
+        if worker.incarnation != inc || !worker.alive {
+            return;
+        }
+        let Some(run) = worker.running.remove(&key) else { return };
+        let outcome = if fails {
+            Outcome::Failed { kind: FailureKind::Retryable, message: "it failed, as some do".into() }
+        } else {
+            Outcome::Succeeded { output: format!("{{\"by\": \"{}\"}}", worker.id) }
+        };
+        self.report_result(w, run, outcome);
+    }
+
+    fn report_result(&mut self, w: usize, run: Running, outcome: Outcome) {
+        let worker = &mut self.workers[w];
+        let result = AttemptResult {
+            key: run.spec.key.clone(),
+            epoch: run.epoch,
+            task_name: run.spec.task_name.clone(),
+            worker: worker.id.clone(),
+            started_at: self.now,
+            finished_at: self.now,
+            outcome,
+            trace: None,
+        };
+        worker.outbox.insert(run.spec.key.clone(), (result, run.master));
+        let inc = worker.incarnation;
+        self.resend(w, inc);
+    }
+
+    /// Sends every unacknowledged result to the master it goes to: the one
+    /// that dispatched or adopted it if it is a member, else the run's
+    /// owner in the store, else any member; again later until acked.
+    fn resend(&mut self, w: usize, inc: u32) {
+        let worker = &self.workers[w];
+        if worker.incarnation != inc || !worker.alive {
+            return;
+        }
+        let members: Vec<usize> = (0..self.masters.len()).filter(|&i| self.is_member_master(i)).collect();
+        let mut sends = Vec::new();
+        for (result, preferred) in worker.outbox.values() {
+            let owner = self.store.runs.get(&result.key.run_id).and_then(|r| r.owner.clone());
+            let choice = [Some(preferred.clone()), owner]
+                .into_iter()
+                .flatten()
+                .filter_map(|id| self.master_index(&id))
+                .find(|i| members.contains(i))
+                .or_else(|| members.first().copied());
+            if let Some(m) = choice {
+                sends.push((m, result.clone()));
+            }
+        }
+        for (m, result) in sends {
+            let m_inc = self.masters[m].incarnation;
+            self.send(Msg::Result { master: m, m_inc, worker: w, w_inc: inc, result });
+        }
+        if !self.workers[w].outbox.is_empty() {
+            let at = self.now + self.rng.between(300, 1_000);
+            self.schedule(at, Event::Resend(w, inc));
+        }
+    }
+
+    fn restart_worker(&mut self, w: usize) {
+        let worker = &mut self.workers[w];
+        if worker.alive {
+            return;
+        }
+        worker.alive = true;
+        worker.incarnation += 1;
+        worker.lease_until = self.now + self.config.lease_ttl_ms;
+        let id = worker.id.clone();
+        self.note(|| format!("{id} restarts"));
+    }
+
+    /// A worker whose lease is gone stops every attempt and reports them
+    /// lost (they run again, uncharged).
+    fn abandon_all(&mut self, w: usize) {
+        let running: Vec<Running> = std::mem::take(&mut self.workers[w].running).into_values().collect();
+        for run in running {
+            let outcome = Outcome::Failed {
+                kind: FailureKind::WorkerLost,
+                message: "the worker lost its lease and stopped the attempt".into(),
+            };
+            self.report_result(w, run, outcome);
+        }
+    }
+
+    // Network -------------------------------------------------------------------------------
+
+    /// Sends a message: lost, duplicated or delayed as the fault mix says.
+    /// A lost request or answer of a call (dispatch, probe) fails the call
+    /// at its timeout.
+    fn send(&mut self, msg: Msg) {
+        self.report.messages += 1;
+        let f = self.config.faults.clone();
+        let call =
+            matches!(msg, Msg::Dispatch { .. } | Msg::Dispatched { .. } | Msg::Probe { .. } | Msg::Probed { .. });
+        if self.rng.chance(f.loss) {
+            self.report.faults.lost += 1;
+            self.note(|| format!("lost: {}", describe(&msg)));
+            if call {
+                self.time_out(msg);
+            }
+            return;
+        }
+        let mut delay = self.rng.between(1, 5);
+        if self.rng.chance(f.delay) {
+            self.report.faults.delayed += 1;
+            delay += self.rng.between(1, f.max_delay_ms.max(1));
+        }
+        if !call && self.rng.chance(f.duplicate) {
+            self.report.faults.duplicated += 1;
+            let again = self.rng.between(1, f.max_delay_ms.max(10));
+            let copy = match &msg {
+                Msg::Result { master, m_inc, worker, w_inc, result } => Some(Msg::Result {
+                    master: *master,
+                    m_inc: *m_inc,
+                    worker: *worker,
+                    w_inc: *w_inc,
+                    result: result.clone(),
+                }),
+                Msg::Acked { worker, w_inc, key, ack } => {
+                    Some(Msg::Acked { worker: *worker, w_inc: *w_inc, key: key.clone(), ack: *ack })
+                }
+                Msg::Cancel { worker, key } => Some(Msg::Cancel { worker: *worker, key: key.clone() }),
+                _ => None,
+            };
+            if let Some(copy) = copy {
+                self.schedule(self.now + again, Event::Deliver(copy));
+            }
+        }
+        self.schedule(self.now + delay, Event::Deliver(msg));
+    }
+
+    /// A call whose request or answer was lost ends in an error at its
+    /// timeout.
+    fn time_out(&mut self, msg: Msg) {
+        let at = self.now + HTTP_TIMEOUT_MS;
+        match msg {
+            Msg::Dispatch { master, m_inc, worker, specs } => {
+                let sent = specs.iter().map(|s| (s.key.clone(), s.epoch, s.task_name.clone())).collect();
+                let worker = self.workers[worker].id.clone();
+                let answer = Err(DispatchError::Unreachable { worker: worker.clone(), reason: "timed out".into() });
+                self.schedule(at, Event::Deliver(Msg::Dispatched { master, m_inc, worker, sent, answer }));
+            }
+            Msg::Dispatched { master, m_inc, worker, sent, .. } => {
+                let answer = Err(DispatchError::Unreachable { worker: worker.clone(), reason: "timed out".into() });
+                self.schedule(at, Event::Deliver(Msg::Dispatched { master, m_inc, worker, sent, answer }));
+            }
+            // A member that does not answer may still run it: the shell
+            // keeps it in flight (its result comes, or its lease ends).
+            Msg::Probe { master, m_inc, probe, .. } | Msg::Probed { master, m_inc, probe, .. } => {
+                let adoption = Adoption::Running;
+                self.schedule(at, Event::Deliver(Msg::Probed { master, m_inc, probe, adoption }));
+            }
+            _ => {}
+        }
+    }
+
+    fn deliver(&mut self, msg: Msg) {
+        self.note(|| format!("delivered: {}", describe(&msg)));
+        match msg {
+            Msg::Dispatch { master, m_inc, worker, specs } => {
+                if self.workers[worker].alive {
+                    self.accept(master, m_inc, worker, specs);
+                } else {
+                    self.time_out(Msg::Dispatch { master, m_inc, worker, specs });
+                }
+            }
+            Msg::Dispatched { master, m_inc, worker, sent, answer } => {
+                if self.masters[master].incarnation == m_inc && self.masters[master].state.is_some() {
+                    self.masters[master].inbox.push(Input::Dispatched { worker, sent, answer });
+                    self.wake(master, self.now + 1);
+                }
+            }
+            Msg::Result { master, m_inc, worker, w_inc, result } => {
+                let m = &mut self.masters[master];
+                if m.incarnation != m_inc || m.state.is_none() {
+                    return;
+                }
+                m.next_ack += 1;
+                let ack = m.next_ack;
+                m.acks.insert(ack, (worker, w_inc, result.key.clone()));
+                m.inbox.push(Input::Result { result, ack: Some(ack) });
+                self.wake(master, self.now + 1);
+            }
+            Msg::Acked { worker, w_inc, key, ack } => {
+                let w = &mut self.workers[worker];
+                if w.incarnation == w_inc && matches!(ack, Ack::Applied | Ack::Stale) {
+                    w.outbox.remove(&key);
+                }
+            }
+            Msg::Cancel { worker, key } => {
+                if !self.workers[worker].alive {
+                    return;
+                }
+                if let Some(run) = self.workers[worker].running.remove(&key) {
+                    let outcome = Outcome::Failed { kind: FailureKind::Cancelled, message: "cancelled".into() };
+                    self.report_result(worker, run, outcome);
+                }
+            }
+            Msg::Probe { master, m_inc, worker, probe } => {
+                let w = &mut self.workers[worker];
+                if !w.alive {
+                    self.time_out(Msg::Probe { master, m_inc, worker, probe });
+                    return;
+                }
+                let asker = self.masters[master].id.clone();
+                let adoption = if let Some(run) = w.running.get_mut(&probe.key) {
+                    run.epoch = probe.epoch;
+                    run.master = asker;
+                    Adoption::Running
+                } else if let Some((result, target)) = w.outbox.get_mut(&probe.key) {
+                    result.epoch = probe.epoch;
+                    *target = asker;
+                    Adoption::Finished(result.clone())
+                } else {
+                    Adoption::Unknown
+                };
+                self.send(Msg::Probed { master, m_inc, probe, adoption });
+            }
+            Msg::Probed { master, m_inc, probe, adoption } => {
+                let m = &mut self.masters[master];
+                if m.incarnation == m_inc && m.state.is_some() {
+                    m.inbox.push(Input::Probed { key: probe.key, worker: probe.worker, epoch: probe.epoch, adoption });
+                    self.wake(master, self.now + 1);
+                }
+            }
+        }
+    }
+
+    // Coordination --------------------------------------------------------------------------
+
+    fn is_member_master(&self, i: usize) -> bool {
+        let m = &self.masters[i];
+        m.state.is_some() && m.lease_until >= self.now
+    }
+
+    /// The coordination service's round: leases renewed (when etcd is up),
+    /// the members' slots and the leader decided, and every member master
+    /// told what changed.
+    fn coordinate(&mut self) {
+        let ttl = self.config.lease_ttl_ms;
+        if self.etcd_up {
+            for m in self.masters.iter_mut().filter(|m| m.state.is_some() && !m.paused) {
+                m.lease_until = self.now + ttl;
+            }
+            for w in self.workers.iter_mut().filter(|w| w.alive) {
+                w.lease_until = self.now + ttl;
+            }
+        }
+        for w in 0..self.workers.len() {
+            if self.workers[w].alive && self.workers[w].lease_until < self.now && !self.workers[w].running.is_empty() {
+                self.abandon_all(w);
+            }
+        }
+        let members: Vec<usize> = (0..self.masters.len()).filter(|&i| self.is_member_master(i)).collect();
+        let leader = members.first().copied();
+        if leader != self.leader.map(|(i, _)| i) {
+            self.term += 1;
+            self.leader = leader.map(|i| (i, self.term));
+            let term = self.term;
+            self.note(|| format!("leader: {:?} (token {term})", leader.map(|i| format!("m{}", i + 1))));
+        }
+        let workers: Vec<String> =
+            self.workers.iter().filter(|w| w.alive && w.lease_until >= self.now).map(|w| w.id.clone()).collect();
+        let slots = self.config.slots;
+        for (rank, &i) in members.iter().enumerate() {
+            let own: BTreeSet<u32> =
+                (0..dagr_protocol::SLOTS).filter(|s| *s as usize % members.len() == rank).collect();
+            let lead = self.leader.filter(|(l, _)| *l == i).map(|(_, token)| token);
+            let m = &mut self.masters[i];
+            if m.paused {
+                continue;
+            }
+            let mut told = false;
+            if m.told_workers.as_ref() != Some(&workers) {
+                let infos = workers
+                    .iter()
+                    .map(|id| WorkerInfo { id: id.clone(), capacity: slots, group: None, any_group: false })
+                    .collect();
+                m.inbox.push(Input::Workers(infos));
+                m.told_workers = Some(workers.clone());
+                told = true;
+            }
+            if m.told_slots.as_ref() != Some(&own) {
+                m.inbox.push(Input::Ownership(own.iter().copied().collect()));
+                m.told_slots = Some(own);
+                told = true;
+            }
+            if m.told_lead != Some(lead) {
+                m.inbox.push(Input::Leadership(lead));
+                m.told_lead = Some(lead);
+                told = true;
+            }
+            if told {
+                self.wake(i, self.now + 1);
+            }
+        }
+        self.schedule(self.now + COORD_MS, Event::Coord);
+    }
+
+    // Faults --------------------------------------------------------------------------------
+
+    /// Once a second while faults last: each node may crash or freeze, etcd
+    /// may go away.
+    fn faults(&mut self) -> Result<(), String> {
+        let f = self.config.faults.clone();
+        for i in 0..self.masters.len() {
+            if self.masters[i].state.is_none() || self.masters[i].paused {
+                continue;
+            }
+            if self.rng.chance(f.master_crash) {
+                self.crash_master(i)?;
+            } else if self.rng.chance(f.master_pause) {
+                self.masters[i].paused = true;
+                self.report.faults.master_pauses += 1;
+                let until = self.now + self.rng.between(self.config.lease_ttl_ms / 2, self.config.lease_ttl_ms * 3);
+                self.note(|| format!("m{} freezes (SIGSTOP) until {} ms", i + 1, until - START));
+                self.schedule(until, Event::Resume(i));
+            }
+        }
+        for w in 0..self.workers.len() {
+            if self.workers[w].alive && self.rng.chance(f.worker_crash) {
+                let worker = &mut self.workers[w];
+                worker.alive = false;
+                worker.running.clear();
+                worker.outbox.clear();
+                self.report.faults.worker_crashes += 1;
+                self.note(|| format!("w{} crashes (kill -9)", w + 1));
+                let at = self.now + self.rng.between(500, 5_000);
+                self.schedule(at, Event::RestartWorker(w));
+            }
+        }
+        if self.etcd_up && self.rng.chance(f.etcd_down) {
+            self.etcd_up = false;
+            self.report.faults.etcd_outages += 1;
+            let until = self.now + self.rng.between(1_000, self.config.lease_ttl_ms * 2);
+            self.note(|| format!("etcd is unavailable until {} ms", until - START));
+            self.schedule(until, Event::EtcdUp);
+        }
+        if self.now + 1_000 < START + self.config.faults_for_ms {
+            self.schedule(self.now + 1_000, Event::Faults);
+        }
+        Ok(())
+    }
+}
+
+/// One line for a message in the trace.
+fn describe(msg: &Msg) -> String {
+    match msg {
+        Msg::Dispatch { master, worker, specs, .. } => {
+            format!("m{} → w{} dispatch {}", master + 1, worker + 1, keys(specs.iter().map(|s| &s.key)))
+        }
+        Msg::Dispatched { master, worker, answer, .. } => {
+            let what = match answer {
+                Ok(a) => format!("{} verdicts", a.verdicts.len()),
+                Err(e) => e.to_string(),
+            };
+            format!("{worker} → m{} dispatched: {what}", master + 1)
+        }
+        Msg::Result { master, worker, result, .. } => {
+            format!("w{} → m{} result {} (epoch {})", worker + 1, master + 1, key(&result.key), result.epoch)
+        }
+        Msg::Acked { worker, key: k, ack, .. } => format!("ack {ack:?} → w{} for {}", worker + 1, key(k)),
+        Msg::Cancel { worker, key: k } => format!("cancel → w{} {}", worker + 1, key(k)),
+        Msg::Probe { master, worker, probe, .. } => {
+            format!("m{} → w{} probe {}", master + 1, worker + 1, key(&probe.key))
+        }
+        Msg::Probed { master, probe, adoption, .. } => {
+            let what = match adoption {
+                Adoption::Running => "running",
+                Adoption::Finished(_) => "finished",
+                Adoption::Unknown => "unknown",
+            };
+            format!("probe of {} → m{}: {what}", key(&probe.key), master + 1)
+        }
+    }
+}
+
+fn key(k: &AttemptKey) -> String {
+    format!("{}/{}#{}", k.run_id, k.task, k.number)
+}
+
+fn keys<'a>(ks: impl Iterator<Item = &'a AttemptKey>) -> String {
+    ks.map(key).collect::<Vec<_>>().join(", ")
+}
+
+/// Folds a number into a hash (FNV-1a over its bytes).
+fn mix(hash: u64, value: u64) -> u64 {
+    let mut h = if hash == 0 { 0xcbf2_9ce4_8422_2325 } else { hash };
+    for byte in value.to_le_bytes() {
+        h ^= u64::from(byte);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
