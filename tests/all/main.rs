@@ -43,6 +43,7 @@
 //!   rotate`), on SQLite and PostgreSQL, through a `kill -9`.
 //! - `fuzz_api`: hostile bodies and query strings on every route of a
 //!   real `dagr serve`: never a 5xx.
+//! - `sim`: the simulation's model store checked against PostgreSQL.
 //! - `traces`: spans over OTLP/HTTP to a receiver in the test, one trace
 //!   per run from trigger to result, on one node and across a cluster.
 //! - `registry`: tenants' plugins (upload, versions, deletion, the limits
@@ -75,6 +76,7 @@ mod registry;
 mod rotation;
 mod runtime;
 mod sdks;
+mod sim;
 mod tenancy;
 mod tls;
 mod traces;

@@ -222,7 +222,7 @@ pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
                 tokio::time::sleep(std::time::Duration::from_millis(250)).await;
             }
         });
-        crate::node::start_outbox(&settings, store.clone(), secrets_key, deliver.clone());
+        crate::node::start_outbox(&settings, store.clone(), secrets_key, deliver.clone(), engine.events_committed());
         let app = dagr_master::cluster::router(MasterService {
             engine: engine.clone(),
             owned_slots: owned,

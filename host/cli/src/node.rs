@@ -83,7 +83,7 @@ impl Node {
         dagr_worker::metrics::register(&worker);
         // One node delivers every webhook.
         let (delivering, deliver) = tokio::sync::watch::channel(true);
-        start_outbox(settings, store.clone(), key.clone(), deliver);
+        start_outbox(settings, store.clone(), key.clone(), deliver, engine.events_committed());
         // One worker, in this process, for every group.
         engine.workers(vec![WorkerInfo {
             id: worker.id().to_owned(),
@@ -339,10 +339,11 @@ pub fn start_outbox(
     store: Arc<dyn dagr_store::Store>,
     key: SecretKey,
     active: tokio::sync::watch::Receiver<bool>,
+    committed: tokio::sync::watch::Receiver<u64>,
 ) {
     start_sinks(settings, store.clone(), active.clone());
     start_alerts(settings, store.clone(), active.clone());
-    dagr_notify::Deliverer::start(store, webhook_config(settings), key, active);
+    dagr_notify::Deliverer::start(store, webhook_config(settings), key, active, Some(committed));
 }
 
 /// Starts the NATS sink if `[nats] url` is set; it publishes while `active`.

@@ -147,6 +147,7 @@ fn add(total: &mut Faults, one: &Faults) {
     total.master_crashes += one.master_crashes;
     total.master_pauses += one.master_pauses;
     total.worker_crashes += one.worker_crashes;
+    total.worker_pauses += one.worker_pauses;
     total.etcd_outages += one.etcd_outages;
     total.lost += one.lost;
     total.duplicated += one.duplicated;

@@ -19,8 +19,20 @@ use tokio::task::JoinHandle;
 
 use crate::{WebhookConfig, check_destination, sign};
 
-/// Events read at once for one subscription.
+/// The most events one request carries.
+const MAX_BATCH: i64 = 100;
+
+/// Events read at once for one subscription that takes one per request:
+/// its cursor (and its delivery log) is written once per page, so a
+/// restart repeats at most a page.
 const PAGE: i64 = 100;
+/// Requests per page for a batching subscription.
+const BATCHES_PER_PAGE: i64 = 10;
+
+/// How many events a subscription reads at once.
+fn page_size(batch: i64) -> i64 {
+    (batch.max(1) * BATCHES_PER_PAGE).clamp(PAGE, PAGE * BATCHES_PER_PAGE)
+}
 
 /// The event as the API shows it.
 pub fn event_view(e: &EventRow) -> EventView {
@@ -77,6 +89,8 @@ pub struct Deliverer {
     http: reqwest::Client,
     /// Opens the subscriptions' signing secrets.
     key: SecretKey,
+    /// Changes when an engine in this process committed events.
+    nudge: Option<watch::Receiver<u64>>,
 }
 
 /// What a page of events delivered so far.
@@ -95,11 +109,15 @@ enum Stop {
 }
 
 impl Deliverer {
+    /// Starts delivering. `nudge` (an engine in this process committing
+    /// events) makes a subscription that has caught up look again at once
+    /// instead of at its next `[webhooks] poll`.
     pub fn start(
         store: Arc<dyn Store>,
         config: WebhookConfig,
         key: SecretKey,
         active: watch::Receiver<bool>,
+        nudge: Option<watch::Receiver<u64>>,
     ) -> JoinHandle<()> {
         metrics();
         let http = reqwest::Client::builder()
@@ -107,7 +125,7 @@ impl Deliverer {
             .redirect(reqwest::redirect::Policy::none())
             .build()
             .unwrap_or_default();
-        let deliverer = Arc::new(Deliverer { store, config, http, key });
+        let deliverer = Arc::new(Deliverer { store, config, http, key, nudge });
         tokio::spawn(deliverer.supervise(active))
     }
 
@@ -140,7 +158,25 @@ impl Deliverer {
         let _ = tracing::Instrument::instrument(self.follow_inner(hook, active), span).await;
     }
 
+    /// Waits for new events: the next poll, or a nudge.
+    async fn idle(&self, nudge: &mut Option<watch::Receiver<u64>>) {
+        match nudge {
+            Some(committed) => {
+                tokio::select! {
+                    _ = tokio::time::sleep(self.config.poll) => {}
+                    changed = committed.changed() => {
+                        if changed.is_err() {
+                            *nudge = None;
+                        }
+                    }
+                }
+            }
+            None => tokio::time::sleep(self.config.poll).await,
+        }
+    }
+
     async fn follow_inner(&self, hook: WebhookRow, active: watch::Receiver<bool>) -> Result<(), Stop> {
+        let mut nudge = self.nudge.clone();
         let kinds = KindFilter::parse(&hook.kinds).unwrap_or_default();
         let scope = EventScope { tenant: Some(hook.tenant.clone()), workflow: hook.workflow.clone(), run_id: None };
         loop {
@@ -157,7 +193,7 @@ impl Deliverer {
                     continue;
                 }
             };
-            let events = match self.store.event_page(&scope, hook.cursor, PAGE).await {
+            let events = match self.store.event_page(&scope, hook.cursor, page_size(hook.batch)).await {
                 Ok(events) => events,
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot read events; will retry");
@@ -165,12 +201,12 @@ impl Deliverer {
                 }
             };
             let Some(last) = events.last().map(|e| e.seq) else {
-                tokio::time::sleep(self.config.poll).await;
+                self.idle(&mut nudge).await;
                 continue;
             };
             let mut page = Page { failing_since: hook.failing_since, delivered: Vec::new(), upto: hook.cursor };
             let wanted: Vec<&EventRow> = events.iter().filter(|e| kinds.wants(&e.kind)).collect();
-            for batch in wanted.chunks(hook.batch.clamp(1, PAGE) as usize) {
+            for batch in wanted.chunks(hook.batch.clamp(1, MAX_BATCH) as usize) {
                 let outcome = self.deliver(&hook, batch, &mut page, &active).await;
                 if outcome.is_err() {
                     self.settle(&hook, &mut page).await;
@@ -408,6 +444,14 @@ mod tests {
         let (id, single) = message(true, &[&b]);
         assert_eq!(id, "evt_9-9", "a batching subscription always gets batches");
         assert!(single.contains(r#""type":"batch""#));
+    }
+
+    #[test]
+    fn a_batching_subscription_reads_ten_requests_at_once() {
+        assert_eq!(page_size(1), 100, "one event per request: a page of 100");
+        assert_eq!(page_size(20), 200);
+        assert_eq!(page_size(100), 1000);
+        assert_eq!(page_size(500), 1000, "bounded");
     }
 
     #[test]

@@ -99,7 +99,24 @@ pub struct FakeStore {
     pub links: Vec<(String, String, String)>,
     /// Singleton duties: name → the highest token that acquired it.
     pub singletons: HashMap<String, i64>,
+    /// Every write taken, in order, when kept (to check this model against
+    /// the real store: [`StoreOp`]).
+    pub journal: Option<Vec<StoreOp>>,
     next_command: i64,
+}
+
+/// A write the model store took, and what it answered.
+#[derive(Debug, Clone)]
+pub enum StoreOp {
+    /// A run made as the API makes one, with its admit command.
+    Create(dagr_store::NewRun),
+    /// A run claimed: the epoch it has after the claim.
+    Claim { id: String, node: String, epoch: i64 },
+    /// A singleton duty asked for: whether the token holds it.
+    Acquire { name: String, token: i64, held: bool },
+    /// A batch committed: the runs it was fenced off, and whether its
+    /// schedule writes were.
+    Commit { batch: WriteBatch, fenced: Vec<String>, singleton_fenced: bool },
 }
 
 /// Who reads the fake store, for [`FakeStore::answer`].
@@ -140,6 +157,16 @@ impl FakeStore {
         self.runs.insert(id, new.run);
     }
 
+    /// Makes a run as the API does (with its admit command).
+    pub fn create_run(&mut self, new: dagr_store::NewRun) {
+        let id = new.run.id.clone();
+        if let Some(journal) = &mut self.journal {
+            journal.push(StoreOp::Create(new.clone()));
+        }
+        self.insert_run(new);
+        self.command(&id, Command::Admit);
+    }
+
     /// Writes a command for a run; returns it as a master reads it.
     pub fn command(&mut self, run: &str, command: Command) -> PendingCommand {
         self.next_command += 1;
@@ -177,7 +204,11 @@ impl FakeStore {
         if *held <= token {
             *held = token;
         }
-        *held == token
+        let held = *held == token;
+        if let Some(journal) = &mut self.journal {
+            journal.push(StoreOp::Acquire { name: name.to_owned(), token, held });
+        }
+        held
     }
 
     /// Answers a master's needs as the shell would (claims bump epochs
@@ -331,6 +362,9 @@ impl FakeStore {
         row.epoch += 1;
         row.owner = Some(node.to_owned());
         let row = row.clone();
+        if let Some(journal) = &mut self.journal {
+            journal.push(StoreOp::Claim { id: id.to_owned(), node: node.to_owned(), epoch: row.epoch });
+        }
         let workflow = self.workflow_named(&row.workflow).ok_or_else(|| LoadError::Invalid("no workflow".into()))?;
         let fresh = row.epoch == 1 && row.state == RunState::Queued;
         let tasks = (!fresh).then(|| self.tasks.get(id).cloned().unwrap_or_default());
@@ -436,7 +470,20 @@ impl FakeStore {
             }
         }
         for a in batch.attempts.iter().filter(|a| !stale.contains(a.run_id.as_str())) {
-            self.attempts.insert((a.run_id.clone(), a.task_idx, a.number), a.clone());
+            // As the real upsert: an attempt's end changes its outcome, not
+            // who ran it, under which epoch, or when it started.
+            match self.attempts.get_mut(&(a.run_id.clone(), a.task_idx, a.number)) {
+                Some(row) => {
+                    row.state = a.state;
+                    row.failure_kind = a.failure_kind;
+                    row.message = a.message.clone();
+                    row.charged = a.charged;
+                    row.finished_at = a.finished_at;
+                }
+                None => {
+                    self.attempts.insert((a.run_id.clone(), a.task_idx, a.number), a.clone());
+                }
+            }
         }
         self.events
             .extend(batch.events.iter().filter(|e| e.run_id.as_deref().is_none_or(|r| !stale.contains(r))).cloned());
@@ -447,6 +494,13 @@ impl FakeStore {
             if let Some(w) = self.workflows.get_mut(&(tenant.clone(), name.clone())) {
                 w.2 = Some(*cursor);
             }
+        }
+        if let Some(journal) = &mut self.journal {
+            journal.push(StoreOp::Commit {
+                batch: batch.clone(),
+                fenced: committed.fenced.clone(),
+                singleton_fenced: committed.singleton_fenced,
+            });
         }
         (committed, written)
     }

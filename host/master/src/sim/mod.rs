@@ -19,6 +19,7 @@
 //! ```
 
 mod check;
+pub mod model;
 mod rng;
 mod world;
 
@@ -36,6 +37,8 @@ pub struct FaultMix {
     pub master_pause: f64,
     /// A worker crashes (per worker, per second), and restarts later.
     pub worker_crash: f64,
+    /// A worker freezes past its lease (per worker, per second).
+    pub worker_pause: f64,
     /// etcd is unavailable for a while (per second).
     pub etcd_down: f64,
     /// A message is lost.
@@ -59,6 +62,7 @@ impl FaultMix {
             master_crash: 0.02,
             master_pause: 0.02,
             worker_crash: 0.02,
+            worker_pause: 0.02,
             etcd_down: 0.005,
             loss: 0.02,
             duplicate: 0.02,
@@ -75,6 +79,7 @@ impl FaultMix {
             master_crash: 0.0,
             master_pause: 0.0,
             worker_crash: 0.0,
+            worker_pause: 0.0,
             etcd_down: 0.0,
             loss: 0.0,
             duplicate: 0.0,
@@ -149,6 +154,7 @@ pub struct Faults {
     pub master_crashes: u32,
     pub master_pauses: u32,
     pub worker_crashes: u32,
+    pub worker_pauses: u32,
     pub etcd_outages: u32,
     pub lost: u32,
     pub duplicated: u32,
@@ -177,6 +183,17 @@ impl fmt::Display for Failure {
         }
         Ok(())
     }
+}
+
+/// Runs one seed keeping every write the model store took: the outcome,
+/// and the store with its journal (for [`model::check_against`]).
+pub fn run_journaled(seed: u64, config: &SimConfig) -> (Result<Report, Failure>, crate::engine::testkit::FakeStore) {
+    deterministic(seed, || {
+        let mut world = world::World::new(seed, config.clone());
+        world.keep_journal();
+        let outcome = world.simulate_once();
+        (outcome, world.into_store())
+    })
 }
 
 /// Runs one seed with every step traced: the outcome, and the trace.
@@ -284,10 +301,12 @@ mod tests {
             faults.master_crashes += report.faults.master_crashes;
             faults.master_pauses += report.faults.master_pauses;
             faults.worker_crashes += report.faults.worker_crashes;
+            faults.worker_pauses += report.faults.worker_pauses;
             faults.lost += report.faults.lost;
             faults.slow_commits += report.faults.slow_commits;
         }
-        assert!(faults.master_crashes > 0 && faults.master_pauses > 0 && faults.worker_crashes > 0, "{faults:?}");
+        assert!(faults.master_crashes > 0 && faults.master_pauses > 0, "{faults:?}");
+        assert!(faults.worker_crashes > 0 && faults.worker_pauses > 0, "{faults:?}");
         assert!(faults.lost > 0 && faults.slow_commits > 0, "{faults:?}");
     }
 }

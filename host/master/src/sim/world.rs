@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use dagr_core::Workflow;
 use dagr_core::definition::Format;
-use dagr_protocol::commands::Command;
 use dagr_protocol::plugins::TrustedCatalog;
 use dagr_protocol::wire::{Ack, AttemptKey, AttemptResult, AttemptSpec, FailureKind, Outcome};
 use dagr_store::{RunKind, RunOrigin, WriteBatch};
@@ -67,19 +66,59 @@ enum Event {
     RestartMaster(usize),
     RestartWorker(usize),
     Resume(usize),
+    ResumeWorker(usize),
+    /// A resumed worker notices that its lease is gone.
+    FenceWorker(usize),
     EtcdUp,
     Trigger,
 }
 
 #[derive(Debug)]
 enum Msg {
-    Dispatch { master: usize, m_inc: u32, worker: usize, specs: Vec<AttemptSpec> },
-    Dispatched { master: usize, m_inc: u32, worker: String, sent: Vec<(AttemptKey, i64, String)>, answer: Answer },
-    Result { master: usize, m_inc: u32, worker: usize, w_inc: u32, result: AttemptResult },
-    Acked { worker: usize, w_inc: u32, key: AttemptKey, ack: Ack },
-    Cancel { worker: usize, key: AttemptKey },
-    Probe { master: usize, m_inc: u32, worker: usize, probe: Probe },
-    Probed { master: usize, m_inc: u32, probe: Probe, adoption: Adoption },
+    /// `late`: the master's call timed out already; its answer goes nowhere.
+    Dispatch {
+        master: usize,
+        m_inc: u32,
+        worker: usize,
+        specs: Vec<AttemptSpec>,
+        late: bool,
+    },
+    Dispatched {
+        master: usize,
+        m_inc: u32,
+        worker: String,
+        sent: Vec<(AttemptKey, i64, String)>,
+        answer: Answer,
+    },
+    Result {
+        master: usize,
+        m_inc: u32,
+        worker: usize,
+        w_inc: u32,
+        result: AttemptResult,
+    },
+    Acked {
+        worker: usize,
+        w_inc: u32,
+        key: AttemptKey,
+        ack: Ack,
+    },
+    Cancel {
+        worker: usize,
+        key: AttemptKey,
+    },
+    Probe {
+        master: usize,
+        m_inc: u32,
+        worker: usize,
+        probe: Probe,
+    },
+    Probed {
+        master: usize,
+        m_inc: u32,
+        probe: Probe,
+        adoption: Adoption,
+    },
 }
 
 type Answer = Result<Accepted, DispatchError>;
@@ -115,6 +154,9 @@ struct Running {
 struct Worker {
     id: String,
     alive: bool,
+    /// Frozen (SIGSTOP): what reaches it waits in `held` until it resumes.
+    paused: bool,
+    held: Vec<Event>,
     incarnation: u32,
     lease_until: i64,
     running: BTreeMap<AttemptKey, Running>,
@@ -177,6 +219,8 @@ impl World {
             .map(|i| Worker {
                 id: format!("w{}", i + 1),
                 alive: true,
+                paused: false,
+                held: Vec::new(),
                 incarnation: 0,
                 lease_until: 0,
                 running: BTreeMap::new(),
@@ -212,6 +256,14 @@ impl World {
             Ok(()) => Ok(self.report.clone()),
             Err(invariant) => Err(self.failure(invariant)),
         }
+    }
+
+    pub(crate) fn keep_journal(&mut self) {
+        self.store.journal = Some(Vec::new());
+    }
+
+    pub(crate) fn into_store(self) -> FakeStore {
+        self.store
     }
 
     pub(crate) fn trace_lines(&self) -> Vec<String> {
@@ -340,6 +392,8 @@ impl World {
         for i in 0..self.workers.len() {
             if !self.workers[i].alive {
                 self.restart_worker(i);
+            } else if self.workers[i].paused {
+                self.resume_worker(i);
             }
         }
     }
@@ -362,7 +416,44 @@ impl World {
             .collect()
     }
 
+    /// The worker an event acts on, if any.
+    fn worker_of(event: &Event) -> Option<usize> {
+        match event {
+            Event::Finish(w, _, _) | Event::Resend(w, _) => Some(*w),
+            Event::Deliver(
+                Msg::Dispatch { worker, .. }
+                | Msg::Acked { worker, .. }
+                | Msg::Cancel { worker, .. }
+                | Msg::Probe { worker, .. },
+            ) => Some(*worker),
+            _ => None,
+        }
+    }
+
     fn handle(&mut self, event: Event) -> Result<(), String> {
+        if let Some(w) = Self::worker_of(&event)
+            && self.workers[w].paused
+        {
+            // A call to a frozen worker times out at the caller; the
+            // request is still there when the worker wakes up.
+            let event = match event {
+                Event::Deliver(Msg::Dispatch { master, m_inc, worker, specs, late: false }) => {
+                    let sent = specs.iter().map(|s| (s.key.clone(), s.epoch, s.task_name.clone())).collect();
+                    let id = self.workers[worker].id.clone();
+                    let answer = Err(DispatchError::Unreachable { worker: id.clone(), reason: "timed out".into() });
+                    let timeout = Msg::Dispatched { master, m_inc, worker: id, sent, answer };
+                    self.schedule(self.now + HTTP_TIMEOUT_MS, Event::Deliver(timeout));
+                    Event::Deliver(Msg::Dispatch { master, m_inc, worker, specs, late: true })
+                }
+                Event::Deliver(probe @ Msg::Probe { .. }) => {
+                    self.time_out(probe);
+                    return Ok(());
+                }
+                other => other,
+            };
+            self.workers[w].held.push(event);
+            return Ok(());
+        }
         match event {
             Event::Tick(i) => {
                 self.masters[i].tick_at = None;
@@ -382,6 +473,13 @@ impl World {
             }
             Event::RestartWorker(w) => self.restart_worker(w),
             Event::Resume(i) => self.resume(i),
+            Event::ResumeWorker(w) => self.resume_worker(w),
+            Event::FenceWorker(w) => {
+                if self.workers[w].alive && !self.workers[w].paused {
+                    self.abandon_all(w);
+                    self.workers[w].lease_until = self.now + self.config.lease_ttl_ms;
+                }
+            }
             Event::EtcdUp => {
                 self.note(|| "etcd is back".into());
                 self.etcd_up = true;
@@ -410,8 +508,7 @@ impl World {
         new.run.id = format!("{:016x}-{:04}", self.seed, self.triggered);
         new.run.slot = (self.rng.next_u64() % u64::from(dagr_protocol::SLOTS)) as i64;
         let id = new.run.id.clone();
-        self.store.insert_run(new);
-        self.store.command(&id, Command::Admit);
+        self.store.create_run(new);
         self.triggered += 1;
         self.note(|| format!("run {id} triggered"));
     }
@@ -522,7 +619,7 @@ impl World {
         for (worker, mut specs) in by_worker {
             specs.sort_by(|a, b| a.key.cmp(&b.key));
             match self.member_worker(&worker) {
-                Some(w) => self.send(Msg::Dispatch { master: i, m_inc, worker: w, specs }),
+                Some(w) => self.send(Msg::Dispatch { master: i, m_inc, worker: w, specs, late: false }),
                 None => {
                     let sent = specs.iter().map(|s| (s.key.clone(), s.epoch, s.task_name.clone())).collect();
                     let answer = Err(DispatchError::NotMember(worker.clone()));
@@ -628,7 +725,7 @@ impl World {
 
     /// A dispatch reaching a worker: it accepts what it has room for and
     /// whose epoch the store confirms (as the real worker does).
-    fn accept(&mut self, master: usize, m_inc: u32, w: usize, specs: Vec<AttemptSpec>) {
+    fn accept(&mut self, master: usize, m_inc: u32, w: usize, specs: Vec<AttemptSpec>, late: bool) {
         let worker = &mut self.workers[w];
         let sent: Vec<(AttemptKey, i64, String)> =
             specs.iter().map(|s| (s.key.clone(), s.epoch, s.task_name.clone())).collect();
@@ -659,6 +756,9 @@ impl World {
         for key in started {
             let at = self.now + self.rng.between(5, 300);
             self.schedule(at, Event::Finish(w, inc, key));
+        }
+        if late {
+            return;
         }
         let worker = self.workers[w].id.clone();
         let answer = Ok(Accepted { verdicts, running: Some(running) });
@@ -741,6 +841,30 @@ impl World {
         self.note(|| format!("{id} restarts"));
     }
 
+    /// A frozen worker goes on: what waited for it arrives; if its lease
+    /// ended meanwhile it stops its attempts — before or after the ones
+    /// that ended while it slept report (a race the real one has too).
+    fn resume_worker(&mut self, w: usize) {
+        if !self.workers[w].paused {
+            return;
+        }
+        self.workers[w].paused = false;
+        let lost = self.workers[w].lease_until < self.now;
+        let id = self.workers[w].id.clone();
+        self.note(|| format!("{id} wakes up (lease lost: {lost})"));
+        let fence_first = lost && self.rng.chance(0.5);
+        if fence_first {
+            self.abandon_all(w);
+            self.workers[w].lease_until = self.now + self.config.lease_ttl_ms;
+        }
+        for event in std::mem::take(&mut self.workers[w].held) {
+            self.schedule(self.now + 1, event);
+        }
+        if lost && !fence_first {
+            self.schedule(self.now + 2, Event::FenceWorker(w));
+        }
+    }
+
     /// A worker whose lease is gone stops every attempt and reports them
     /// lost (they run again, uncharged).
     fn abandon_all(&mut self, w: usize) {
@@ -806,7 +930,7 @@ impl World {
     fn time_out(&mut self, msg: Msg) {
         let at = self.now + HTTP_TIMEOUT_MS;
         match msg {
-            Msg::Dispatch { master, m_inc, worker, specs } => {
+            Msg::Dispatch { master, m_inc, worker, specs, .. } => {
                 let sent = specs.iter().map(|s| (s.key.clone(), s.epoch, s.task_name.clone())).collect();
                 let worker = self.workers[worker].id.clone();
                 let answer = Err(DispatchError::Unreachable { worker: worker.clone(), reason: "timed out".into() });
@@ -829,11 +953,11 @@ impl World {
     fn deliver(&mut self, msg: Msg) {
         self.note(|| format!("delivered: {}", describe(&msg)));
         match msg {
-            Msg::Dispatch { master, m_inc, worker, specs } => {
+            Msg::Dispatch { master, m_inc, worker, specs, late } => {
                 if self.workers[worker].alive {
-                    self.accept(master, m_inc, worker, specs);
-                } else {
-                    self.time_out(Msg::Dispatch { master, m_inc, worker, specs });
+                    self.accept(master, m_inc, worker, specs, late);
+                } else if !late {
+                    self.time_out(Msg::Dispatch { master, m_inc, worker, specs, late });
                 }
             }
             Msg::Dispatched { master, m_inc, worker, sent, answer } => {
@@ -914,12 +1038,13 @@ impl World {
             for m in self.masters.iter_mut().filter(|m| m.state.is_some() && !m.paused) {
                 m.lease_until = self.now + ttl;
             }
-            for w in self.workers.iter_mut().filter(|w| w.alive) {
+            for w in self.workers.iter_mut().filter(|w| w.alive && !w.paused) {
                 w.lease_until = self.now + ttl;
             }
         }
         for w in 0..self.workers.len() {
-            if self.workers[w].alive && self.workers[w].lease_until < self.now && !self.workers[w].running.is_empty() {
+            let worker = &self.workers[w];
+            if worker.alive && !worker.paused && worker.lease_until < self.now && !worker.running.is_empty() {
                 self.abandon_all(w);
             }
         }
@@ -990,11 +1115,21 @@ impl World {
             }
         }
         for w in 0..self.workers.len() {
-            if self.workers[w].alive && self.rng.chance(f.worker_crash) {
+            if !self.workers[w].alive || self.workers[w].paused {
+                continue;
+            }
+            if self.rng.chance(f.worker_pause) {
+                self.workers[w].paused = true;
+                self.report.faults.worker_pauses += 1;
+                let until = self.now + self.rng.between(self.config.lease_ttl_ms / 2, self.config.lease_ttl_ms * 3);
+                self.note(|| format!("w{} freezes (SIGSTOP) until {} ms", w + 1, until - START));
+                self.schedule(until, Event::ResumeWorker(w));
+            } else if self.rng.chance(f.worker_crash) {
                 let worker = &mut self.workers[w];
                 worker.alive = false;
                 worker.running.clear();
                 worker.outbox.clear();
+                worker.held.clear();
                 self.report.faults.worker_crashes += 1;
                 self.note(|| format!("w{} crashes (kill -9)", w + 1));
                 let at = self.now + self.rng.between(500, 5_000);
