@@ -66,8 +66,17 @@ fn one(seed: u64, config: &SimConfig, trace: bool) -> ExitCode {
         }
         Err(failure) => {
             eprintln!("{failure}");
+            explain(seed, config);
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Says which faults the failure needs (the seed again with fewer kinds).
+fn explain(seed: u64, config: &SimConfig) {
+    if let Some((mix, failure)) = sim::shrink(seed, config) {
+        eprintln!("seed {seed} still fails with only these faults: {mix:?}");
+        eprintln!("  then: {}", failure.invariant);
     }
 }
 
@@ -137,6 +146,7 @@ fn many(args: &SimArgs, config: &SimConfig) -> anyhow::Result<ExitCode> {
     match tally.failure.lock().unwrap_or_else(|e| e.into_inner()).take() {
         Some(failure) => {
             eprintln!("{failure}");
+            explain(failure.seed, config);
             Ok(ExitCode::FAILURE)
         }
         None => Ok(ExitCode::SUCCESS),

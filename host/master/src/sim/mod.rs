@@ -216,8 +216,7 @@ pub fn run(seed: u64, config: &SimConfig) -> Result<Report, Failure> {
             let keep = SimConfig { full_trace: true, ..config.clone() };
             match deterministic(seed, || world::World::new(seed, keep).simulate_once()) {
                 Err(mut traced) => {
-                    let from = traced.trace.len().saturating_sub(TRACE_TAIL);
-                    traced.trace.drain(..from);
+                    traced.trace = focus(seed, &traced.invariant, std::mem::take(&mut traced.trace));
                     Err(traced)
                 }
                 Ok(_) => Err(Failure {
@@ -231,6 +230,62 @@ pub fn run(seed: u64, config: &SimConfig) -> Result<Report, Failure> {
         }
         outcome => outcome,
     }
+}
+
+/// The steps that explain a failure: those that name a run the broken
+/// invariant names, and every fault and change of leader; the last
+/// [`TRACE_TAIL`] of them.
+fn focus(seed: u64, invariant: &str, trace: Vec<String>) -> Vec<String> {
+    let prefix = format!("{seed:016x}-");
+    let runs: Vec<&str> = invariant
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+        .filter(|word| word.starts_with(&prefix))
+        .collect();
+    const NODES: [&str; 7] = ["crashes", "freezes", "wakes up", "restarts", "leader:", "etcd", "faults stop"];
+    let kept: Vec<String> = if runs.is_empty() {
+        trace
+    } else {
+        trace
+            .into_iter()
+            .filter(|line| runs.iter().any(|r| line.contains(r)) || NODES.iter().any(|n| line.contains(n)))
+            .collect()
+    };
+    let from = kept.len().saturating_sub(TRACE_TAIL);
+    kept[from..].to_vec()
+}
+
+/// The fewest kinds of fault with which `seed` still fails: each kind is
+/// switched off in turn and stays off if the seed fails without it (the
+/// failure may change on the way; any broken invariant counts). `None` if
+/// the seed passes.
+pub fn shrink(seed: u64, config: &SimConfig) -> Option<(FaultMix, Failure)> {
+    let mut failure = run(seed, config).err()?;
+    let mut mix = config.faults.clone();
+    type Knob = fn(&mut FaultMix) -> &mut f64;
+    let knobs: [Knob; 10] = [
+        |m| &mut m.master_crash,
+        |m| &mut m.master_pause,
+        |m| &mut m.worker_crash,
+        |m| &mut m.worker_pause,
+        |m| &mut m.etcd_down,
+        |m| &mut m.loss,
+        |m| &mut m.duplicate,
+        |m| &mut m.delay,
+        |m| &mut m.commit_error,
+        |m| &mut m.slow_commit,
+    ];
+    for knob in knobs {
+        let mut fewer = mix.clone();
+        if *knob(&mut fewer) == 0.0 {
+            continue;
+        }
+        *knob(&mut fewer) = 0.0;
+        if let Err(still) = run(seed, &SimConfig { faults: fewer.clone(), ..config.clone() }) {
+            mix = fewer;
+            failure = still;
+        }
+    }
+    Some((mix, failure))
 }
 
 /// Runs `f` with the engine's maps keyed the same each time and the ids of
@@ -281,6 +336,29 @@ mod tests {
             println!("{line}");
         }
         println!("{:?}", outcome.map_err(|f| f.invariant));
+    }
+
+    #[test]
+    fn a_failure_shows_the_steps_of_its_runs_and_the_faults() {
+        let trace = vec![
+            "[ 1 ms] run 0000000000000009-0001 triggered".to_owned(),
+            "[ 2 ms] run 0000000000000009-0002 triggered".to_owned(),
+            "[ 3 ms] m2 crashes (kill -9)".to_owned(),
+            "[ 4 ms] m1 steps: 1 inputs".to_owned(),
+        ];
+        let kept = focus(9, "task 1 of run 0000000000000009-0002 has 2 attempts", trace.clone());
+        assert_eq!(kept, [trace[1].clone(), trace[2].clone()]);
+        assert_eq!(focus(9, "nothing named", trace.clone()), trace);
+    }
+
+    #[test]
+    fn shrinking_switches_off_the_faults_a_failure_does_not_need() {
+        // Runs cannot finish in no time: that fails with no fault at all.
+        let config = SimConfig { faults_for_ms: 200, settle_ms: 0, ..SimConfig::default() };
+        let (mix, failure) = shrink(3, &config).unwrap();
+        assert_eq!(mix, FaultMix { max_delay_ms: FaultMix::standard().max_delay_ms, ..FaultMix::none() });
+        assert!(failure.invariant.contains("not finished"), "{}", failure.invariant);
+        assert!(shrink(3, &SimConfig::default()).is_none(), "a passing seed has nothing to shrink");
     }
 
     #[test]
