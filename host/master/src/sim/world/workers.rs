@@ -1,0 +1,177 @@
+//! The simulated workers: they accept dispatches the store's epoch
+//! confirms, run attempts for a while, report results until acked, answer
+//! probes, freeze, crash and restart.
+
+use super::*;
+
+impl World {
+    // Workers -------------------------------------------------------------------------------
+
+    pub(super) fn worker_index(&self, id: &str) -> Option<usize> {
+        self.workers.iter().position(|w| w.id == id)
+    }
+
+    /// A worker that is a member now (alive, its lease held).
+    pub(super) fn member_worker(&self, id: &str) -> Option<usize> {
+        self.worker_index(id).filter(|&w| self.workers[w].alive && self.workers[w].lease_until >= self.now)
+    }
+
+    pub(super) fn master_index(&self, id: &str) -> Option<usize> {
+        self.masters.iter().position(|m| m.id == id)
+    }
+
+    /// A dispatch reaching a worker: it accepts what it has room for and
+    /// whose epoch the store confirms (as the real worker does).
+    pub(super) fn accept(&mut self, master: usize, m_inc: u32, w: usize, specs: Vec<AttemptSpec>, late: bool) {
+        let worker = &mut self.workers[w];
+        let sent: Vec<(AttemptKey, i64, String)> =
+            specs.iter().map(|s| (s.key.clone(), s.epoch, s.task_name.clone())).collect();
+        let healthy = worker.alive && worker.lease_until >= self.now;
+        let mut verdicts = Vec::with_capacity(specs.len());
+        let mut started = Vec::new();
+        for spec in specs {
+            let verdict = if !healthy {
+                Err("this worker is fenced (lease lost)".to_owned())
+            } else if worker.running.len() >= self.config.slots as usize {
+                Err("the worker is at capacity".to_owned())
+            } else if worker.running.contains_key(&spec.key) || worker.outbox.contains_key(&spec.key) {
+                Err("the attempt is already here".to_owned())
+            } else {
+                match self.store.runs.get(&spec.key.run_id).map(|r| r.epoch) {
+                    Some(epoch) if epoch == spec.epoch => Ok(()),
+                    current => Err(format!("stale dispatch: the run's epoch is {current:?}, not {}", spec.epoch)),
+                }
+            };
+            if verdict.is_ok() {
+                started.push(spec.key.clone());
+                let master_id = spec.master.clone();
+                worker.running.insert(spec.key.clone(), Running { epoch: spec.epoch, master: master_id, spec });
+            }
+            verdicts.push(verdict);
+        }
+        let (inc, running) = (worker.incarnation, worker.running.len() as u32);
+        for key in started {
+            let at = self.now + self.rng.between(5, 300);
+            self.schedule(at, Event::Finish(w, inc, key));
+        }
+        if late {
+            return;
+        }
+        let worker = self.workers[w].id.clone();
+        let answer = Ok(Accepted { verdicts, running: Some(running) });
+        self.send(Msg::Dispatched { master, m_inc, worker, sent, answer });
+    }
+
+    pub(super) fn finish(&mut self, w: usize, inc: u32, key: AttemptKey) {
+        let fails = self.rng.chance(0.1);
+        let worker = &mut self.workers[w];
+        if worker.incarnation != inc || !worker.alive {
+            return;
+        }
+        let Some(run) = worker.running.remove(&key) else { return };
+        let outcome = if fails {
+            Outcome::Failed { kind: FailureKind::Retryable, message: "it failed, as some do".into() }
+        } else {
+            Outcome::Succeeded { output: format!("{{\"by\": \"{}\"}}", worker.id) }
+        };
+        self.report_result(w, run, outcome);
+    }
+
+    pub(super) fn report_result(&mut self, w: usize, run: Running, outcome: Outcome) {
+        let worker = &mut self.workers[w];
+        let result = AttemptResult {
+            key: run.spec.key.clone(),
+            epoch: run.epoch,
+            task_name: run.spec.task_name.clone(),
+            worker: worker.id.clone(),
+            started_at: self.now,
+            finished_at: self.now,
+            outcome,
+            trace: None,
+        };
+        worker.outbox.insert(run.spec.key.clone(), (result, run.master));
+        let inc = worker.incarnation;
+        self.resend(w, inc);
+    }
+
+    /// Sends every unacknowledged result to the master it goes to: the one
+    /// that dispatched or adopted it if it is a member, else the run's
+    /// owner in the store, else any member; again later until acked.
+    pub(super) fn resend(&mut self, w: usize, inc: u32) {
+        let worker = &self.workers[w];
+        if worker.incarnation != inc || !worker.alive {
+            return;
+        }
+        let members: Vec<usize> = (0..self.masters.len()).filter(|&i| self.is_member_master(i)).collect();
+        let mut sends = Vec::new();
+        for (result, preferred) in worker.outbox.values() {
+            let owner = self.store.runs.get(&result.key.run_id).and_then(|r| r.owner.clone());
+            let choice = [Some(preferred.clone()), owner]
+                .into_iter()
+                .flatten()
+                .filter_map(|id| self.master_index(&id))
+                .find(|i| members.contains(i))
+                .or_else(|| members.first().copied());
+            if let Some(m) = choice {
+                sends.push((m, result.clone()));
+            }
+        }
+        for (m, result) in sends {
+            let m_inc = self.masters[m].incarnation;
+            self.send(Msg::Result { master: m, m_inc, worker: w, w_inc: inc, result });
+        }
+        if !self.workers[w].outbox.is_empty() {
+            let at = self.now + self.rng.between(300, 1_000);
+            self.schedule(at, Event::Resend(w, inc));
+        }
+    }
+
+    pub(super) fn restart_worker(&mut self, w: usize) {
+        let worker = &mut self.workers[w];
+        if worker.alive {
+            return;
+        }
+        worker.alive = true;
+        worker.incarnation += 1;
+        worker.lease_until = self.now + self.config.lease_ttl_ms;
+        let id = worker.id.clone();
+        self.note(|| format!("{id} restarts"));
+    }
+
+    /// A frozen worker goes on: what waited for it arrives; if its lease
+    /// ended meanwhile it stops its attempts — before or after the ones
+    /// that ended while it slept report (a race the real one has too).
+    pub(super) fn resume_worker(&mut self, w: usize) {
+        if !self.workers[w].paused {
+            return;
+        }
+        self.workers[w].paused = false;
+        let lost = self.workers[w].lease_until < self.now;
+        let id = self.workers[w].id.clone();
+        self.note(|| format!("{id} wakes up (lease lost: {lost})"));
+        let fence_first = lost && self.rng.chance(0.5);
+        if fence_first {
+            self.abandon_all(w);
+            self.workers[w].lease_until = self.now + self.config.lease_ttl_ms;
+        }
+        for event in std::mem::take(&mut self.workers[w].held) {
+            self.schedule(self.now + 1, event);
+        }
+        if lost && !fence_first {
+            self.schedule(self.now + 2, Event::FenceWorker(w));
+        }
+    }
+
+    /// A worker whose lease is gone stops every attempt and reports them
+    /// lost (they run again, uncharged).
+    pub(super) fn abandon_all(&mut self, w: usize) {
+        let running: Vec<Running> = std::mem::take(&mut self.workers[w].running).into_values().collect();
+        for run in running {
+            let outcome = Outcome::Failed {
+                kind: FailureKind::WorkerLost,
+                message: "the worker lost its lease and stopped the attempt".into(),
+            };
+            self.report_result(w, run, outcome);
+        }
+    }
+}
