@@ -375,6 +375,7 @@ impl EngineState {
     /// stops being active lets its workflow's waiting runs in.
     pub(crate) fn absorb(&mut self, effects: &mut Effects, run_id: &Arc<str>, actions: Vec<Action>, now: i64) {
         let mut freed: Vec<WorkflowKey> = Vec::new();
+        let mut stopped: Vec<InFlight> = Vec::new();
         let mut wakes: Vec<dagr_store::Wake> = Vec::new();
         let mut timeouts: Vec<(i64, String)> = Vec::new();
         let mut pauses: Vec<(Arc<str>, Command)> = Vec::new();
@@ -531,9 +532,29 @@ impl EngineState {
                     self.ready.push(run.tenant.clone(), run_id.clone(), task, priority, grade, now);
                 }
                 Action::Cancel { task, attempt } => {
+                    // The task is stopped with its run (kill, mark failed):
+                    // its attempt ends now, cancelled, and is no longer in
+                    // flight — what its worker reports later is stale. (Its
+                    // row would otherwise stay `running` once the run is
+                    // retired.)
                     let key = AttemptKey { run_id: run.row.id.clone(), task: task as u32, number: attempt };
-                    if let Some(flight) = self.in_flight.get(&key) {
+                    if let Some(flight) = self.in_flight.remove(&key) {
+                        effects.batch.attempts.push(dagr_store::AttemptRow {
+                            run_id: run.row.id.clone(),
+                            task_idx: task as i64,
+                            number: i64::from(attempt),
+                            task: run.machine.workflow().tasks[task].name.clone(),
+                            state: dagr_store::AttemptState::Failed,
+                            failure_kind: Some(dagr_protocol::wire::FailureKind::Cancelled),
+                            message: Some("cancelled: its run was killed or marked failed".into()),
+                            charged: false,
+                            worker: flight.worker.clone(),
+                            epoch: run.row.epoch,
+                            started_at: now,
+                            finished_at: Some(now),
+                        });
                         effects.cancels.push((key, flight.worker.clone()));
+                        stopped.push(flight);
                     }
                 }
                 Action::RetryAt { task, at_ms } => {
@@ -556,6 +577,9 @@ impl EngineState {
         }
         for (run, command) in pauses {
             self.tell_children(effects, &run, &command, now);
+        }
+        for flight in stopped {
+            self.release(&flight);
         }
         for key in freed {
             self.try_admit_waiting(effects, &key, now);

@@ -655,3 +655,28 @@ fn a_run_wanted_twice_in_one_read_is_claimed_once() {
     assert_eq!(env.store.runs[&run].state, RunState::Running, "admitted, not fenced off");
     assert_eq!(dispatched_names(&effects), ["a"]);
 }
+
+/// Found by the simulation (`dagr sim`, seed 14, with operators): a run
+/// killed with an attempt in flight was retired with the attempt's row
+/// still `running`, for good — the worker's late report was stale.
+#[test]
+fn killing_a_run_ends_its_attempts_in_flight_as_cancelled() {
+    let mut env = TestEnv::new();
+    env.apply(PLAIN);
+    let run = env.trigger("plain");
+    env.step(vec![]);
+    let a = env.in_flight("a");
+    env.command(&run, Command::Kill);
+    let effects = env.step(vec![]);
+    assert_eq!(effects.cancels.len(), 1, "the worker is told");
+    let row = effects.batch.attempts.iter().find(|r| r.number == i64::from(a.number) && r.task == "a").unwrap();
+    assert_eq!(row.state, AttemptState::Failed);
+    assert_eq!(row.failure_kind, Some(FailureKind::Cancelled));
+    assert!(!env.state.in_flight.contains_key(&a), "no longer in flight");
+    let stored = &env.store.attempts[&(run.clone(), 0, 1)];
+    assert_eq!(stored.state, AttemptState::Failed, "the stored attempt ended with its run");
+    // The worker's late report changes nothing.
+    let effects = env.succeed(&a, "{}");
+    assert_eq!(effects.acks, vec![(1, run.clone(), Ack::Stale)]);
+    assert_eq!(env.store.attempts[&(run, 0, 1)].state, AttemptState::Failed);
+}

@@ -107,6 +107,9 @@ pub struct SimConfig {
     /// Leases last this long without a renewal.
     pub lease_ttl_ms: i64,
     pub faults: FaultMix,
+    /// The chance that an operator acts on a triggered run (kill, pause and
+    /// resume, mark failed, rerun, force a task's success).
+    pub operator: f64,
     /// Keep every trace line (else the last [`TRACE_TAIL`]).
     pub full_trace: bool,
 }
@@ -125,6 +128,7 @@ impl Default for SimConfig {
             settle_ms: 60_000,
             lease_ttl_ms: 3_000,
             faults: FaultMix::standard(),
+            operator: 0.5,
             full_trace: false,
         }
     }

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use dagr_core::Workflow;
 use dagr_core::definition::Format;
+use dagr_protocol::commands::Command;
 use dagr_protocol::plugins::TrustedCatalog;
 use dagr_protocol::wire::{Ack, AttemptKey, AttemptResult, AttemptSpec, FailureKind, Outcome};
 use dagr_store::{RunKind, RunOrigin, WriteBatch};
@@ -75,6 +76,8 @@ enum Event {
     FenceWorker(usize),
     EtcdUp,
     Trigger,
+    /// An operator's command for a run, written as the API writes it.
+    Operate(String, Command),
 }
 
 #[derive(Debug)]
@@ -489,6 +492,10 @@ impl World {
                 self.etcd_up = true;
             }
             Event::Trigger => self.trigger(),
+            Event::Operate(run, command) => {
+                self.note(|| format!("operator: {} {run}", command.kind()));
+                self.store.command(&run, command);
+            }
         }
         Ok(())
     }
@@ -515,6 +522,29 @@ impl World {
         self.store.create_run(new);
         self.triggered += 1;
         self.note(|| format!("run {id} triggered"));
+        self.operate_on(&id);
+    }
+
+    /// Now and then, an operator acts on a run while it goes: kills it,
+    /// pauses and resumes it, marks it failed, reruns what failed, or
+    /// forces a task's success.
+    fn operate_on(&mut self, id: &str) {
+        if !self.rng.chance(self.config.operator) {
+            return;
+        }
+        let at = self.now + self.rng.between(50, 5_000);
+        let (first, then) = match self.rng.pick(5) {
+            0 => (Command::Kill, None),
+            1 => (Command::Pause, Some(Command::Resume)),
+            2 => (Command::MarkFailed, Some(Command::RerunFailed { downstream: false })),
+            3 => (Command::ForceSuccess { task: "b".into() }, None),
+            _ => (Command::RerunFailed { downstream: false }, None),
+        };
+        self.schedule(at, Event::Operate(id.to_owned(), first));
+        if let Some(then) = then {
+            let later = at + self.rng.between(100, 3_000);
+            self.schedule(later, Event::Operate(id.to_owned(), then));
+        }
     }
 
     // Masters -------------------------------------------------------------------------------
