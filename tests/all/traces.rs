@@ -99,21 +99,36 @@ impl Collector {
         Collector { url, spans }
     }
 
-    /// The spans of `run`'s trace, once its root span and `want` others
-    /// have come.
-    async fn trace_of(&self, run: &str, want: usize) -> Vec<Span> {
+    /// The spans of `run`'s trace, once every span `want` names (by name
+    /// and task) has come: each process sends its own, in batches.
+    async fn trace_of(&self, run: &str, want: &[(&str, &str)]) -> Vec<Span> {
         let trace = run.replace('-', "");
         let start = Instant::now();
         loop {
             let spans: Vec<Span> = self.spans.lock().unwrap().iter().filter(|s| s.trace == trace).cloned().collect();
-            if spans.iter().any(|s| s.name == "run") && spans.len() > want {
+            let has = |(name, task): &(&str, &str)| {
+                spans.iter().any(|s| s.name == *name && s.attributes.get("task").map_or("", String::as_str) == *task)
+            };
+            if want.iter().all(has) {
                 return spans;
             }
-            assert!(start.elapsed() < PATIENCE, "the trace of run {run} did not come: {spans:#?}");
+            assert!(start.elapsed() < PATIENCE, "the trace of run {run} did not come whole: {spans:#?}");
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
 }
+
+/// The spans of a run of tasks `a` → `b`.
+const WHOLE: [(&str, &str); 8] = [
+    ("run", ""),
+    ("trigger", ""),
+    ("dispatch", "a"),
+    ("dispatch", "b"),
+    ("attempt", "a"),
+    ("attempt", "b"),
+    ("result", "a"),
+    ("result", "b"),
+];
 
 /// Checks one run's trace of tasks `a` → `b`: the root span is the run's
 /// (ids from its UUID); the trigger and each dispatch are its children;
@@ -163,7 +178,7 @@ async fn a_run_on_one_node_is_one_trace_from_trigger_to_result() {
     let run = api.trigger("traced", json!({})).await;
     api.finished(&run).await;
     // run, trigger, and per task dispatch, attempt and result.
-    let spans = collector.trace_of(&run, 7).await;
+    let spans = collector.trace_of(&run, &WHOLE).await;
     let by = check_trace(&run, &spans);
     assert!(spans.iter().all(|s| s.service == "dagr-serve"), "{spans:#?}");
     assert_eq!(by[&("trigger".to_owned(), String::new())].attributes["workflow"], "traced");
@@ -183,7 +198,7 @@ async fn a_run_in_a_cluster_is_one_trace_across_api_master_and_worker() {
         .await;
     let run = cluster.trigger("traced").await;
     cluster.wait_all(std::slice::from_ref(&run), Duration::from_secs(60)).await;
-    let spans = collector.trace_of(&run, 7).await;
+    let spans = collector.trace_of(&run, &WHOLE).await;
     let by = check_trace(&run, &spans);
     let service = |name: &str, task: &str| by[&(name.to_owned(), task.to_owned())].service.clone();
     assert_eq!(service("trigger", ""), "dagr-api");

@@ -294,7 +294,7 @@ impl World {
     }
 
     fn simulate(&mut self) -> Result<(), String> {
-        self.setup();
+        self.setup()?;
         let faults_end = START + self.config.faults_for_ms;
         let deadline = faults_end + self.config.settle_ms;
         let mut healed = false;
@@ -339,10 +339,14 @@ impl World {
         Ok(())
     }
 
-    fn setup(&mut self) {
+    fn setup(&mut self) -> Result<(), String> {
         for yaml in [CHAIN, TICKING] {
-            let spec = dagr_core::WorkflowSpec::parse(yaml, Format::Yaml).unwrap_or_else(|e| panic!("{e}"));
-            let workflow = Arc::new(Workflow::validate(spec, &TrustedCatalog).unwrap_or_else(|e| panic!("{e}")));
+            let spec = dagr_core::WorkflowSpec::parse(yaml, Format::Yaml)
+                .map_err(|e| format!("the simulation's workflow does not parse: {e}"))?;
+            let workflow = Arc::new(
+                Workflow::validate(spec, &TrustedCatalog)
+                    .map_err(|e| format!("the simulation's workflow is not valid: {e}"))?,
+            );
             self.store.workflows.insert((TENANT.to_owned(), workflow.name().to_owned()), (1, workflow, None));
         }
         for i in 0..self.masters.len() {
@@ -357,6 +361,7 @@ impl World {
             let at = self.now + self.rng.between(0, self.config.faults_for_ms / 2);
             self.schedule(at, Event::Trigger);
         }
+        Ok(())
     }
 
     fn start_master(&mut self, i: usize) {
@@ -616,7 +621,6 @@ impl World {
         self.masters[i].committing = Some(effects);
         self.schedule(self.now + delay, Event::Commit(i, inc));
         self.wake(i, next.max(self.now + delay + 1));
-        let _ = count;
         Ok(())
     }
 
