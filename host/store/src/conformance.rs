@@ -544,7 +544,7 @@ async fn runs_and_batches(store: &dyn Store, p: &str) -> Result<()> {
         .find(|c| c.run_id == id)
         .map(|c| c.id)
         .ok_or_else(|| Error::Invalid("command missing".into()))?;
-    batch.commands_done.push((command, "{\"ok\":true}".into()));
+    batch.commands_done.push(crate::DoneCommand { id: command, run_id: id.clone(), result: "{\"ok\":true}".into() });
     store.commit(batch).await?;
     check(
         store.get_run(&id).await?.is_some_and(|r| r.state == RunState::Running && r.started_at == Some(1001)),
@@ -665,8 +665,25 @@ async fn fencing(store: &dyn Store, p: &str) -> Result<()> {
             .is_some_and(|r| r.epoch == 1 && r.owner.as_deref() == Some("m2") && r.state == RunState::Running),
         &format!("claim returns the claimed run: {claimed:?}"),
     )?;
-    let old_owner = store.commit(write(0, RunState::Succeeded)).await?;
+    // The previous owner carried out a command for the run: fenced off
+    // with its writes, the command stays pending for the new owner.
+    let command = store
+        .insert_command(NewCommand {
+            tenant: tenant.clone(),
+            run_id: id.clone(),
+            slot: 0,
+            command: EncodedCommand::new("resume", "{}".into()),
+            created_at: 7,
+        })
+        .await?;
+    let mut late = write(0, RunState::Succeeded);
+    late.commands_done.push(crate::DoneCommand { id: command, run_id: id.clone(), result: "{}".into() });
+    let old_owner = store.commit(late).await?;
     check(old_owner.fenced == vec![id.clone()], "the previous owner is fenced after a claim")?;
+    check(
+        store.pending_commands(0, 1000).await?.iter().any(|c| c.id == command),
+        "a command of a fenced run stays pending",
+    )?;
     check(store.claim_run(&format!("{p}nothing"), "m2", 7).await?.is_none(), "no claim of a missing run")?;
     Ok(())
 }

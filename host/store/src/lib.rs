@@ -433,6 +433,16 @@ pub enum OutputWrite {
     Clear { run_id: String, idx: i64 },
 }
 
+/// A command carried out, and what came of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DoneCommand {
+    pub id: i64,
+    /// The run it was for.
+    pub run_id: String,
+    /// Its outcome (JSON).
+    pub result: String,
+}
+
 /// Everything one engine step changes, committed atomically.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WriteBatch {
@@ -452,8 +462,10 @@ pub struct WriteBatch {
     /// update when it ends.
     pub attempts: Vec<AttemptRow>,
     pub events: Vec<NewEvent>,
-    /// Commands consumed in this step, with their result (JSON).
-    pub commands_done: Vec<(i64, String)>,
+    /// Commands consumed in this step, with their result (JSON). A
+    /// command whose run's writes are fenced stays pending: the run's new
+    /// owner carries it out.
+    pub commands_done: Vec<DoneCommand>,
     /// New schedule cursors: (tenant, workflow, logical time).
     pub schedule_cursors: Vec<(String, String, i64)>,
     /// Runs whose writes must be fenced: (run id, the epoch the writer

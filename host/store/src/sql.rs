@@ -1012,6 +1012,7 @@ impl Store for SqlStore {
                 });
                 batch.attempts.retain(|a| !stale.contains(&a.run_id));
                 batch.events.retain(|e| e.run_id.as_ref().is_none_or(|r| !stale.contains(r)));
+                batch.commands_done.retain(|c| !stale.contains(&c.run_id));
                 committed.fenced = stale.into_iter().collect();
                 committed.fenced.sort();
             }
@@ -1173,10 +1174,10 @@ impl Store for SqlStore {
             );
         }
 
-        for (id, result) in &batch.commands_done {
+        for done in &batch.commands_done {
             script.push(
                 "UPDATE commands SET done_at = ?, result = ? WHERE id = ?",
-                vec![Arg::I64(batch.at), Arg::Text(result.clone()), Arg::I64(*id)],
+                vec![Arg::I64(batch.at), Arg::Text(done.result.clone()), Arg::I64(done.id)],
             );
         }
 
@@ -1474,7 +1475,7 @@ mod tests {
         let many: Vec<NewEvent> = (0..SMALL_STATEMENT_PARAMS).map(|i| event(&format!("big-{i}"))).collect();
         let batch = WriteBatch {
             events: std::iter::once(event("first")).chain(many).collect(),
-            commands_done: vec![(12345, "{}".into())],
+            commands_done: vec![DoneCommand { id: 12345, run_id: "r".into(), result: "{}".into() }],
             schedule_cursors: vec![("script-test".into(), "nothing".into(), 7)],
             ..WriteBatch::default()
         };

@@ -34,7 +34,7 @@ impl EngineState {
         let runnable = match &command.command {
             Err(reason) => {
                 let outcome = fail(format!("the command cannot be read: {reason}"));
-                return self.reply(effects, command.id, outcome);
+                return self.reply(effects, &command, outcome);
             }
             Ok(_) => self.runs.contains_key(command.run_id.as_str()),
         };
@@ -61,7 +61,7 @@ impl EngineState {
             match self.load_failures.get(&command.run_id) {
                 Some(LoadError::Gone(message) | LoadError::Invalid(message)) if !blocked => {
                     let outcome = fail(message.clone());
-                    self.reply(effects, command.id, outcome);
+                    self.reply(effects, &command, outcome);
                 }
                 _ => {
                     // Still loading, or the store failed (asked again at
@@ -88,21 +88,25 @@ impl EngineState {
         }
     }
 
-    fn reply(&mut self, effects: &mut Effects, id: i64, outcome: CommandOutcome) {
-        effects.batch.commands_done.push((id, outcome_json(&outcome)));
-        effects.replies.push((id, outcome));
+    fn reply(&mut self, effects: &mut Effects, command: &PendingCommand, outcome: CommandOutcome) {
+        effects.batch.commands_done.push(dagr_store::DoneCommand {
+            id: command.id,
+            run_id: command.run_id.clone(),
+            result: outcome_json(&outcome),
+        });
+        effects.replies.push((command.id, outcome));
     }
 
     fn execute(&mut self, effects: &mut Effects, pending: PendingCommand, now: i64) {
-        let Ok(command) = pending.command else { return };
-        let outcome = self.execute_on(effects, &pending.run_id, &command, now);
+        let Ok(command) = &pending.command else { return };
+        let outcome = self.execute_on(effects, &pending.run_id, command, now);
         if let Some((id, _)) = self.runs.get_key_value(pending.run_id.as_str())
             && self.runs[id].machine.state().is_terminal()
         {
             let id: Arc<str> = id.clone();
             self.retiring.push(id);
         }
-        self.reply(effects, pending.id, outcome);
+        self.reply(effects, &pending, outcome);
     }
 
     fn execute_on(&mut self, effects: &mut Effects, run_id: &str, command: &Command, now: i64) -> CommandOutcome {

@@ -487,8 +487,8 @@ impl FakeStore {
         }
         self.events
             .extend(batch.events.iter().filter(|e| e.run_id.as_deref().is_none_or(|r| !stale.contains(r))).cloned());
-        for (id, result) in &batch.commands_done {
-            self.done.insert(*id, result.clone());
+        for done in batch.commands_done.iter().filter(|c| !stale.contains(c.run_id.as_str())) {
+            self.done.insert(done.id, done.result.clone());
         }
         for (tenant, name, cursor) in cursors {
             if let Some(w) = self.workflows.get_mut(&(tenant.clone(), name.clone())) {
