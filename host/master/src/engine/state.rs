@@ -423,6 +423,28 @@ impl EngineState {
         self.command_cursor = 0;
     }
 
+    /// What this engine holds of a run, for a person debugging it: its
+    /// machine's state and tasks, its attempts in flight, its timers.
+    pub fn describe_run(&self, id: &str) -> Option<String> {
+        let run = self.runs.get(id)?;
+        let tasks: Vec<String> = run
+            .machine
+            .tasks()
+            .iter()
+            .enumerate()
+            .map(|(i, t)| format!("{}={:?}", run.machine.workflow().tasks[i].name, t.state))
+            .collect();
+        let flights: Vec<String> = self.in_flight.keys().filter(|k| k.run_id == id).map(|k| k.to_string()).collect();
+        Some(format!(
+            "{:?} epoch {}; tasks {}; in flight [{}]; timers {:?}",
+            run.machine.state(),
+            run.row.epoch,
+            tasks.join(" "),
+            flights.join(", "),
+            self.timers.of_run(id)
+        ))
+    }
+
     /// Whether a run is loaded here.
     pub fn has_run(&self, id: &str) -> bool {
         self.runs.contains_key(id)

@@ -680,3 +680,36 @@ fn killing_a_run_ends_its_attempts_in_flight_as_cancelled() {
     assert_eq!(effects.acks, vec![(1, run.clone(), Ack::Stale)]);
     assert_eq!(env.store.attempts[&(run, 0, 1)].state, AttemptState::Failed);
 }
+
+/// A paused run taken over by another master, resumed there: a task that
+/// fails afterwards is retried when its backoff ends.
+#[test]
+fn a_paused_run_taken_over_and_resumed_retries_its_tasks() {
+    let flow = "name: chain\ntasks:\n- {name: a, plugin: echo}\n- {name: b, plugin: echo, depends_on: [a], retries: 2}\n- {name: c, plugin: echo, depends_on: [a]}\n- {name: d, plugin: echo, depends_on: [b, c], retries: 1}\n";
+    let mut env = TestEnv::new();
+    env.apply(flow);
+    let run = env.trigger("chain");
+    env.step(vec![]);
+    env.command(&run, Command::Pause);
+    env.step(vec![]);
+    let a = env.in_flight("a");
+    env.succeed(&a, "{}");
+    // Taken over by a fresh engine.
+    let config = crate::EngineConfig { node_id: "m2".into(), ..crate::EngineConfig::default() };
+    env.state = crate::engine::EngineState::new(&config, env.now);
+    env.node = "m2".into();
+    let all: std::collections::HashSet<u32> = (0..dagr_protocol::SLOTS).collect();
+    env.step(vec![Input::Workers(vec![worker("w1", 8)]), Input::Ownership(all)]);
+    env.command(&run, Command::Resume);
+    env.step(vec![]);
+    let b = env.in_flight("b");
+    let c = env.in_flight("c");
+    env.succeed(&b, "{}");
+    env.succeed(&c, "{}");
+    let d = env.in_flight("d");
+    env.fail(&d, FailureKind::Retryable);
+    assert_eq!(env.task_state(&run, "d"), TaskState::RetryWait);
+    env.advance(600_000);
+    let effects = env.step(vec![]);
+    assert_eq!(names(&effects), ["d"], "{:?}", env.task_state(&run, "d"));
+}

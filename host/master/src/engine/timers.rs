@@ -49,6 +49,19 @@ impl Timers {
         self.due.insert((at, self.seq), timer);
     }
 
+    /// The timers that act on run `run`, with when they are due.
+    pub(crate) fn of_run(&self, run: &str) -> Vec<(i64, &Timer)> {
+        self.due
+            .iter()
+            .filter(|(_, t)| match t {
+                Timer::Retry { run: r, .. } | Timer::Wake { run: r, .. } | Timer::RunTimeout { run: r } => r == run,
+                Timer::AttemptWarn { run: r, .. } => r == run,
+                Timer::Schedule { .. } => false,
+            })
+            .map(|(&(at, _), t)| (at, t))
+            .collect()
+    }
+
     /// When the first timer is due.
     pub(crate) fn next(&self) -> Option<i64> {
         self.due.keys().next().map(|&(at, _)| at)

@@ -16,8 +16,11 @@ impl World {
     /// told what changed.
     pub(super) fn coordinate(&mut self) {
         let ttl = self.config.lease_ttl_ms;
+        for m in self.masters.iter_mut().filter(|m| m.state.is_some() && m.lease_until < self.now) {
+            m.lease_lost = true;
+        }
         if self.etcd_up {
-            for m in self.masters.iter_mut().filter(|m| m.state.is_some() && !m.paused) {
+            for m in self.masters.iter_mut().filter(|m| m.state.is_some() && !m.paused && !m.lease_lost) {
                 m.lease_until = self.now + ttl;
             }
             for w in self.workers.iter_mut().filter(|w| w.alive && !w.paused) {

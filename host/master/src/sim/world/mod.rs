@@ -138,6 +138,9 @@ struct Master {
     incarnation: u32,
     paused: bool,
     lease_until: i64,
+    /// Its lease ran out: it gives up its slots before it may join again
+    /// (as the real node does when its coordinator says so).
+    lease_lost: bool,
     inbox: Vec<Input>,
     /// A step whose commit has not landed yet.
     committing: Option<Effects>,
@@ -211,6 +214,7 @@ impl World {
                     incarnation: 0,
                     paused: false,
                     lease_until: 0,
+                    lease_lost: false,
                     inbox: Vec::new(),
                     committing: None,
                     acks: BTreeMap::new(),
@@ -370,6 +374,7 @@ impl World {
         m.state = Some(EngineState::new(&m.config, self.now));
         m.paused = false;
         m.lease_until = self.now + self.config.lease_ttl_ms;
+        m.lease_lost = false;
         m.inbox.clear();
         m.committing = None;
         m.acks.clear();
@@ -424,7 +429,22 @@ impl World {
             .runs
             .values()
             .filter(|r| !r.state.is_terminal() && r.created_at <= faults_end)
-            .map(|r| format!("{} ({} {:?}, epoch {}, owner {:?})", r.id, r.workflow, r.state, r.epoch, r.owner))
+            .map(|r| {
+                let held: Vec<String> = self
+                    .masters
+                    .iter()
+                    .filter_map(|m| Some(format!("{}: {}", m.id, m.state.as_ref()?.describe_run(&r.id)?)))
+                    .collect();
+                format!(
+                    "{} ({} {:?}, epoch {}, owner {:?}; held by {})",
+                    r.id,
+                    r.workflow,
+                    r.state,
+                    r.epoch,
+                    r.owner,
+                    if held.is_empty() { "no master".to_owned() } else { held.join("; ") }
+                )
+            })
             .collect()
     }
 
@@ -567,7 +587,9 @@ impl World {
         }
         // A master that lost its lease gives everything up, as the real
         // node does when the coordinator says so.
-        if m.lease_until < self.now {
+        if m.lease_until < self.now || m.lease_lost {
+            m.lease_lost = false;
+            m.told_workers = None;
             if m.told_slots.as_ref().is_none_or(|s| !s.is_empty()) {
                 m.inbox.push(Input::Ownership(Default::default()));
                 m.told_slots = Some(BTreeSet::new());
