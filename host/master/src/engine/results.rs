@@ -327,9 +327,25 @@ impl EngineState {
     /// (this master dropped them because another claimed them while their
     /// views of the membership differed, and that one handed them back)
     /// are taken over; they would otherwise wait for the next membership
-    /// change.
+    /// change. So are runs loaded here that another master claimed since
+    /// (this one slept through the slot leaving and coming back: its copy
+    /// is stale, and a run with nothing to do would never write and learn
+    /// it from a fence).
     pub(crate) fn found_owners(&mut self, effects: &mut Effects, owners: Vec<(String, u32, Option<String>)>) {
-        let me = self.settings.node_id.as_str();
+        let me = self.settings.node_id.clone();
+        let stale: Vec<&String> = owners
+            .iter()
+            .filter(|(id, slot, owner)| {
+                self.owned.contains(slot)
+                    && self.runs.contains_key(id.as_str())
+                    && owner.as_deref().is_some_and(|o| o != me)
+            })
+            .map(|(id, _, _)| id)
+            .collect();
+        for id in stale {
+            tracing::warn!(run = %id, "another master claimed this run since it was loaded here; taking it over again");
+            self.drop_run(id);
+        }
         let orphans: Set<u32> = owners
             .iter()
             .filter(|(id, slot, owner)| {

@@ -713,3 +713,33 @@ fn a_paused_run_taken_over_and_resumed_retries_its_tasks() {
     let effects = env.step(vec![]);
     assert_eq!(names(&effects), ["d"], "{:?}", env.task_state(&run, "d"));
 }
+
+/// Found by the simulation (`dagr sim`, seed 204943): a master slept
+/// (SIGSTOP, within its lease) while its slot went to another master and
+/// came back. The other claimed its paused run and handed the slot back;
+/// this one still held its stale copy, which had nothing to write — so no
+/// fence told it — and never took the run over again.
+#[test]
+fn a_run_claimed_elsewhere_behind_this_masters_back_is_taken_over_again() {
+    let mut env = TestEnv::with(|c| c.attempt_check = Some(std::time::Duration::from_secs(5)), vec![worker("w1", 8)]);
+    env.apply(PLAIN);
+    let run = env.trigger("plain");
+    env.step(vec![]);
+    env.command(&run, Command::Pause);
+    env.step(vec![]);
+    let a = env.in_flight("a");
+    env.succeed(&a, "{}");
+    assert_eq!(env.store.runs[&run].epoch, 1);
+    // Another master claims it while this one sleeps, then lets it go.
+    env.store.load(&run, "m2").unwrap();
+    assert_eq!(env.store.runs[&run].owner.as_deref(), Some("m2"));
+    env.advance(6_000);
+    env.step(vec![]);
+    env.step(vec![]);
+    assert_eq!(env.store.runs[&run].owner.as_deref(), Some("m1"), "taken over again: {:?}", env.needs_seen);
+    assert!(env.store.runs[&run].epoch >= 3, "with a claim of its own");
+    // And it goes on once resumed.
+    env.command(&run, Command::Resume);
+    let effects = env.step(vec![]);
+    assert_eq!(names(&effects), ["b"]);
+}

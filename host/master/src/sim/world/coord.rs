@@ -16,12 +16,13 @@ impl World {
     /// told what changed.
     pub(super) fn coordinate(&mut self) {
         let ttl = self.config.lease_ttl_ms;
-        for m in self.masters.iter_mut().filter(|m| m.state.is_some() && m.lease_until < self.now) {
+        for m in self.masters.iter_mut().filter(|m| m.state.is_some() && m.lease_until < self.now && !m.joining) {
             m.lease_lost = true;
         }
         if self.etcd_up {
             for m in self.masters.iter_mut().filter(|m| m.state.is_some() && !m.paused && !m.lease_lost) {
                 m.lease_until = self.now + ttl;
+                m.joining = false;
             }
             for w in self.workers.iter_mut().filter(|w| w.alive && !w.paused) {
                 w.lease_until = self.now + ttl;

@@ -141,6 +141,8 @@ struct Master {
     /// Its lease ran out: it gives up its slots before it may join again
     /// (as the real node does when its coordinator says so).
     lease_lost: bool,
+    /// It gave its slots up and asks for a new lease.
+    joining: bool,
     inbox: Vec<Input>,
     /// A step whose commit has not landed yet.
     committing: Option<Effects>,
@@ -215,6 +217,7 @@ impl World {
                     paused: false,
                     lease_until: 0,
                     lease_lost: false,
+                    joining: false,
                     inbox: Vec::new(),
                     committing: None,
                     acks: BTreeMap::new(),
@@ -375,6 +378,7 @@ impl World {
         m.paused = false;
         m.lease_until = self.now + self.config.lease_ttl_ms;
         m.lease_lost = false;
+        m.joining = false;
         m.inbox.clear();
         m.committing = None;
         m.acks.clear();
@@ -589,6 +593,7 @@ impl World {
         // node does when the coordinator says so.
         if m.lease_until < self.now || m.lease_lost {
             m.lease_lost = false;
+            m.joining = true;
             m.told_workers = None;
             if m.told_slots.as_ref().is_none_or(|s| !s.is_empty()) {
                 m.inbox.push(Input::Ownership(Default::default()));
