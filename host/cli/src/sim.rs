@@ -112,7 +112,7 @@ fn many(args: &SimArgs, config: &SimConfig) -> anyhow::Result<ExitCode> {
                             tally.done.fetch_add(1, Ordering::Relaxed);
                             tally.steps.fetch_add(report.steps, Ordering::Relaxed);
                             tally.sim_ms.fetch_add(report.sim_ms as u64, Ordering::Relaxed);
-                            add(&mut tally.faults.lock().unwrap_or_else(|e| e.into_inner()), &report.faults);
+                            tally.faults.lock().unwrap_or_else(|e| e.into_inner()).add(&report.faults);
                             tally.paths.lock().unwrap_or_else(|e| e.into_inner()).insert(report.path);
                         }
                         Err(failure) => {
@@ -151,17 +151,4 @@ fn many(args: &SimArgs, config: &SimConfig) -> anyhow::Result<ExitCode> {
         }
         None => Ok(ExitCode::SUCCESS),
     }
-}
-
-fn add(total: &mut Faults, one: &Faults) {
-    total.master_crashes += one.master_crashes;
-    total.master_pauses += one.master_pauses;
-    total.worker_crashes += one.worker_crashes;
-    total.worker_pauses += one.worker_pauses;
-    total.etcd_outages += one.etcd_outages;
-    total.lost += one.lost;
-    total.duplicated += one.duplicated;
-    total.delayed += one.delayed;
-    total.commit_errors += one.commit_errors;
-    total.slow_commits += one.slow_commits;
 }

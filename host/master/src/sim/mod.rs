@@ -167,6 +167,22 @@ pub struct Faults {
     pub slow_commits: u32,
 }
 
+impl Faults {
+    /// Adds another simulation's faults to these.
+    pub fn add(&mut self, other: &Faults) {
+        self.master_crashes += other.master_crashes;
+        self.master_pauses += other.master_pauses;
+        self.worker_crashes += other.worker_crashes;
+        self.worker_pauses += other.worker_pauses;
+        self.etcd_outages += other.etcd_outages;
+        self.lost += other.lost;
+        self.duplicated += other.duplicated;
+        self.delayed += other.delayed;
+        self.commit_errors += other.commit_errors;
+        self.slow_commits += other.slow_commits;
+    }
+}
+
 /// An invariant broken: which, when, and how the simulation got there.
 #[derive(Debug, Clone)]
 pub struct Failure {
@@ -319,30 +335,6 @@ mod tests {
     }
 
     #[test]
-    #[ignore = "a tool: prints where two runs of a seed part"]
-    fn where_two_runs_of_a_seed_part() {
-        let seed = std::env::var("SIM_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(7);
-        let (_, a) = run_traced(seed, &SimConfig::default());
-        let (_, b) = run_traced(seed, &SimConfig::default());
-        if let Some(i) = a.iter().zip(&b).position(|(x, y)| x != y) {
-            let from = i.saturating_sub(15);
-            panic!("they part at line {i}:\n{}\n---\n{}", a[from..=i].join("\n"), b[from..=i].join("\n"));
-        }
-    }
-
-    #[test]
-    #[ignore = "a tool: prints a seed's trace (SIM_SEED), the lines with SIM_GREP"]
-    fn print_a_trace() {
-        let seed = std::env::var("SIM_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(7);
-        let grep = std::env::var("SIM_GREP").unwrap_or_default();
-        let (outcome, lines) = run_traced(seed, &SimConfig::default());
-        for line in lines.iter().filter(|l| l.contains(&grep)) {
-            println!("{line}");
-        }
-        println!("{:?}", outcome.map_err(|f| f.invariant));
-    }
-
-    #[test]
     fn a_failure_shows_the_steps_of_its_runs_and_the_faults() {
         let trace = vec![
             "[ 1 ms] run 0000000000000009-0001 triggered".to_owned(),
@@ -380,12 +372,7 @@ mod tests {
         let mut faults = Faults::default();
         for seed in 0..SEEDS {
             let report = run(seed, &config).unwrap_or_else(|f| panic!("{f}"));
-            faults.master_crashes += report.faults.master_crashes;
-            faults.master_pauses += report.faults.master_pauses;
-            faults.worker_crashes += report.faults.worker_crashes;
-            faults.worker_pauses += report.faults.worker_pauses;
-            faults.lost += report.faults.lost;
-            faults.slow_commits += report.faults.slow_commits;
+            faults.add(&report.faults);
         }
         assert!(faults.master_crashes > 0 && faults.master_pauses > 0, "{faults:?}");
         assert!(faults.worker_crashes > 0 && faults.worker_pauses > 0, "{faults:?}");
