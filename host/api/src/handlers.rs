@@ -188,6 +188,12 @@ pub struct RunsQuery {
     /// Page size, 1–1000 (default 50).
     #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<i64>,
+    /// Only runs whose logical time is at or after this (RFC 3339 or a date).
+    pub from: Option<String>,
+    /// Only runs whose logical time is at or before this.
+    pub to: Option<String>,
+    /// `true`: only archived runs; `false`: only hot ones; default: both.
+    pub archived: Option<bool>,
     /// The `next` cursor of the previous page.
     #[param(pattern = "^-?[0-9]+_.+$")]
     pub before: Option<String>,
@@ -208,6 +214,12 @@ pub struct WorkflowRunsQuery {
     /// Page size, 1–1000 (default 50).
     #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<i64>,
+    /// Only runs whose logical time is at or after this (RFC 3339 or a date).
+    pub from: Option<String>,
+    /// Only runs whose logical time is at or before this.
+    pub to: Option<String>,
+    /// `true`: only archived runs; `false`: only hot ones; default: both.
+    pub archived: Option<bool>,
     /// The `next` cursor of the previous page.
     #[param(pattern = "^-?[0-9]+_.+$")]
     pub before: Option<String>,
@@ -241,19 +253,46 @@ async fn runs_page(state: &ApiState, tenant: &str, q: RunsQuery) -> Answer<RunLi
     if !(1..=1000).contains(&limit) {
         return Err(AppError::bad_at("bad_query", "?limit", "must be between 1 and 1000"));
     }
+    let logical = |text: &Option<String>, at: &str| match text {
+        Some(t) => parse_time(t).map(|t| Some(t.timestamp_millis())).map_err(|e| AppError::bad_at("bad_query", at, e)),
+        None => Ok(None),
+    };
     let filter = RunFilter {
         tenant: tenant.into(),
         workflow: q.workflow,
         state: q.state,
         kind,
         backfill_id: q.backfill,
+        logical_from: logical(&q.from, "?from")?,
+        logical_to: logical(&q.to, "?to")?,
         before,
         limit,
     };
-    let rows = state.store.list_runs(&filter).await?;
-    let next =
-        (rows.len() as i64 == limit).then(|| rows.last().map(|r| format!("{}_{}", r.created_at, r.id))).flatten();
-    ok(RunList { runs: rows.iter().map(run_summary).collect(), next })
+    let hot = match q.archived {
+        Some(true) => Vec::new(),
+        _ => state.store.list_runs(&filter).await?,
+    };
+    // Cold runs only where a partition may hold one that belongs on this
+    // page: a full page of hot runs newer than every partition needs none.
+    let oldest_hot = hot.last().filter(|_| hot.len() as i64 == limit).map(|r| r.created_at);
+    let cold = match q.archived {
+        Some(false) => Vec::new(),
+        _ => {
+            let partitions = state.store.partitions(Some(tenant)).await?;
+            let reachable = partitions.iter().any(|p| p.runs > 0 && p.max_created.is_some_and(|at| oldest_hot.is_none_or(|h| at >= h)));
+            if reachable { state.store.list_archived_runs(&filter).await? } else { Vec::new() }
+        }
+    };
+    let hot_ids: std::collections::HashSet<&str> = hot.iter().map(|r| r.id.as_str()).collect();
+    let mut rows: Vec<(&RunRow, bool)> = hot.iter().map(|r| (r, false)).collect();
+    rows.extend(cold.iter().filter(|r| !hot_ids.contains(r.id.as_str())).map(|r| (r, true)));
+    rows.sort_by(|(a, _), (b, _)| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
+    rows.truncate(limit as usize);
+    let next = (rows.len() as i64 == limit)
+        .then(|| rows.last().map(|(r, _)| format!("{}_{}", r.created_at, r.id)))
+        .flatten();
+    let runs = rows.iter().map(|(r, archived)| RunSummary { archived: *archived, ..run_summary(r) }).collect();
+    ok(RunList { runs, next })
 }
 
 /// Lists runs, newest first, with filters and pagination.
@@ -281,24 +320,39 @@ pub async fn list_workflow_runs(
         state: q.state,
         kind: q.kind,
         backfill: q.backfill,
+        from: q.from,
+        to: q.to,
+        archived: q.archived,
         limit: q.limit,
         before: q.before,
     };
     runs_page(&state, &tenant.0, q).await
 }
 
+/// A run of the tenant, hot or archived.
 pub(crate) async fn find_run(state: &ApiState, tenant: &str, id: &str) -> ApiResult<RunRow> {
-    state
-        .store
-        .get_run(id)
-        .await?
-        .filter(|r| r.tenant == tenant)
-        .ok_or_else(|| AppError::NotFound(format!("there is no run `{id}`")))
+    Ok(locate_run(state, tenant, id).await?.0)
+}
+
+/// A run of the tenant, and whether it is archived (in cold storage).
+pub(crate) async fn locate_run(state: &ApiState, tenant: &str, id: &str) -> ApiResult<(RunRow, bool)> {
+    if let Some(run) = state.store.get_run(id).await?.filter(|r| r.tenant == tenant) {
+        return Ok((run, false));
+    }
+    match state.store.archived_run(tenant, id).await? {
+        Some((run, _)) => Ok((run, true)),
+        None => Err(AppError::NotFound(format!("there is no run `{id}`"))),
+    }
 }
 
 /// Writes a command for the engine and waits (briefly) for its outcome.
+/// An archived run is restored into the hot tables first: the engine
+/// works on hot runs only.
 async fn act(state: &ApiState, caller: &Caller, tenant: &str, run_id: &str, command: Command) -> Answer<ActionResult> {
-    let run = find_run(state, tenant, run_id).await?;
+    let (run, archived) = locate_run(state, tenant, run_id).await?;
+    if archived {
+        state.store.restore_run(run_id, now_ms()).await?;
+    }
     let id = state
         .store
         .insert_command(NewCommand {

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use axum::extract::State;
 use dagr_core::definition::Format;
 use dagr_core::{Workflow, WorkflowSpec};
-use dagr_protocol::api::{ApiError, RunDetail, TaskDetail, TaskList};
+use dagr_protocol::api::{ApiError, RunDetail, RunSummary, TaskDetail, TaskList};
 use dagr_protocol::plugins::TrustedCatalog;
 use dagr_store::{RunRow, TaskRow};
 use serde::Deserialize;
@@ -21,7 +21,7 @@ use serde_json::Value;
 
 use crate::error::{ApiResult, AppError};
 use crate::extract::{Path, Query, off_runtime};
-use crate::handlers::{Answer, find_run, ok};
+use crate::handlers::{Answer, find_run, locate_run, ok};
 use crate::views::{attempt_view, run_summary, task_view};
 use crate::{ApiState, Tenant};
 
@@ -92,11 +92,11 @@ async fn page(state: &ApiState, run: &RunRow, after: i64, limit: i64) -> ApiResu
     responses((status = 200, body = RunDetail), (status = 404, body = ApiError))
 )]
 pub async fn get_run(State(state): State<ApiState>, tenant: Tenant, Path(id): Path<String>) -> Answer<RunDetail> {
-    let run = find_run(&state, &tenant.0, &id).await?;
+    let (run, archived) = locate_run(&state, &tenant.0, &id).await?;
     let counts = state.store.run_task_counts(&id).await?;
     let first = page(&state, &run, -1, FIRST_PAGE).await?;
     ok(RunDetail {
-        run: run_summary(&run),
+        run: RunSummary { archived, ..run_summary(&run) },
         params: serde_json::from_str(&run.params).unwrap_or(Value::Null),
         task_counts: counts.into_iter().collect(),
         tasks: first.tasks,

@@ -21,6 +21,7 @@ pub fn run_summary(row: &RunRow) -> RunSummary {
         started_at: row.started_at.map(time),
         finished_at: row.finished_at.map(time),
         backfill_id: row.backfill_id.clone(),
+        archived: false,
     }
 }
 

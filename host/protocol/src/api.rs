@@ -126,6 +126,10 @@ pub struct RunSummary {
     pub finished_at: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backfill_id: Option<String>,
+    /// The run was carried over to cold storage (an action on it restores
+    /// it first).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub archived: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]

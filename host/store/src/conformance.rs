@@ -3,7 +3,7 @@
 
 use crate::*;
 
-fn run(id: &str, tenant: &str, workflow: &str, kind: RunKind, logical_time: i64) -> RunRow {
+pub(crate) fn run(id: &str, tenant: &str, workflow: &str, kind: RunKind, logical_time: i64) -> RunRow {
     RunRow {
         id: id.into(),
         tenant: tenant.into(),
@@ -27,7 +27,7 @@ fn run(id: &str, tenant: &str, workflow: &str, kind: RunKind, logical_time: i64)
     }
 }
 
-fn check(cond: bool, what: &str) -> Result<()> {
+pub(crate) fn check(cond: bool, what: &str) -> Result<()> {
     if cond { Ok(()) } else { Err(Error::Invalid(format!("conformance: {what}"))) }
 }
 
@@ -45,6 +45,7 @@ pub async fn run_all(store: &dyn Store, prefix: &str) -> Result<()> {
     outer_dag(store, prefix).await?;
     task_reads(store, prefix).await?;
     webhooks(store, prefix).await?;
+    crate::conformance_archive::archive(store, prefix).await?;
     Ok(())
 }
 

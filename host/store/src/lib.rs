@@ -21,7 +21,9 @@
 //!   milliseconds since the Unix epoch.
 
 pub mod alerts;
+pub mod archive;
 pub mod conformance;
+mod conformance_archive;
 mod logs;
 #[cfg(test)]
 mod migrations_agree;
@@ -30,6 +32,7 @@ mod reads;
 mod registry;
 mod sql;
 mod sql_alerts;
+mod sql_archive;
 mod sql_api;
 mod sql_events;
 mod sql_outer;
@@ -47,6 +50,7 @@ pub use dagr_core::{RunState, TaskState};
 use serde::{Deserialize, Serialize};
 
 pub use crate::alerts::{AlertRow, AlertRuleRow, AlertStore, DueSla, NewAlert};
+pub use crate::archive::{ArchiveStore, CarryOver, HotCounts, PartitionRow, Period, Restored};
 pub use crate::logs::NUL_STORED_AS;
 pub use crate::outer::{CycleRun, EdgeRow, OuterStore};
 pub use crate::reads::ReadStore;
@@ -410,6 +414,9 @@ pub struct RunFilter {
     pub state: Option<String>,
     pub kind: Option<RunKind>,
     pub backfill_id: Option<String>,
+    /// Only runs with logical times in [`logical_from`, `logical_to`].
+    pub logical_from: Option<i64>,
+    pub logical_to: Option<i64>,
     /// Only runs created before this (created_at, id) — the cursor of the
     /// previous page.
     pub before: Option<(i64, String)>,
@@ -544,7 +551,7 @@ pub struct Committed {
 /// dagr's storage. Implemented by [`SqlStore`] on SQLite and PostgreSQL.
 #[async_trait]
 pub trait Store:
-    TenancyStore + RegistryStore + OuterStore + WebhookStore + AlertStore + ReadStore + Send + Sync + 'static
+    TenancyStore + RegistryStore + OuterStore + WebhookStore + AlertStore + ReadStore + ArchiveStore + Send + Sync + 'static
 {
     // Workflows ----------------------------------------------------------
 

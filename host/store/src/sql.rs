@@ -41,7 +41,7 @@ impl FromStr for Synchronous {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Backend {
+pub(crate) enum Backend {
     Sqlite,
     Postgres,
 }
@@ -52,7 +52,10 @@ pub struct SqlStore {
     /// SQLite has one writer; all writes go through this pool of one.
     pub(crate) write: AnyPool,
     pub(crate) read: AnyPool,
-    backend: Backend,
+    pub(crate) backend: Backend,
+    /// Where a SQLite store keeps its cold partitions' files (`archive/`
+    /// beside the database); `None` on PostgreSQL.
+    pub(crate) archive_dir: Option<std::path::PathBuf>,
 }
 
 static DRIVERS: Once = Once::new();
@@ -111,7 +114,8 @@ impl SqlStore {
         let write = connect(1).await?;
         sqlx::migrate!("./migrations/sqlite").run(&write).await?;
         let read = connect(4).await?;
-        Ok(SqlStore { write, read, backend: Backend::Sqlite })
+        let archive_dir = Some(path.parent().unwrap_or(Path::new(".")).join("archive"));
+        Ok(SqlStore { write, read, backend: Backend::Sqlite, archive_dir })
     }
 
     /// Connects to PostgreSQL and migrates the database.
@@ -123,7 +127,7 @@ impl SqlStore {
             .connect_with(quiet(url)?)
             .await?;
         sqlx::migrate!("./migrations/postgres").run(&pool).await?;
-        Ok(SqlStore { write: pool.clone(), read: pool, backend: Backend::Postgres })
+        Ok(SqlStore { write: pool.clone(), read: pool, backend: Backend::Postgres, archive_dir: None })
     }
 
     /// Opens a store from a URL: `sqlite://PATH` or `postgres://…`.
@@ -160,20 +164,22 @@ fn quiet(url: &str) -> Result<AnyConnectOptions> {
 
 /// A bind value; lets one helper build multi-row statements.
 #[derive(Debug, Clone)]
-enum Arg {
+pub(crate) enum Arg {
     I64(i64),
     OptI64(Option<i64>),
     Text(String),
     OptText(Option<String>),
+    Bytes(Vec<u8>),
 }
 
-fn bind_all<'q>(mut query: Query<'q, Any, AnyArguments<'q>>, args: Vec<Arg>) -> Query<'q, Any, AnyArguments<'q>> {
+pub(crate) fn bind_all<'q>(mut query: Query<'q, Any, AnyArguments<'q>>, args: Vec<Arg>) -> Query<'q, Any, AnyArguments<'q>> {
     for arg in args {
         query = match arg {
             Arg::I64(v) => query.bind(v),
             Arg::OptI64(v) => query.bind(v),
             Arg::Text(v) => query.bind(v),
             Arg::OptText(v) => query.bind(v),
+            Arg::Bytes(v) => query.bind(v),
         };
     }
     query
@@ -215,6 +221,11 @@ fn numbered(sql: &str) -> String {
         }
     }
     out
+}
+
+/// `sql` numbered for PostgreSQL if `postgres`, else as it is.
+pub(crate) fn numbered_if(postgres: bool, sql: &str) -> String {
+    if postgres { numbered(sql) } else { sql.to_owned() }
 }
 
 /// `(?,?),(?,?)` (SQLite) or `($1,$2),($3,$4)` (PostgreSQL).
@@ -323,22 +334,22 @@ async fn insert_rows(
 /// The write connection of a transaction that is opened and committed by
 /// hand: unless [`Writer::release`]d after its COMMIT, it is closed rather
 /// than returned to the pool, and closing rolls back whatever it had begun.
-struct Writer {
+pub(crate) struct Writer {
     conn: PoolConnection<Any>,
     committed: bool,
 }
 
 impl Writer {
-    async fn acquire(pool: &AnyPool) -> Result<Writer> {
+    pub(crate) async fn acquire(pool: &AnyPool) -> Result<Writer> {
         Ok(Writer { conn: pool.acquire().await?, committed: false })
     }
 
-    fn get(&mut self) -> &mut sqlx::AnyConnection {
+    pub(crate) fn get(&mut self) -> &mut sqlx::AnyConnection {
         &mut self.conn
     }
 
     /// The transaction was committed: the connection goes back to the pool.
-    fn release(mut self) {
+    pub(crate) fn release(mut self) {
         self.committed = true;
     }
 }
@@ -352,11 +363,47 @@ impl Drop for Writer {
 }
 
 /// `$start,$start+1,…` for an IN list.
-fn in_list(start: usize, n: usize) -> String {
+pub(crate) fn in_list(start: usize, n: usize) -> String {
     (start..start + n).map(|i| format!("${i}")).collect::<Vec<_>>().join(",")
 }
 
-fn run_from(row: &AnyRow) -> Result<RunRow> {
+/// The query of a page of runs from `table` (hot or a partition's) as
+/// `filter` says, newest first, with anonymous `?` parameters.
+pub(crate) fn run_filter_sql(filter: &RunFilter, table: &str) -> (String, Vec<Arg>) {
+    let mut sql = format!("SELECT {RUN_COLUMNS} FROM {table} WHERE tenant = ?");
+    let mut args = vec![Arg::Text(filter.tenant.clone())];
+    let mut push = |clause: &str, arg: Arg| {
+        sql.push_str(clause);
+        args.push(arg);
+    };
+    if let Some(w) = &filter.workflow {
+        push(" AND workflow = ?", Arg::Text(w.clone()));
+    }
+    if let Some(s) = &filter.state {
+        push(" AND state = ?", Arg::Text(s.clone()));
+    }
+    if let Some(k) = filter.kind {
+        push(" AND kind = ?", Arg::Text(k.as_str().into()));
+    }
+    if let Some(b) = &filter.backfill_id {
+        push(" AND backfill_id = ?", Arg::Text(b.clone()));
+    }
+    if let Some(from) = filter.logical_from {
+        push(" AND logical_time >= ?", Arg::I64(from));
+    }
+    if let Some(to) = filter.logical_to {
+        push(" AND logical_time <= ?", Arg::I64(to));
+    }
+    if let Some((created, id)) = &filter.before {
+        push(" AND (created_at < ?", Arg::I64(*created));
+        push(" OR (created_at = ?", Arg::I64(*created));
+        push(" AND id < ?))", Arg::Text(id.clone()));
+    }
+    push(" ORDER BY created_at DESC, id DESC LIMIT ?", Arg::I64(filter.limit.clamp(1, 1000)));
+    (sql, args)
+}
+
+pub(crate) fn run_from(row: &AnyRow) -> Result<RunRow> {
     let kind: String = row.try_get("kind")?;
     Ok(RunRow {
         id: row.try_get("id")?,
@@ -386,7 +433,7 @@ fn run_from(row: &AnyRow) -> Result<RunRow> {
     })
 }
 
-const RUN_COLUMNS: &str = "id, tenant, workflow, version, kind, state, logical_time, params, spec, backfill_id, slot, \
+pub(crate) const RUN_COLUMNS: &str = "id, tenant, workflow, version, kind, state, logical_time, params, spec, backfill_id, slot, \
                            owner, epoch, created_at, started_at, finished_at, updated_at, parent_run, parent_task";
 
 fn run_args(r: &RunRow) -> Vec<Arg> {
@@ -475,7 +522,7 @@ fn attempt_from(row: &AnyRow) -> Result<AttemptRow> {
     })
 }
 
-const ATTEMPT_COLUMNS: &str =
+pub(crate) const ATTEMPT_COLUMNS: &str =
     "run_id, task_idx, number, task, state, failure_kind, message, charged, worker, epoch, started_at, finished_at";
 
 fn workflow_from(row: &AnyRow) -> Result<WorkflowRow> {
@@ -766,30 +813,8 @@ impl Store for SqlStore {
     }
 
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRow>> {
-        let mut sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE tenant = $1");
-        let mut args = vec![Arg::Text(filter.tenant.clone())];
-        let mut push = |clause: &str, arg: Arg, sql: &mut String| {
-            args.push(arg);
-            sql.push_str(&clause.replace("$?", &format!("${}", args.len())));
-        };
-        if let Some(w) = &filter.workflow {
-            push(" AND workflow = $?", Arg::Text(w.clone()), &mut sql);
-        }
-        if let Some(s) = &filter.state {
-            push(" AND state = $?", Arg::Text(s.clone()), &mut sql);
-        }
-        if let Some(k) = filter.kind {
-            push(" AND kind = $?", Arg::Text(k.as_str().into()), &mut sql);
-        }
-        if let Some(b) = &filter.backfill_id {
-            push(" AND backfill_id = $?", Arg::Text(b.clone()), &mut sql);
-        }
-        if let Some((created, id)) = &filter.before {
-            push(" AND (created_at < $?", Arg::I64(*created), &mut sql);
-            push(" OR (created_at = $?", Arg::I64(*created), &mut sql);
-            push(" AND id < $?))", Arg::Text(id.clone()), &mut sql);
-        }
-        push(" ORDER BY created_at DESC, id DESC LIMIT $?", Arg::I64(filter.limit.clamp(1, 1000)), &mut sql);
+        let (sql, args) = run_filter_sql(filter, "runs");
+        let sql = numbered_if(self.backend == Backend::Postgres, &sql);
         let rows = bind_all(sqlx::query(&sql), args).fetch_all(&self.read).await?;
         rows.iter().map(run_from).collect()
     }
@@ -804,10 +829,16 @@ impl Store for SqlStore {
     }
 
     async fn run_tasks(&self, run_id: &str) -> Result<Vec<TaskRow>> {
-        let rows = sqlx::query("SELECT * FROM tasks WHERE run_id = $1 ORDER BY idx")
+        let mut rows = sqlx::query("SELECT * FROM tasks WHERE run_id = $1 ORDER BY idx")
             .bind(run_id)
             .fetch_all(&self.read)
             .await?;
+        if rows.is_empty()
+            && let Some(part) = self.cold_home(run_id).await?
+        {
+            let sql = "SELECT * FROM {c}tasks WHERE run_id = ? ORDER BY idx";
+            rows = self.cold_fetch(&part, sql, vec![Arg::Text(run_id.into())]).await?;
+        }
         rows.iter().map(task_from).collect()
     }
 
@@ -822,6 +853,22 @@ impl Store for SqlStore {
             args.extend(chunk.iter().map(|&i| Arg::I64(i)));
             for row in bind_all(sqlx::query(&sql), args).fetch_all(&self.read).await? {
                 out.push((row.try_get("idx")?, row.try_get("output")?));
+            }
+        }
+        if out.is_empty()
+            && !idxs.is_empty()
+            && let Some(part) = self.cold_home(run_id).await?
+        {
+            for chunk in idxs.chunks(MAX_PARAMS - 1) {
+                let sql = format!(
+                    "SELECT idx, output FROM {{c}}task_outputs WHERE run_id = ? AND idx IN ({})",
+                    vec!["?"; chunk.len()].join(",")
+                );
+                let mut args = vec![Arg::Text(run_id.to_owned())];
+                args.extend(chunk.iter().map(|&i| Arg::I64(i)));
+                for row in self.cold_fetch(&part, &sql, args).await? {
+                    out.push((row.try_get("idx")?, row.try_get("output")?));
+                }
             }
         }
         Ok(out)
@@ -847,6 +894,20 @@ impl Store for SqlStore {
                 .await?
             }
         };
+        if rows.is_empty()
+            && let Some(part) = self.cold_home(run_id).await?
+        {
+            let (sql, mut args) = (format!("SELECT {ATTEMPT_COLUMNS} FROM {{c}}attempts WHERE run_id = ?"), vec![Arg::Text(run_id.into())]);
+            let sql = match task_idx {
+                Some(idx) => {
+                    args.push(Arg::I64(idx));
+                    format!("{sql} AND task_idx = ? ORDER BY number")
+                }
+                None => format!("{sql} ORDER BY task_idx, number"),
+            };
+            let rows = self.cold_fetch(&part, &sql, args).await?;
+            return rows.iter().map(attempt_from).collect();
+        }
         rows.iter().map(attempt_from).collect()
     }
 
@@ -993,6 +1054,7 @@ impl Store for SqlStore {
             let ids: Vec<String> = held.keys().cloned().collect();
             let lock = if self.backend == Backend::Postgres { " FOR UPDATE" } else { "" };
             let mut stale = HashSet::new();
+            let mut found = HashSet::new();
             for chunk in ids.chunks(MAX_PARAMS) {
                 let sql = format!("SELECT id, epoch FROM runs WHERE id IN ({}){lock}", in_list(1, chunk.len()));
                 let args = chunk.iter().map(|id| Arg::Text(id.clone())).collect();
@@ -1000,10 +1062,14 @@ impl Store for SqlStore {
                     let id: String = row.try_get("id")?;
                     let epoch: i64 = row.try_get("epoch")?;
                     if held.get(&id) != Some(&epoch) {
-                        stale.insert(id);
+                        stale.insert(id.clone());
                     }
+                    found.insert(id);
                 }
             }
+            // A run that is not there (carried over to cold storage) has
+            // no owner who may write it.
+            stale.extend(ids.iter().filter(|id| !found.contains(*id)).cloned());
             if !stale.is_empty() {
                 batch.runs.retain(|r| !stale.contains(&r.id));
                 batch.tasks.retain(|t| !stale.contains(&t.run_id));
@@ -1356,12 +1422,28 @@ impl Store for SqlStore {
         .bind(limit)
         .fetch_all(&self.read)
         .await?;
+        if rows.is_empty()
+            && let Some(part) = self.cold_home(run_id).await?
+        {
+            let lines = self.cold_logs(&part, run_id, task_idx, attempt).await?;
+            return Ok(lines.into_iter().filter(|l| l.seq > after_seq).take(limit.max(0) as usize).collect());
+        }
         rows.iter().map(log_from).collect()
     }
 
     async fn events(&self, tenant: &str, run_id: Option<&str>, after_seq: i64, limit: i64) -> Result<Vec<EventRow>> {
         let scope = EventScope { tenant: Some(tenant.to_owned()), workflow: None, run_id: run_id.map(str::to_owned) };
-        self.read_event_page(&scope, after_seq, limit).await
+        let events = self.read_event_page(&scope, after_seq, limit).await?;
+        if events.is_empty()
+            && let Some(run_id) = run_id
+            && let Some(part) = self.cold_home(run_id).await?
+        {
+            let sql = "SELECT * FROM {c}events WHERE tenant = ? AND run_id = ? AND seq > ? ORDER BY seq LIMIT ?";
+            let args = vec![Arg::Text(tenant.into()), Arg::Text(run_id.into()), Arg::I64(after_seq), Arg::I64(limit)];
+            let rows = self.cold_fetch(&part, sql, args).await?;
+            return rows.iter().map(crate::sql_events::event_from).collect();
+        }
+        Ok(events)
     }
 
     async fn event_page(&self, scope: &EventScope, after_seq: i64, limit: i64) -> Result<Vec<EventRow>> {

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use sqlx::Row;
 
 use crate::reads::ReadStore;
-use crate::sql::{log_from, task_from};
+use crate::sql::{Arg, log_from, task_from};
 use crate::{LogRow, Result, SqlStore, TaskRow};
 
 #[async_trait]
@@ -16,6 +16,13 @@ impl ReadStore for SqlStore {
             .bind(limit)
             .fetch_all(&self.read)
             .await?;
+        if rows.is_empty()
+            && let Some(part) = self.cold_home(run_id).await?
+        {
+            let sql = "SELECT * FROM {c}tasks WHERE run_id = ? AND idx > ? ORDER BY idx LIMIT ?";
+            let rows = self.cold_fetch(&part, sql, vec![Arg::Text(run_id.into()), Arg::I64(after), Arg::I64(limit)]).await?;
+            return rows.iter().map(task_from).collect();
+        }
         rows.iter().map(task_from).collect()
     }
 
@@ -25,6 +32,16 @@ impl ReadStore for SqlStore {
                 .bind(run_id)
                 .fetch_all(&self.read)
                 .await?;
+        let rows = match rows.is_empty() {
+            true => match self.cold_home(run_id).await? {
+                Some(part) => {
+                    let sql = "SELECT state, COUNT(*) AS n FROM {c}tasks WHERE run_id = ? GROUP BY state ORDER BY state";
+                    self.cold_fetch(&part, sql, vec![Arg::Text(run_id.into())]).await?
+                }
+                None => rows,
+            },
+            false => rows,
+        };
         rows.iter().map(|r| Ok((r.try_get("state")?, r.try_get("n")?))).collect()
     }
 
@@ -34,6 +51,13 @@ impl ReadStore for SqlStore {
             .bind(name)
             .fetch_optional(&self.read)
             .await?;
+        if row.is_none()
+            && let Some(part) = self.cold_home(run_id).await?
+        {
+            let sql = "SELECT * FROM {c}tasks WHERE run_id = ? AND name = ?";
+            let rows = self.cold_fetch(&part, sql, vec![Arg::Text(run_id.into()), Arg::Text(name.into())]).await?;
+            return rows.first().map(task_from).transpose();
+        }
         row.as_ref().map(task_from).transpose()
     }
 
@@ -48,6 +72,12 @@ impl ReadStore for SqlStore {
         .bind(source)
         .fetch_optional(&self.read)
         .await?;
+        if row.is_none()
+            && let Some(part) = self.cold_home(run_id).await?
+        {
+            let lines = self.cold_logs(&part, run_id, task_idx, attempt).await?;
+            return Ok(lines.into_iter().filter(|l| l.source == source).max_by_key(|l| l.seq));
+        }
         row.as_ref().map(log_from).transpose()
     }
 }

@@ -1,6 +1,8 @@
 //! [`OuterStore`] on [`SqlStore`].
 
 use async_trait::async_trait;
+
+use crate::archive::ArchiveStore;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
@@ -102,6 +104,14 @@ impl OuterStore for SqlStore {
         to: i64,
         task: Option<&str>,
     ) -> Result<Vec<CycleRun>> {
+        // Upstream instances carried over to cold storage come back first
+        // (the engine works on hot runs only); the index table says
+        // whether any partition can hold one.
+        let cold = self.partitions(Some(tenant)).await?;
+        if cold.iter().any(|p| p.runs > 0 && p.overlaps_logical(Some(from), Some(to))) {
+            let now = chrono::Utc::now().timestamp_millis();
+            self.restore_range(tenant, workflow, from, to, crate::sql_archive::MAX_RESTORE, now).await?;
+        }
         let rows = match task {
             None => {
                 sqlx::query(

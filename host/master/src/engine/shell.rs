@@ -486,12 +486,16 @@ impl Engine {
     /// previous owner may commit in between): a run still `queued` there,
     /// with tasks already running, would never dispatch them again.
     async fn claim_and_load(&mut self, id: &str, now: i64) -> Result<LoadedRun, LoadError> {
-        let row = self
-            .store
-            .claim_run(id, &self.config.node_id, now)
-            .await
-            .map_err(|e| LoadError::Transient(format!("cannot claim run {id}: {e}")))?
-            .ok_or_else(|| LoadError::Gone(format!("there is no run {id}")))?;
+        let claim = |e: dagr_store::Error| LoadError::Transient(format!("cannot claim run {id}: {e}"));
+        let mut row = self.store.claim_run(id, &self.config.node_id, now).await.map_err(claim)?;
+        // A command for a run carried over to cold storage (one that came
+        // while it moved) brings it back: the engine works on hot runs.
+        if row.is_none()
+            && self.store.restore_run(id, now).await.map_err(claim)? == dagr_store::Restored::Restored
+        {
+            row = self.store.claim_run(id, &self.config.node_id, now).await.map_err(claim)?;
+        }
+        let row = row.ok_or_else(|| LoadError::Gone(format!("there is no run {id}")))?;
         self.policy.prepare(&row.tenant).await;
         let workflow = self.workflow_of(&row).await?;
         // A queued run claimed for the first time (epoch 1) was never owned
