@@ -46,12 +46,15 @@
 //! - `sim`: the simulation's model store checked against PostgreSQL.
 //! - `traces`: spans over OTLP/HTTP to a receiver in the test, one trace
 //!   per run from trigger to result, on one node and across a cluster.
+//! - `archive`: hot and cold data — runs carried over to cold partitions,
+//!   read and acted on there, kept apart by tenant, through repeated `kill -9`.
 //! - `registry`: tenants' plugins (upload, versions, deletion, the limits
 //!   of the compiling child) against a real `dagr serve`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod alerts;
+mod archive;
 mod api;
 mod browser;
 mod projects;

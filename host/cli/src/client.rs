@@ -64,6 +64,15 @@ pub enum ClientCommand {
         /// queued, running, paused, succeeded, failed or killed.
         #[arg(long)]
         state: Option<String>,
+        /// Only runs whose logical time is at or after this (RFC 3339 or a date).
+        #[arg(long)]
+        from: Option<String>,
+        /// Only runs whose logical time is at or before this.
+        #[arg(long)]
+        to: Option<String>,
+        /// Only archived runs (`true`) or only hot ones (`false`); default both.
+        #[arg(long)]
+        archived: Option<bool>,
         #[arg(long, default_value_t = 20)]
         limit: u32,
     },
@@ -213,10 +222,13 @@ async fn execute(api: &Api, command: ClientCommand) -> anyhow::Result<ExitCode> 
             println!("run {} of {} started", run.id, run.workflow);
             watch(api, &run.id).await
         }
-        ClientCommand::Runs { workflow, state, limit } => {
+        ClientCommand::Runs { workflow, state, from, to, archived, limit } => {
             let mut query = vec![("limit", limit.to_string())];
             query.extend(workflow.map(|w| ("workflow", w)));
             query.extend(state.map(|s| ("state", s)));
+            query.extend(from.map(|t| ("from", t)));
+            query.extend(to.map(|t| ("to", t)));
+            query.extend(archived.map(|a| ("archived", a.to_string())));
             let list: RunList = api.json(api.get(&["v1", "runs"]).query(&query)).await?;
             print_runs(&list.runs);
             Ok(ExitCode::SUCCESS)
@@ -544,7 +556,7 @@ fn print_runs(runs: &[RunSummary]) {
                 r.id.clone(),
                 r.workflow.clone(),
                 r.kind.clone(),
-                r.state.clone(),
+                if r.archived { format!("{} (archived)", r.state) } else { r.state.clone() },
                 short_time(&r.logical_time),
                 short_time(&r.created_at),
                 span(r.started_at.as_deref(), r.finished_at.as_deref()),
@@ -561,6 +573,9 @@ async fn status(api: &Api, run: &str) -> anyhow::Result<ExitCode> {
     let version = r.version.map(|v| format!(" version {v}")).unwrap_or_default();
     println!("workflow      {}{version} ({})", r.workflow, r.kind);
     println!("state         {}", r.state);
+    if r.archived {
+        println!("archived      yes (in cold storage; an action on it restores it)");
+    }
     println!("logical time  {}", r.logical_time);
     println!("created       {}", r.created_at);
     if let Some(t) = &r.started_at {

@@ -1,6 +1,7 @@
 //! `dagr`: the one binary. Every role (server, client verbs, tools) is a
 //! subcommand.
 
+mod archive;
 mod bench;
 mod bench_events;
 mod cert;
@@ -88,6 +89,10 @@ enum Command {
     Secret(tenancy::SecretCommand),
     /// Your tenant's audit log: who (token id) did what, and when.
     Audit(tenancy::AuditArgs),
+    /// Cold storage (on the store directly): list partitions, export one,
+    /// carry over now.
+    #[command(subcommand)]
+    Archive(archive::ArchiveCommand),
     #[command(flatten)]
     Client(client::ClientCommand),
 }
@@ -104,6 +109,7 @@ impl Command {
             | Command::Bench(_)
             | Command::Sim(_)
             | Command::Cert(_)
+            | Command::Archive(_)
             | Command::Secret(tenancy::SecretCommand::Rotate(_)) => None,
             Command::Tenant(_) => Some(true),
             Command::Token(cmd) => Some(cmd.for_other_tenant()),
@@ -154,6 +160,7 @@ fn main() -> std::process::ExitCode {
         Command::Bench(args) => bench::run(args),
         Command::Sim(args) => sim::run(args),
         Command::Cert(cmd) => cert::run(cmd),
+        Command::Archive(cmd) => archive::run(cmd),
         Command::Secret(tenancy::SecretCommand::Rotate(args)) => secrets::rotate(args),
         Command::Tenant(cmd) => return tenancy::run(&cli.server, tenancy::Verb::Tenant(cmd)),
         Command::Token(cmd) => return tenancy::run(&cli.server, tenancy::Verb::Token(cmd)),

@@ -333,7 +333,8 @@ impl dagr_worker::Precompile for ChildCompiler {
 /// The API's settings: body limits, and plugin uploads checked (and
 /// compiled into this node's cache) by `inspector`.
 /// Starts what follows the event log outward — webhooks, alerts and the
-/// NATS sink (if `[nats] url` is set) — acting while `active`.
+/// NATS sink (if `[nats] url` is set) — and the carry-over to cold
+/// storage, acting while `active`.
 pub fn start_outbox(
     settings: &Settings,
     store: Arc<dyn dagr_store::Store>,
@@ -343,6 +344,7 @@ pub fn start_outbox(
 ) {
     start_sinks(settings, store.clone(), active.clone());
     start_alerts(settings, store.clone(), active.clone());
+    dagr_master::archive::Archiver::start(store.clone(), archive_config(settings), active.clone());
     dagr_notify::Deliverer::start(store, webhook_config(settings), key, active, Some(committed));
 }
 
@@ -376,6 +378,20 @@ fn start_alerts(settings: &Settings, store: Arc<dyn dagr_store::Store>, active: 
         poll: std::time::Duration::from_millis(200),
     };
     dagr_notify::alerts::Alerter::start(store, config, active);
+}
+
+/// When this node (as the leader) carries finished runs over to cold
+/// storage, and how long cold data stays.
+pub fn archive_config(settings: &Settings) -> dagr_master::archive::ArchiveConfig {
+    dagr_master::archive::ArchiveConfig {
+        enabled: settings.archive_enabled,
+        after: settings.archive_after,
+        period: dagr_store::Period::parse(&settings.archive_period).unwrap_or(dagr_store::Period::Month),
+        retain_for: settings.archive_retain_for,
+        logs_retain_for: settings.archive_logs_retain_for,
+        batch: i64::from(settings.archive_batch),
+        interval: settings.archive_interval,
+    }
 }
 
 /// How this node delivers webhooks.

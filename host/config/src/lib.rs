@@ -62,6 +62,16 @@
 //! # otlp_endpoint = "http://127.0.0.1:4318/v1/traces"   # export spans (OTLP/HTTP, JSON)
 //! # service_name = ""        # empty: dagr-<role> (dagr-serve, dagr-master, ...)
 //!
+//! [archive]                  # finished runs move to cold partitions (hot/cold data)
+//! enabled = true
+//! after = "7d"               # finished (and untouched) this long; per tenant: archive_after_ms
+//! period = "month"           # a cold partition per tenant and week, month or quarter
+//! retain_for = ""            # drop partitions whose period ended this long before the
+//!                            #   cut-off (empty: keep for ever); per tenant: archive_retain_ms
+//! logs_retain_for = ""       # drop cold logs sooner; per tenant: archive_logs_retain_ms
+//! batch = 500                # runs per carry-over batch
+//! interval = "1m"            # how often the carry-over looks when idle
+//!
 //! [metrics]
 //! public = false             # /metrics without a token (else: the admin token on
 //!                            #   the API, the cluster secret as bearer on nodes)
@@ -126,6 +136,7 @@ pub struct Config {
     pub smtp: SmtpConfig,
     pub alerts: AlertsConfig,
     pub telemetry: TelemetryConfig,
+    pub archive: ArchiveConfig,
 }
 
 /// A configuration problem, naming the field.
@@ -193,6 +204,15 @@ pub struct Settings {
     /// The `service.name` of this node's spans; empty: by role.
     pub service_name: String,
     pub webhooks_per_tenant: usize,
+    /// `[archive]`: see the module's documentation.
+    pub archive_enabled: bool,
+    pub archive_after: Duration,
+    /// week, month or quarter.
+    pub archive_period: String,
+    pub archive_retain_for: Option<Duration>,
+    pub archive_logs_retain_for: Option<Duration>,
+    pub archive_batch: u32,
+    pub archive_interval: Duration,
     pub webhook_retry_base: Duration,
     pub webhook_max_backoff: Duration,
     pub webhook_disable_after: Duration,
@@ -415,6 +435,28 @@ impl Config {
             },
             service_name: self.telemetry.service_name.trim().to_owned(),
             webhooks_per_tenant: self.webhooks.max_per_tenant,
+            archive_enabled: self.archive.enabled,
+            archive_after: duration("archive.after", &self.archive.after)?,
+            archive_period: match self.archive.period.as_str() {
+                p @ ("week" | "month" | "quarter") => p.to_owned(),
+                other => return Err(err("archive.period", format!("`{other}` must be week, month or quarter"))),
+            },
+            archive_retain_for: match self.archive.retain_for.trim() {
+                "" => None,
+                text => Some(duration("archive.retain_for", text)?),
+            },
+            archive_logs_retain_for: match self.archive.logs_retain_for.trim() {
+                "" => None,
+                text => Some(duration("archive.logs_retain_for", text)?),
+            },
+            archive_batch: match self.archive.batch {
+                0 | 10_001.. => return Err(err("archive.batch", "must be between 1 and 10000".into())),
+                n => n,
+            },
+            archive_interval: match duration("archive.interval", &self.archive.interval)? {
+                d if d.is_zero() => return Err(err("archive.interval", "must be above 0".into())),
+                d => d,
+            },
             webhook_retry_base: duration("webhooks.retry_base", &self.webhooks.retry_base)?,
             webhook_max_backoff: duration("webhooks.max_backoff", &self.webhooks.max_backoff)?,
             webhook_disable_after: duration("webhooks.disable_after", &self.webhooks.disable_after)?,

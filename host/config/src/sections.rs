@@ -80,6 +80,36 @@ impl Default for WebhooksConfig {
     }
 }
 
+/// Hot and cold data (issue 18): when finished runs move to cold
+/// partitions and how long they stay there.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ArchiveConfig {
+    pub enabled: bool,
+    pub after: String,
+    pub period: String,
+    /// Empty: cold partitions are kept for ever.
+    pub retain_for: String,
+    /// Empty: cold logs stay as long as their runs.
+    pub logs_retain_for: String,
+    pub batch: u32,
+    pub interval: String,
+}
+
+impl Default for ArchiveConfig {
+    fn default() -> Self {
+        ArchiveConfig {
+            enabled: true,
+            after: "7d".into(),
+            period: "month".into(),
+            retain_for: String::new(),
+            logs_retain_for: String::new(),
+            batch: 500,
+            interval: "1m".into(),
+        }
+    }
+}
+
 /// Prometheus metrics at `/metrics`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

@@ -24,6 +24,7 @@
 //!   attempt is the state's decision ([`engine::Strategy`]). Results come
 //!   back through [`EngineHandle::report`].
 
+pub mod archive;
 pub mod cluster;
 pub mod engine;
 mod hash;

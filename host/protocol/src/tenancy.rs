@@ -42,6 +42,20 @@ pub struct TenantLimits {
     #[serde(default)]
     #[schema(minimum = 1, maximum = 9223372036854775807_i64)]
     pub scratch_bytes: Option<u64>,
+    /// Finished runs move to cold storage this long (ms) after they
+    /// finished; default: `[archive] after`.
+    #[serde(default)]
+    #[schema(minimum = 0, maximum = 9223372036854775807_i64)]
+    pub archive_after_ms: Option<u64>,
+    /// Cold partitions are dropped this long (ms) after their period ended
+    /// (counted from the carry-over's cut-off); default: `[archive] retain_for`.
+    #[serde(default)]
+    #[schema(minimum = 0, maximum = 9223372036854775807_i64)]
+    pub archive_retain_ms: Option<u64>,
+    /// Cold logs are dropped sooner; default: `[archive] logs_retain_for`.
+    #[serde(default)]
+    #[schema(minimum = 0, maximum = 9223372036854775807_i64)]
+    pub archive_logs_retain_ms: Option<u64>,
 }
 
 /// Token scopes.
