@@ -72,7 +72,10 @@ async fn finished_runs_go_cold_stay_readable_and_come_back_when_acted_on() {
     api.apply(WORKFLOW).await;
     let mut ids = Vec::new();
     for part in 0..3 {
-        ids.push(api.trigger("nightly", json!({"params": {"part": part}, "logical_time": format!("2026-0{}-01", part + 1)})).await);
+        ids.push(
+            api.trigger("nightly", json!({"params": {"part": part}, "logical_time": format!("2026-0{}-01", part + 1)}))
+                .await,
+        );
     }
     for id in &ids {
         assert_eq!(state(&api.finished(id).await), "succeeded");
@@ -113,7 +116,8 @@ async fn finished_runs_go_cold_stay_readable_and_come_back_when_acted_on() {
     let admin = Api::with_token(&server, &server.admin_token());
     let (status, body) = admin.post("/v1/tenants", json!({"name": "other"})).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
-    let (status, body) = admin.post("/v1/tenants/other/tokens", json!({"label": "t", "scopes": ["read", "write"]})).await;
+    let (status, body) =
+        admin.post("/v1/tenants/other/tokens", json!({"label": "t", "scopes": ["read", "write"]})).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     let other = Api::with_token(&server, body["token"].as_str().unwrap());
     assert_eq!(other.get(&format!("/v1/runs/{}", ids[1])).await.0, StatusCode::NOT_FOUND);
@@ -127,23 +131,37 @@ async fn finished_runs_go_cold_stay_readable_and_come_back_when_acted_on() {
     let load = api.task(&ids[1], "load").await;
     assert_eq!(load["attempts"], json!(2), "the rerun ran the task again, after the first attempt: {load:#}");
     // And once finished long enough, it goes cold again.
-    until("the rerun run to go cold again", async || {
-        (api.run(&ids[1]).await["archived"] == json!(true)).then_some(())
-    })
-    .await;
+    until("the rerun run to go cold again", async || (api.run(&ids[1]).await["archived"] == json!(true)).then_some(()))
+        .await;
 
     // The operator's view: partitions by week, an export, the hot counts.
     let list = server.cli(&["archive", "list", "--data-dir", server.data_dir().to_str().unwrap()]);
     let text = String::from_utf8_lossy(&list.stdout);
-    assert!(list.status.success() && text.contains("default") && text.contains("-w"), "{text}{}", String::from_utf8_lossy(&list.stderr));
+    assert!(
+        list.status.success() && text.contains("default") && text.contains("-w"),
+        "{text}{}",
+        String::from_utf8_lossy(&list.stderr)
+    );
     let id = text.split_whitespace().next().unwrap();
     let out = server.data_dir().join("export.jsonl.zst");
-    let export = server.cli(&["archive", "export", "--data-dir", server.data_dir().to_str().unwrap(), "--partition", id, "--out", out.to_str().unwrap()]);
+    let export = server.cli(&[
+        "archive",
+        "export",
+        "--data-dir",
+        server.data_dir().to_str().unwrap(),
+        "--partition",
+        id,
+        "--out",
+        out.to_str().unwrap(),
+    ]);
     assert!(export.status.success(), "{}", String::from_utf8_lossy(&export.stderr));
     let lines = zstd::decode_all(std::fs::File::open(&out).unwrap()).unwrap();
-    let lines: Vec<Value> = lines.split(|&b| b == b'\n').filter(|l| !l.is_empty()).map(|l| serde_json::from_slice(l).unwrap()).collect();
+    let lines: Vec<Value> =
+        lines.split(|&b| b == b'\n').filter(|l| !l.is_empty()).map(|l| serde_json::from_slice(l).unwrap()).collect();
     assert_eq!(lines.len(), 3, "every run of the partition");
-    assert!(lines.iter().all(|l| l["tasks"].as_array().unwrap().len() == 2 && !l["logs"].as_array().unwrap().is_empty()));
+    assert!(
+        lines.iter().all(|l| l["tasks"].as_array().unwrap().len() == 2 && !l["logs"].as_array().unwrap().is_empty())
+    );
 }
 
 /// `kill -9` at random moments while runs move: afterwards every run is in

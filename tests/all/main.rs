@@ -54,8 +54,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod alerts;
-mod archive;
 mod api;
+mod archive;
 mod browser;
 mod projects;
 mod server;

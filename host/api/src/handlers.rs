@@ -279,7 +279,9 @@ async fn runs_page(state: &ApiState, tenant: &str, q: RunsQuery) -> Answer<RunLi
         Some(false) => Vec::new(),
         _ => {
             let partitions = state.store.partitions(Some(tenant)).await?;
-            let reachable = partitions.iter().any(|p| p.runs > 0 && p.max_created.is_some_and(|at| oldest_hot.is_none_or(|h| at >= h)));
+            let reachable = partitions
+                .iter()
+                .any(|p| p.runs > 0 && p.max_created.is_some_and(|at| oldest_hot.is_none_or(|h| at >= h)));
             if reachable { state.store.list_archived_runs(&filter).await? } else { Vec::new() }
         }
     };
@@ -288,9 +290,8 @@ async fn runs_page(state: &ApiState, tenant: &str, q: RunsQuery) -> Answer<RunLi
     rows.extend(cold.iter().filter(|r| !hot_ids.contains(r.id.as_str())).map(|r| (r, true)));
     rows.sort_by(|(a, _), (b, _)| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
     rows.truncate(limit as usize);
-    let next = (rows.len() as i64 == limit)
-        .then(|| rows.last().map(|(r, _)| format!("{}_{}", r.created_at, r.id)))
-        .flatten();
+    let next =
+        (rows.len() as i64 == limit).then(|| rows.last().map(|(r, _)| format!("{}_{}", r.created_at, r.id))).flatten();
     let runs = rows.iter().map(|(r, archived)| RunSummary { archived: *archived, ..run_summary(r) }).collect();
     ok(RunList { runs, next })
 }

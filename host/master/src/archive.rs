@@ -175,23 +175,38 @@ impl Archiver {
         for duty in plan(now, &tenants) {
             match duty {
                 Duty::CarryOver { tenant, cutoff } => {
-                    let done = self.store.carry_over(&tenant, cutoff, self.config.period, self.config.batch, now).await?;
+                    let done =
+                        self.store.carry_over(&tenant, cutoff, self.config.period, self.config.batch, now).await?;
                     metrics().moved.add(done.moved as u64);
                     metrics().kept.add(done.kept as u64);
                     if done.moved > 0 {
-                        tracing::info!(tenant, moved = done.moved, kept = done.kept, "carried runs over to cold storage");
+                        tracing::info!(
+                            tenant,
+                            moved = done.moved,
+                            kept = done.kept,
+                            "carried runs over to cold storage"
+                        );
                     }
                     busy |= done.candidates as i64 >= self.config.batch;
                 }
                 Duty::DropLogs { tenant, before } => {
                     for part in self.store.drop_cold_logs(&tenant, before, now).await? {
-                        tracing::info!(tenant, period = part.period, "dropped the logs of a cold partition (retention)");
+                        tracing::info!(
+                            tenant,
+                            period = part.period,
+                            "dropped the logs of a cold partition (retention)"
+                        );
                     }
                 }
                 Duty::DropPartitions { tenant, before } => {
                     for part in self.store.drop_partitions(&tenant, before).await? {
                         metrics().dropped.inc();
-                        tracing::info!(tenant, period = part.period, runs = part.runs, "dropped a cold partition (retention)");
+                        tracing::info!(
+                            tenant,
+                            period = part.period,
+                            runs = part.runs,
+                            "dropped a cold partition (retention)"
+                        );
                     }
                 }
             }
@@ -212,8 +227,12 @@ mod tests {
         let config = ArchiveConfig { retain_for: Some(Duration::from_secs(100)), ..ArchiveConfig::default() };
         let plain = Policy::of(&config, &TenantLimits::default());
         assert_eq!(plain, Policy { after_ms: 7 * 86_400_000, retain_ms: Some(100_000), logs_retain_ms: None });
-        let limits = TenantLimits { archive_after_ms: Some(5), archive_logs_retain_ms: Some(7), ..TenantLimits::default() };
-        assert_eq!(Policy::of(&config, &limits), Policy { after_ms: 5, retain_ms: Some(100_000), logs_retain_ms: Some(7) });
+        let limits =
+            TenantLimits { archive_after_ms: Some(5), archive_logs_retain_ms: Some(7), ..TenantLimits::default() };
+        assert_eq!(
+            Policy::of(&config, &limits),
+            Policy { after_ms: 5, retain_ms: Some(100_000), logs_retain_ms: Some(7) }
+        );
     }
 
     #[test]
@@ -221,12 +240,15 @@ mod tests {
         let policy = Policy { after_ms: 1_000, retain_ms: Some(50_000), logs_retain_ms: Some(5_000) };
         let keep = Policy { after_ms: 1_000, retain_ms: None, logs_retain_ms: None };
         let duties = plan(100_000, &[("a".into(), policy), ("b".into(), keep)]);
-        assert_eq!(duties, vec![
-            Duty::CarryOver { tenant: "a".into(), cutoff: 99_000 },
-            Duty::DropLogs { tenant: "a".into(), before: 94_000 },
-            Duty::DropPartitions { tenant: "a".into(), before: 49_000 },
-            Duty::CarryOver { tenant: "b".into(), cutoff: 99_000 },
-        ]);
+        assert_eq!(
+            duties,
+            vec![
+                Duty::CarryOver { tenant: "a".into(), cutoff: 99_000 },
+                Duty::DropLogs { tenant: "a".into(), before: 94_000 },
+                Duty::DropPartitions { tenant: "a".into(), before: 49_000 },
+                Duty::CarryOver { tenant: "b".into(), cutoff: 99_000 },
+            ]
+        );
         // Nothing underflows at the start of time.
         let huge = Policy { after_ms: i64::MAX, retain_ms: Some(i64::MAX), logs_retain_ms: None };
         assert!(matches!(plan(0, &[("c".into(), huge)])[1], Duty::DropPartitions { before, .. } if before < 0));

@@ -173,8 +173,15 @@ pub trait ArchiveStore: Send + Sync {
 
     /// Restores a tenant's cold runs of `workflow` with logical times in
     /// `[from, to]` (at most `limit`); how many.
-    async fn restore_range(&self, tenant: &str, workflow: &str, from: i64, to: i64, limit: i64, now: i64)
-    -> Result<usize>;
+    async fn restore_range(
+        &self,
+        tenant: &str,
+        workflow: &str,
+        from: i64,
+        to: i64,
+        limit: i64,
+        now: i64,
+    ) -> Result<usize>;
 
     /// A tenant's run that is cold (not hot), with its partition.
     async fn archived_run(&self, tenant: &str, id: &str) -> Result<Option<(RunRow, PartitionRow)>>;

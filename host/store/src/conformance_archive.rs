@@ -84,13 +84,17 @@ async fn finished(store: &dyn Store, tenant: &str, id: &str, at: i64) -> Result<
 pub(crate) async fn archive(store: &dyn Store, p: &str) -> Result<()> {
     let tenant = format!("{p}arch");
     let other = format!("{p}arch-other");
-    let (a, b, busy, open) = (format!("{p}arch-a"), format!("{p}arch-b"), format!("{p}arch-busy"), format!("{p}arch-open"));
+    let (a, b, busy, open) =
+        (format!("{p}arch-a"), format!("{p}arch-b"), format!("{p}arch-busy"), format!("{p}arch-open"));
     finished(store, &tenant, &a, OCT).await?;
     finished(store, &tenant, &b, NOV).await?;
     finished(store, &tenant, &busy, NOV + 10).await?;
     finished(store, &other, &format!("{p}arch-theirs"), OCT).await?;
     store
-        .create_runs(vec![NewRun { run: run(&open, &tenant, "nightly", RunKind::Manual, NOV), tasks: vec![], sla_at: None }], None)
+        .create_runs(
+            vec![NewRun { run: run(&open, &tenant, "nightly", RunKind::Manual, NOV), tasks: vec![], sla_at: None }],
+            None,
+        )
         .await?;
     // A run with a pending command stays hot: its owner is about to act on it.
     store
@@ -108,7 +112,10 @@ pub(crate) async fn archive(store: &dyn Store, p: &str) -> Result<()> {
 
     let now = NOV + 86_400_000;
     let moved = store.carry_over(&tenant, now, Period::Month, 100, now).await?;
-    check(moved.moved == 2 && moved.kept == 0, &format!("two finished runs move, not the busy or open one: {moved:?}"))?;
+    check(
+        moved.moved == 2 && moved.kept == 0,
+        &format!("two finished runs move, not the busy or open one: {moved:?}"),
+    )?;
     check(store.get_run(&a).await?.is_none() && store.get_run(&busy).await?.is_some(), "moved out of the hot tables")?;
     check(store.get_run(&open).await?.is_some(), "an unfinished run stays")?;
     check(store.get_run(&format!("{p}arch-theirs")).await?.is_some(), "another tenant's runs stay")?;
@@ -123,7 +130,8 @@ pub(crate) async fn archive(store: &dyn Store, p: &str) -> Result<()> {
     check(store.partitions(Some(&other)).await?.is_empty(), "none for the other tenant")?;
 
     // Reads find a cold run, its tasks, output, attempts, logs and events.
-    let (cold, part) = store.archived_run(&tenant, &a).await?.ok_or(Error::Invalid("conformance: a cold run".into()))?;
+    let (cold, part) =
+        store.archived_run(&tenant, &a).await?.ok_or(Error::Invalid("conformance: a cold run".into()))?;
     check(cold.state == RunState::Succeeded && part.period == "2026-10", "a cold run reads back with its partition")?;
     check(store.archived_run(&other, &a).await?.is_none(), "not as another tenant's")?;
     check(store.run_tasks(&a).await? == tasks_before, "its tasks")?;
@@ -150,8 +158,10 @@ pub(crate) async fn archive(store: &dyn Store, p: &str) -> Result<()> {
     check(store.list_archived_runs(&RunFilter { tenant: other.clone(), ..filter.clone() }).await?.is_empty(), "apart")?;
 
     // No write reaches a run that is not hot, fenced or not.
-    let write = RunWrite { id: a.clone(), state: RunState::Running, started_at: None, finished_at: None, updated_at: now };
-    let committed = store.commit(WriteBatch { runs: vec![write], fences: vec![(a.clone(), 0)], ..Default::default() }).await?;
+    let write =
+        RunWrite { id: a.clone(), state: RunState::Running, started_at: None, finished_at: None, updated_at: now };
+    let committed =
+        store.commit(WriteBatch { runs: vec![write], fences: vec![(a.clone(), 0)], ..Default::default() }).await?;
     check(committed.fenced == vec![a.clone()], "a write for a cold run is fenced")?;
 
     // Restore: back in the hot tables, whole, touched now; gone from cold.
@@ -177,14 +187,19 @@ pub(crate) async fn archive(store: &dyn Store, p: &str) -> Result<()> {
     // Export, then retention: logs first, then whole periods.
     let export = store.export_page(parts[1].id, "", 10).await?;
     check(
-        export.len() == 1 && export[0]["run"]["id"] == b.as_str() && export[0]["logs"].as_array().is_some_and(|l| l.len() == 2),
+        export.len() == 1
+            && export[0]["run"]["id"] == b.as_str()
+            && export[0]["logs"].as_array().is_some_and(|l| l.len() == 2),
         &format!("an export of a partition: {export:?}"),
     )?;
     check(store.drop_cold_logs(&tenant, NOV - 86_400_000 * 4, now).await?.is_empty(), "not before a period ends")?;
     let logs_gone = store.drop_cold_logs(&tenant, i64::MAX, now).await?;
     check(logs_gone.iter().map(|p| p.period.as_str()).collect::<Vec<_>>() == ["2026-11"], "logs of ended periods")?;
     check(store.drop_cold_logs(&tenant, i64::MAX, now).await?.is_empty(), "each period's once")?;
-    check(store.logs(&b, 0, 1, 0, 10).await?.is_empty() && store.run_tasks(&b).await?.len() == 1, "runs stay, logs go")?;
+    check(
+        store.logs(&b, 0, 1, 0, 10).await?.is_empty() && store.run_tasks(&b).await?.len() == 1,
+        "runs stay, logs go",
+    )?;
     let dropped = store.drop_partitions(&tenant, NOV).await?;
     check(dropped.iter().map(|p| p.period.as_str()).collect::<Vec<_>>() == ["2026-10"], "only whole ended periods")?;
     check(store.archived_run(&tenant, &b).await?.is_some(), "a later period stays")?;

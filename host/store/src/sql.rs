@@ -172,7 +172,10 @@ pub(crate) enum Arg {
     Bytes(Vec<u8>),
 }
 
-pub(crate) fn bind_all<'q>(mut query: Query<'q, Any, AnyArguments<'q>>, args: Vec<Arg>) -> Query<'q, Any, AnyArguments<'q>> {
+pub(crate) fn bind_all<'q>(
+    mut query: Query<'q, Any, AnyArguments<'q>>,
+    args: Vec<Arg>,
+) -> Query<'q, Any, AnyArguments<'q>> {
     for arg in args {
         query = match arg {
             Arg::I64(v) => query.bind(v),
@@ -897,7 +900,10 @@ impl Store for SqlStore {
         if rows.is_empty()
             && let Some(part) = self.cold_home(run_id).await?
         {
-            let (sql, mut args) = (format!("SELECT {ATTEMPT_COLUMNS} FROM {{c}}attempts WHERE run_id = ?"), vec![Arg::Text(run_id.into())]);
+            let (sql, mut args) = (
+                format!("SELECT {ATTEMPT_COLUMNS} FROM {{c}}attempts WHERE run_id = ?"),
+                vec![Arg::Text(run_id.into())],
+            );
             let sql = match task_idx {
                 Some(idx) => {
                     args.push(Arg::I64(idx));

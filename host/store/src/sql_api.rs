@@ -20,7 +20,8 @@ impl ReadStore for SqlStore {
             && let Some(part) = self.cold_home(run_id).await?
         {
             let sql = "SELECT * FROM {c}tasks WHERE run_id = ? AND idx > ? ORDER BY idx LIMIT ?";
-            let rows = self.cold_fetch(&part, sql, vec![Arg::Text(run_id.into()), Arg::I64(after), Arg::I64(limit)]).await?;
+            let rows =
+                self.cold_fetch(&part, sql, vec![Arg::Text(run_id.into()), Arg::I64(after), Arg::I64(limit)]).await?;
             return rows.iter().map(task_from).collect();
         }
         rows.iter().map(task_from).collect()
@@ -35,7 +36,8 @@ impl ReadStore for SqlStore {
         let rows = match rows.is_empty() {
             true => match self.cold_home(run_id).await? {
                 Some(part) => {
-                    let sql = "SELECT state, COUNT(*) AS n FROM {c}tasks WHERE run_id = ? GROUP BY state ORDER BY state";
+                    let sql =
+                        "SELECT state, COUNT(*) AS n FROM {c}tasks WHERE run_id = ? GROUP BY state ORDER BY state";
                     self.cold_fetch(&part, sql, vec![Arg::Text(run_id.into())]).await?
                 }
                 None => rows,

@@ -110,8 +110,13 @@ impl ColdConn {
                     })?;
                 }
                 let alias = format!("cold_p{}", part.id);
-                let mut cold =
-                    ColdConn { conn, alias: Some(alias.clone()), cold: format!("{alias}."), hot: "main.", clean: false };
+                let mut cold = ColdConn {
+                    conn,
+                    alias: Some(alias.clone()),
+                    cold: format!("{alias}."),
+                    hot: "main.",
+                    clean: false,
+                };
                 sqlx::query(&format!("ATTACH DATABASE $1 AS {alias}"))
                     .bind(path.display().to_string())
                     .execute(&mut *cold.conn)
@@ -275,10 +280,8 @@ fn row_json(row: &AnyRow) -> serde_json::Value {
 impl SqlStore {
     /// Where a SQLite partition's file lives.
     fn partition_file(&self, part: &PartitionRow) -> Result<PathBuf> {
-        let dir = self
-            .archive_dir
-            .as_ref()
-            .ok_or_else(|| Error::Invalid("this store has no archive directory".into()))?;
+        let dir =
+            self.archive_dir.as_ref().ok_or_else(|| Error::Invalid("this store has no archive directory".into()))?;
         Ok(dir.join(&part.tenant).join(format!("{}-p{}.db", part.period, part.id)))
     }
 
@@ -346,9 +349,16 @@ impl SqlStore {
     }
 
     /// A cold run's log lines of one attempt.
-    pub(crate) async fn cold_logs(&self, part: &PartitionRow, run_id: &str, task: i64, attempt: i64) -> Result<Vec<LogRow>> {
+    pub(crate) async fn cold_logs(
+        &self,
+        part: &PartitionRow,
+        run_id: &str,
+        task: i64,
+        attempt: i64,
+    ) -> Result<Vec<LogRow>> {
         let args = vec![Arg::Text(run_id.into()), Arg::I64(task), Arg::I64(attempt)];
-        let rows = self.cold_fetch(part, "SELECT bytes FROM {c}logs WHERE run_id = ? AND task_idx = ? AND attempt = ?", args);
+        let rows =
+            self.cold_fetch(part, "SELECT bytes FROM {c}logs WHERE run_id = ? AND task_idx = ? AND attempt = ?", args);
         match rows.await?.first() {
             Some(row) => unpack_logs(&row.try_get::<Vec<u8>, _>("bytes")?),
             None => Ok(Vec::new()),
@@ -378,7 +388,10 @@ impl SqlStore {
         // Logs, one run at a time (a run's logs are capped; a batch's are not).
         for id in ids {
             let rows = cold
-                .fetch("SELECT * FROM {h}logs WHERE run_id = ? ORDER BY task_idx, attempt, seq", vec![Arg::Text(id.clone())])
+                .fetch(
+                    "SELECT * FROM {h}logs WHERE run_id = ? ORDER BY task_idx, attempt, seq",
+                    vec![Arg::Text(id.clone())],
+                )
                 .await?;
             let mut attempts: BTreeMap<(i64, i64), Vec<LogRow>> = BTreeMap::new();
             for row in &rows {
@@ -480,7 +493,10 @@ impl SqlStore {
         // Their logs first, decompressed, before the writer is taken.
         let (list, args) = ids_args(ids);
         let mut lines = Vec::new();
-        for row in self.cold_fetch(part, &format!("SELECT bytes FROM {{c}}logs WHERE run_id IN ({list})"), args.clone()).await? {
+        for row in self
+            .cold_fetch(part, &format!("SELECT bytes FROM {{c}}logs WHERE run_id IN ({list})"), args.clone())
+            .await?
+        {
             lines.extend(unpack_logs(&row.try_get::<Vec<u8>, _>("bytes")?)?);
         }
         let mut cold = ColdConn::open(self, &self.write, part, false).await?;
@@ -495,7 +511,9 @@ impl SqlStore {
         if !back.is_empty() {
             let (list, args) = ids_args(&back);
             cold.run(
-                &format!("INSERT INTO {{h}}runs ({RUN_COLUMNS}) SELECT {RUN_COLUMNS} FROM {{c}}runs WHERE id IN ({list})"),
+                &format!(
+                    "INSERT INTO {{h}}runs ({RUN_COLUMNS}) SELECT {RUN_COLUMNS} FROM {{c}}runs WHERE id IN ({list})"
+                ),
                 args.clone(),
             )
             .await?;
@@ -546,7 +564,9 @@ impl SqlStore {
         match self.backend {
             Backend::Postgres => {
                 for table in ["runs", "tasks", "task_outputs", "attempts", "events", "run_links", "logs"] {
-                    sqlx::query(&format!("DROP TABLE IF EXISTS cold_p{}_{table}", part.id)).execute(&self.write).await?;
+                    sqlx::query(&format!("DROP TABLE IF EXISTS cold_p{}_{table}", part.id))
+                        .execute(&self.write)
+                        .await?;
                 }
             }
             Backend::Sqlite => {
@@ -624,7 +644,15 @@ impl ArchiveStore for SqlStore {
         Ok(if self.is_hot(id).await? { Restored::Restored } else { Restored::Absent })
     }
 
-    async fn restore_range(&self, tenant: &str, workflow: &str, from: i64, to: i64, limit: i64, now: i64) -> Result<usize> {
+    async fn restore_range(
+        &self,
+        tenant: &str,
+        workflow: &str,
+        from: i64,
+        to: i64,
+        limit: i64,
+        now: i64,
+    ) -> Result<usize> {
         let mut restored = 0;
         for part in self.partitions(Some(tenant)).await? {
             if part.runs == 0 || !part.overlaps_logical(Some(from), Some(to)) {
@@ -660,10 +688,11 @@ impl ArchiveStore for SqlStore {
             return Ok(None);
         };
         let rows = self
-            .cold_fetch(&part, &format!("SELECT {RUN_COLUMNS} FROM {{c}}runs WHERE id = ? AND tenant = ?"), vec![
-                Arg::Text(id.into()),
-                Arg::Text(tenant.into()),
-            ])
+            .cold_fetch(
+                &part,
+                &format!("SELECT {RUN_COLUMNS} FROM {{c}}runs WHERE id = ? AND tenant = ?"),
+                vec![Arg::Text(id.into()), Arg::Text(tenant.into())],
+            )
             .await?;
         match rows.first() {
             Some(row) => Ok(Some((run_from(row)?, part))),
@@ -678,7 +707,8 @@ impl ArchiveStore for SqlStore {
             if out.len() >= limit {
                 break;
             }
-            let newer_than_cursor = filter.before.as_ref().is_some_and(|(at, _)| part.min_created.is_none_or(|lo| lo > *at));
+            let newer_than_cursor =
+                filter.before.as_ref().is_some_and(|(at, _)| part.min_created.is_none_or(|lo| lo > *at));
             if part.runs == 0 || newer_than_cursor || !part.overlaps_logical(filter.logical_from, filter.logical_to) {
                 continue;
             }
@@ -705,7 +735,9 @@ impl ArchiveStore for SqlStore {
                     .fetch_all(&self.read)
                     .await?
             }
-            None => sqlx::query("SELECT * FROM archive_partitions ORDER BY from_time, id").fetch_all(&self.read).await?,
+            None => {
+                sqlx::query("SELECT * FROM archive_partitions ORDER BY from_time, id").fetch_all(&self.read).await?
+            }
         };
         rows.iter().map(partition_from).collect()
     }
@@ -761,10 +793,10 @@ impl ArchiveStore for SqlStore {
         let mut cold = ColdConn::open(self, &self.read, &part, false).await?;
         let result = async {
             let runs = cold
-                .fetch("SELECT * FROM {c}runs WHERE id > ? ORDER BY id LIMIT ?", vec![
-                    Arg::Text(after.into()),
-                    Arg::I64(limit.clamp(1, 1000)),
-                ])
+                .fetch(
+                    "SELECT * FROM {c}runs WHERE id > ? ORDER BY id LIMIT ?",
+                    vec![Arg::Text(after.into()), Arg::I64(limit.clamp(1, 1000))],
+                )
                 .await?;
             let mut out = Vec::with_capacity(runs.len());
             for run in &runs {
@@ -772,11 +804,19 @@ impl ArchiveStore for SqlStore {
                 let mut object = serde_json::Map::new();
                 object.insert("run".into(), row_json(run));
                 for (table, _, key) in OWNED {
-                    let rows = cold.fetch(&format!("SELECT * FROM {{c}}{table} WHERE {key} = ?"), vec![Arg::Text(id.clone())]).await?;
+                    let rows = cold
+                        .fetch(&format!("SELECT * FROM {{c}}{table} WHERE {key} = ?"), vec![Arg::Text(id.clone())])
+                        .await?;
                     object.insert(table.into(), rows.iter().map(row_json).collect());
                 }
                 let mut logs = Vec::new();
-                for row in cold.fetch("SELECT bytes FROM {c}logs WHERE run_id = ? ORDER BY task_idx, attempt", vec![Arg::Text(id.clone())]).await? {
+                for row in cold
+                    .fetch(
+                        "SELECT bytes FROM {c}logs WHERE run_id = ? ORDER BY task_idx, attempt",
+                        vec![Arg::Text(id.clone())],
+                    )
+                    .await?
+                {
                     logs.extend(unpack_logs(&row.try_get::<Vec<u8>, _>("bytes")?)?);
                 }
                 object.insert("logs".into(), serde_json::to_value(logs).unwrap_or_default());

@@ -490,9 +490,7 @@ impl Engine {
         let mut row = self.store.claim_run(id, &self.config.node_id, now).await.map_err(claim)?;
         // A command for a run carried over to cold storage (one that came
         // while it moved) brings it back: the engine works on hot runs.
-        if row.is_none()
-            && self.store.restore_run(id, now).await.map_err(claim)? == dagr_store::Restored::Restored
-        {
+        if row.is_none() && self.store.restore_run(id, now).await.map_err(claim)? == dagr_store::Restored::Restored {
             row = self.store.claim_run(id, &self.config.node_id, now).await.map_err(claim)?;
         }
         let row = row.ok_or_else(|| LoadError::Gone(format!("there is no run {id}")))?;
