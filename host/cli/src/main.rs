@@ -16,6 +16,7 @@ mod plugin_test;
 mod secrets;
 mod serve;
 mod sim;
+mod soak;
 mod templates;
 mod tenancy;
 
@@ -68,6 +69,10 @@ enum Command {
     /// Measure the engine: run a DAG on a fresh in-process node and report
     /// wall time, tasks per second and peak memory.
     Bench(bench::BenchArgs),
+    /// A day's load in compressed time: `dagr serve` with the carry-over
+    /// to cold storage, N runs of a small DAG, the hot tables' size, list
+    /// latency and database growth sampled as JSON lines.
+    Soak(soak::SoakArgs),
     /// Simulate a cluster deterministically: masters, workers, the store,
     /// etcd and the network in one process on a simulated clock, faults
     /// drawn from a seed, invariants checked after every commit; a failure
@@ -107,6 +112,7 @@ impl Command {
             | Command::Worker(_)
             | Command::Api(_)
             | Command::Bench(_)
+            | Command::Soak(_)
             | Command::Sim(_)
             | Command::Cert(_)
             | Command::Archive(_)
@@ -158,6 +164,7 @@ fn main() -> std::process::ExitCode {
         Command::Api(args) => cluster::api(args),
         Command::Plugin(cmd) => plugin::run(&cli.server, cmd),
         Command::Bench(args) => bench::run(args),
+        Command::Soak(args) => soak::run(args),
         Command::Sim(args) => sim::run(args),
         Command::Cert(cmd) => cert::run(cmd),
         Command::Archive(cmd) => archive::run(cmd),
