@@ -69,7 +69,7 @@ export function runsTable(runs, { workflow = true } = {}) {
   const rows = runs.map((r) => h('tr', { 'data-run': r.id },
     h('td', null, runLink(r.id, { title: r.id })),
     workflow ? h('td', null, workflowLink(r)) : null,
-    h('td', null, badge(r.state)),
+    h('td', null, badge(r.state), r.archived ? h('span', { class: 'muted', title: 'In cold storage' }, ' archived') : null),
     h('td', null, r.kind),
     h('td', null, timeEl(r.logical_time)),
     h('td', { class: 'hide-narrow' }, timeEl(r.started_at)),

@@ -95,9 +95,9 @@ fn start(dir: &Path, store: Option<&str>, after: &str) -> anyhow::Result<Server>
 /// Bytes of the files under `path` (the database, its WAL, the archive).
 fn size_of(path: &Path) -> u64 {
     match std::fs::metadata(path) {
-        Ok(m) if m.is_dir() => std::fs::read_dir(path)
-            .map(|entries| entries.flatten().map(|e| size_of(&e.path())).sum())
-            .unwrap_or(0),
+        Ok(m) if m.is_dir() => {
+            std::fs::read_dir(path).map(|entries| entries.flatten().map(|e| size_of(&e.path())).sum()).unwrap_or(0)
+        }
         Ok(m) => m.len(),
         Err(_) => 0,
     }
@@ -182,7 +182,8 @@ async fn soak(args: SoakArgs, dir: PathBuf) -> anyhow::Result<ExitCode> {
         tokio::spawn(async move {
             futures::stream::iter(0..runs)
                 .map(|i| {
-                    let (server, http, submitted, failed) = (server.clone(), http.clone(), submitted.clone(), failed.clone());
+                    let (server, http, submitted, failed) =
+                        (server.clone(), http.clone(), submitted.clone(), failed.clone());
                     async move {
                         if rate > 0 {
                             let due = started + Duration::from_secs_f64(i as f64 / rate as f64);

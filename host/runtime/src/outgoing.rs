@@ -32,13 +32,21 @@ const NO_TIMEOUT_SET: Duration = Duration::from_secs(600);
 
 type Io = Box<dyn Future<Output = Result<(), Error>> + Send>;
 
-/// Sends `request` (an `https` URI for `host`) over a connection to `addr`.
-pub(crate) async fn send_https_to(
+/// Whether the worker may still act (see `Execution::keep_going`).
+pub(crate) type KeepGoing = Arc<dyn Fn() -> bool + Send + Sync>;
+
+/// Sends `request` for `host` over a connection to `addr`: TLS with the
+/// host's name if `tls` is given, plain HTTP/1.1 otherwise. Every write on
+/// the connection first asks `keep_going`: a request that was allowed when
+/// it was made, but whose bytes would leave after the worker's lease ran
+/// out (a worker frozen in between, say), does not leave.
+pub(crate) async fn send_to(
     mut request: http::Request<WasiBody>,
     options: Option<RequestOptions>,
     host: &str,
     addr: SocketAddr,
-    tls: Arc<rustls::ClientConfig>,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    keep_going: Option<KeepGoing>,
 ) -> Result<(http::Response<WasiBody>, Io), Error> {
     let timeout =
         |pick: fn(&RequestOptions) -> Option<Duration>| options.as_ref().and_then(pick).unwrap_or(NO_TIMEOUT_SET);
@@ -46,29 +54,48 @@ pub(crate) async fn send_https_to(
     let first_byte_timeout = timeout(|o| o.first_byte_timeout);
     let between_bytes_timeout = timeout(|o| o.between_bytes_timeout).max(Duration::from_nanos(1));
 
+    let tcp = match tokio::time::timeout(connect_timeout, TcpStream::connect(addr)).await {
+        Ok(stream) => Fenced { inner: stream.map_err(Error::Connect)?, keep_going },
+        Err(_) => return Err(Error::ConnectionTimeout),
+    };
+    // The request line carries only the path; `Host` names the server.
+    let path = request.uri().path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_else(|| "/".into());
+    *request.uri_mut() = http::Uri::builder().path_and_query(path).build().map_err(|_| Error::HttpRequestUriInvalid)?;
+    let timeouts = (connect_timeout, first_byte_timeout, between_bytes_timeout);
+    let Some(tls) = tls else {
+        return exchange(request, tcp, timeouts).await;
+    };
     // An IP address written as the host: TLS checks the certificate for it.
     let name = match crate::network::parse_ip_host(host) {
         Some(ip) => rustls::pki_types::ServerName::from(ip),
         None => rustls::pki_types::ServerName::try_from(host.to_owned()).map_err(|_| Error::HttpRequestUriInvalid)?,
-    };
-    let tcp = match tokio::time::timeout(connect_timeout, TcpStream::connect(addr)).await {
-        Ok(stream) => stream.map_err(Error::Connect)?,
-        Err(_) => return Err(Error::ConnectionTimeout),
     };
     let connector = tokio_rustls::TlsConnector::from(tls);
     let tls = match tokio::time::timeout(connect_timeout, connector.connect(name, tcp)).await {
         Ok(stream) => stream.map_err(Error::Tls)?,
         Err(_) => return Err(Error::ConnectionTimeout),
     };
-    let (mut sender, conn) =
-        match tokio::time::timeout(connect_timeout, hyper::client::conn::http1::handshake(TokioIo::new(tls))).await {
-            Ok(handshake) => handshake?,
-            Err(_) => return Err(Error::ConnectionTimeout),
-        };
+    exchange(request, tls, timeouts).await
+}
 
-    // The request line carries only the path; `Host` names the server.
-    let path = request.uri().path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_else(|| "/".into());
-    *request.uri_mut() = http::Uri::builder().path_and_query(path).build().map_err(|_| Error::HttpRequestUriInvalid)?;
+/// HTTP/1.1 over `stream`: the request, and the response as it comes.
+async fn exchange<S>(
+    request: http::Request<WasiBody>,
+    stream: S,
+    (connect_timeout, first_byte_timeout, between_bytes_timeout): (Duration, Duration, Duration),
+) -> Result<(http::Response<WasiBody>, Io), Error>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    let (mut sender, conn) = match tokio::time::timeout(
+        connect_timeout,
+        hyper::client::conn::http1::handshake(TokioIo::new(stream)),
+    )
+    .await
+    {
+        Ok(handshake) => handshake?,
+        Err(_) => return Err(Error::ConnectionTimeout),
+    };
 
     // The connection must be driven while the answer is awaited; afterwards
     // wasi-http drives it through the returned future. A server that sends
@@ -96,6 +123,68 @@ pub(crate) async fn send_https_to(
     let io: Io =
         if ended { Box::new(async { Ok(()) }) } else { Box::new(async move { conn.await.map_err(Error::from) }) };
     Ok((response, io))
+}
+
+/// A connection that writes only while the worker may act.
+struct Fenced<S> {
+    inner: S,
+    keep_going: Option<KeepGoing>,
+}
+
+impl<S> Fenced<S> {
+    fn stopped(&self) -> Option<std::io::Error> {
+        self.keep_going.as_ref().is_some_and(|ok| !ok()).then(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                "the worker may no longer act (its lease ran out)",
+            )
+        })
+    }
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Fenced<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Fenced<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        if let Some(e) = self.stopped() {
+            return Poll::Ready(Err(e));
+        }
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        if let Some(e) = self.stopped() {
+            return Poll::Ready(Err(e));
+        }
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        if let Some(e) = self.stopped() {
+            return Poll::Ready(Err(e));
+        }
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
 }
 
 /// TLS for plugins' requests: webpki's roots and the certificate

@@ -4,7 +4,6 @@
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
-use http_body_util::BodyExt;
 use tokio_util::sync::CancellationToken;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -115,14 +114,15 @@ type ResponseFuture = Box<
 impl WasiHttpHooks for HttpPolicyHooks {
     fn send_request(
         &mut self,
-        mut request: http::Request<wasmtime_wasi_http::WasiBody>,
+        request: http::Request<wasmtime_wasi_http::WasiBody>,
         options: Option<wasmtime_wasi_http::RequestOptions>,
         _fut: Box<dyn Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>,
     ) -> ResponseFuture {
         let policy = self.policy.clone();
         let log = self.log.clone();
         let tls = self.tls.clone();
-        let fenced = self.keep_going.as_ref().is_some_and(|ok| !ok());
+        let keep_going = self.keep_going.clone();
+        let fenced = keep_going.as_ref().is_some_and(|ok| !ok());
         Box::new(async move {
             use wasmtime_wasi_http::Error as HttpError;
             if fenced {
@@ -153,20 +153,10 @@ impl WasiHttpHooks for HttpPolicyHooks {
             // Connect to the address we checked, not to whatever a second
             // lookup returns.
             let addr = addrs[0];
-            if https {
-                // TLS needs the name (SNI, the certificate): a sender of ours.
-                return crate::outgoing::send_https_to(request, options, host, addr, tls).await;
-            }
-            // `Host` already carries the original name.
-            let mut parts = uri.into_parts();
-            parts.authority = addr.to_string().parse().ok();
-            match http::Uri::from_parts(parts) {
-                Ok(pinned) => *request.uri_mut() = pinned,
-                Err(_) => return Err(HttpError::HttpRequestUriInvalid),
-            }
-            let (response, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
-            let response = response.map(|body| body.boxed_unsync());
-            Ok((response, Box::new(io) as Box<dyn Future<Output = _> + Send>))
+            // To the address we checked, not to whatever a second lookup
+            // returns (TLS with the name, for SNI and the certificate); each
+            // write asks the lease again.
+            crate::outgoing::send_to(request, options, host, addr, https.then_some(tls), keep_going).await
         })
     }
 }

@@ -310,6 +310,19 @@ impl SqlStore {
         Ok(sqlx::query("SELECT 1 FROM runs WHERE id = $1").bind(id).fetch_optional(&self.read).await?.is_some())
     }
 
+    /// Which of `ids` are hot.
+    async fn hot_among(&self, ids: &[String]) -> Result<std::collections::HashSet<String>> {
+        let mut hot = std::collections::HashSet::new();
+        for chunk in ids.chunks(CHUNK) {
+            let sql = format!("SELECT id FROM runs WHERE id IN ({})", in_list(1, chunk.len()));
+            let args = chunk.iter().map(|id| Arg::Text(id.clone())).collect();
+            for row in bind_all(sqlx::query(&sql), args).fetch_all(&self.read).await? {
+                hot.insert(row.try_get::<String, _>("id")?);
+            }
+        }
+        Ok(hot)
+    }
+
     /// The partition holding a run that is not hot, if any.
     async fn locate(&self, tenant: Option<&str>, id: &str) -> Result<Option<PartitionRow>> {
         let mut parts: Vec<PartitionRow> = self.partitions(tenant).await?.into_iter().filter(|p| p.runs > 0).collect();
@@ -714,13 +727,12 @@ impl ArchiveStore for SqlStore {
             }
             let page = RunFilter { limit: (limit - out.len()) as i64, ..filter.clone() };
             let (sql, args) = run_filter_sql(&page, "{c}runs");
-            for row in self.cold_fetch(&part, &sql, args).await? {
-                let run = run_from(&row)?;
-                // A stale copy of a run that is hot again is not listed twice.
-                if !self.is_hot(&run.id).await? {
-                    out.push(run);
-                }
-            }
+            let runs: Vec<RunRow> =
+                self.cold_fetch(&part, &sql, args).await?.iter().map(run_from).collect::<Result<_>>()?;
+            // A stale copy of a run that is hot again is not listed twice.
+            let ids: Vec<String> = runs.iter().map(|r| r.id.clone()).collect();
+            let hot = self.hot_among(&ids).await?;
+            out.extend(runs.into_iter().filter(|r| !hot.contains(&r.id)));
         }
         out.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
         out.truncate(limit);

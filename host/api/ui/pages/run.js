@@ -157,6 +157,7 @@ class RunPage {
       ['Finished', r.finished_at ? timeEl(r.finished_at) : null],
       ['Duration', r.started_at ? duration(r.started_at, r.finished_at) : null],
       ['Backfill', r.backfill_id ? h('a', { href: links.runs(`backfill=${encodeURIComponent(r.backfill_id)}`) }, r.backfill_id) : null],
+      ['Storage', r.archived ? h('span', { id: 'run-archived', title: 'An action on this run restores it first' }, 'archived (cold)') : null],
     ]));
     const counts = r.task_counts ?? {};
     const order = STATES.filter((s) => counts[s]);
