@@ -686,6 +686,13 @@ async fn fencing(store: &dyn Store, p: &str) -> Result<()> {
         "a command of a fenced run stays pending",
     )?;
     check(store.claim_run(&format!("{p}nothing"), "m2", 7).await?.is_none(), "no claim of a missing run")?;
+    // Many claims in one: each run's epoch goes up once, a missing one is absent.
+    let together = store.claim_runs(&[id.clone(), format!("{p}nothing")], "m3", 8).await?;
+    check(
+        together.len() == 1 && together[0].epoch == 2 && together[0].owner.as_deref() == Some("m3"),
+        &format!("runs claimed together: {together:?}"),
+    )?;
+    check(store.commit(write(1, RunState::Running)).await?.fenced == vec![id.clone()], "fenced by a claim together")?;
     Ok(())
 }
 

@@ -592,6 +592,10 @@ pub trait Store:
     /// later write by an older epoch is fenced, so this row and anything
     /// read after it are what the new owner starts from.
     async fn claim_run(&self, run_id: &str, owner: &str, now: i64) -> Result<Option<RunRow>>;
+    /// Takes many runs over at once, as [`Store::claim_run`] each, in one
+    /// statement; the runs as they are after the claim (a missing id has
+    /// none), in no particular order.
+    async fn claim_runs(&self, run_ids: &[String], owner: &str, now: i64) -> Result<Vec<RunRow>>;
     /// Records `holder` as the holder of a singleton duty with `token`,
     /// unless a higher token already holds it. True if this token holds it.
     async fn acquire_singleton(&self, name: &str, holder: &str, token: i64, now: i64) -> Result<bool>;

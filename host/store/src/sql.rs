@@ -952,6 +952,22 @@ impl Store for SqlStore {
         row.as_ref().map(run_from).transpose()
     }
 
+    async fn claim_runs(&self, run_ids: &[String], owner: &str, now: i64) -> Result<Vec<RunRow>> {
+        let mut out = Vec::with_capacity(run_ids.len());
+        for chunk in run_ids.chunks(MAX_STATEMENT_PARAMS - 2) {
+            let sql = format!(
+                "UPDATE runs SET owner = $1, epoch = epoch + 1, updated_at = $2 WHERE id IN ({}) RETURNING {RUN_COLUMNS}",
+                in_list(3, chunk.len())
+            );
+            let mut args = vec![Arg::Text(owner.to_owned()), Arg::I64(now)];
+            args.extend(chunk.iter().map(|id| Arg::Text(id.clone())));
+            for row in bind_all(sqlx::query(&sql), args).fetch_all(&self.write).await? {
+                out.push(run_from(&row)?);
+            }
+        }
+        Ok(out)
+    }
+
     async fn acquire_singleton(&self, name: &str, holder: &str, token: i64, now: i64) -> Result<bool> {
         let mut tx = self.write.begin().await?;
         sqlx::query(

@@ -442,12 +442,29 @@ impl Engine {
         }
         claims.sort();
         claims.dedup();
-        for id in claims {
-            // A run of a gained slot was claimed above: claiming it twice
-            // would leave the state with the first claim's epoch.
-            if self.state.has_run(&id) || data.loaded.iter().any(|l| l.row.id == id) {
-                continue;
+        // A run of a gained slot was claimed above: claiming it twice
+        // would leave the state with the first claim's epoch.
+        claims.retain(|id| !self.state.has_run(id) && !data.loaded.iter().any(|l| l.row.id == *id));
+        if claims.len() > 1 {
+            // Many at once (a backlog of admissions): one statement claims
+            // them all, instead of a write transaction each.
+            match self.store.claim_runs(&claims, &self.config.node_id, now).await {
+                Ok(rows) => {
+                    for row in rows {
+                        let id = row.id.clone();
+                        claims.retain(|c| *c != id);
+                        match self.load_claimed(row).await {
+                            Ok(loaded) => data.loaded.push(loaded),
+                            Err(e) => data.failed.push((id, e)),
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot claim runs together; claiming them one by one"),
             }
+        }
+        // The rest one by one: what the batch did not find may be in cold
+        // storage (a claim restores it first).
+        for id in claims {
             match self.claim_and_load(&id, now).await {
                 Ok(loaded) => data.loaded.push(loaded),
                 Err(e) => data.failed.push((id, e)),
@@ -494,6 +511,13 @@ impl Engine {
             row = self.store.claim_run(id, &self.config.node_id, now).await.map_err(claim)?;
         }
         let row = row.ok_or_else(|| LoadError::Gone(format!("there is no run {id}")))?;
+        self.load_claimed(row).await
+    }
+
+    /// Reads what the engine needs of a run it has just claimed.
+    async fn load_claimed(&mut self, row: RunRow) -> Result<LoadedRun, LoadError> {
+        let id = row.id.clone();
+        let id = id.as_str();
         self.policy.prepare(&row.tenant).await;
         let workflow = self.workflow_of(&row).await?;
         // A queued run claimed for the first time (epoch 1) was never owned
