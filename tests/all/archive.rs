@@ -123,6 +123,23 @@ async fn finished_runs_go_cold_stay_readable_and_come_back_when_acted_on() {
     assert_eq!(other.get(&format!("/v1/runs/{}", ids[1])).await.0, StatusCode::NOT_FOUND);
     assert!(all_runs(&other, "&archived=true").await.is_empty());
 
+    // A downstream workflow needing an archived upstream instance finds it:
+    // the dependency restores it and the downstream run starts.
+    api.apply(
+        r#"
+name: report-daily
+upstream:
+  - workflow: nightly
+    cycles: day
+tasks:
+- {name: report, plugin: echo}
+"#,
+    )
+    .await;
+    let report = api.trigger("report-daily", json!({"logical_time": "2026-01-01"})).await;
+    // (Without it the run would wait: a cycle with no upstream run waits by default.)
+    assert_eq!(state(&api.finished(&report).await), "succeeded", "the archived upstream instance counts");
+
     // An action restores the run first, then the engine carries it out.
     let rerun = api.act_ok(&ids[1], "rerun").await;
     assert_eq!(rerun["ok"], json!(true), "{rerun:#}");

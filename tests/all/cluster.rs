@@ -724,9 +724,12 @@ async fn a_frozen_master_is_fenced_when_it_wakes_up() {
     }
     // Work under way, m1 owning part of it.
     started(&ledger, 1, Duration::from_secs(30)).await;
-    let before = until(Duration::from_secs(30), "m1 to own slots", || async {
+    // Owning slots is not enough: m1 must drive runs when it freezes (it
+    // may have just gained its slots and not yet claimed their runs), or
+    // it has nothing to write when it wakes.
+    let before = until(Duration::from_secs(30), "m1 to drive runs", || async {
         let m = cluster.metrics("m1").await;
-        (m["owned_slots"].as_u64().unwrap_or(0) > 0).then_some(m)
+        (m["owned_slots"].as_u64().unwrap_or(0) > 0 && m["active_runs"].as_u64().unwrap_or(0) > 0).then_some(m)
     })
     .await;
     cluster.stop("m1");
