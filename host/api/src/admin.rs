@@ -129,6 +129,17 @@ fn validate_limits(limits: &TenantLimits) -> ApiResult<()> {
             ));
         }
     }
+    // The archive's durations may be 0 (at once), not above int64.
+    let durations = [
+        ("archive_after_ms", limits.archive_after_ms),
+        ("archive_retain_ms", limits.archive_retain_ms),
+        ("archive_logs_retain_ms", limits.archive_logs_retain_ms),
+    ];
+    for (field, value) in durations {
+        if value.is_some_and(|v| v > big) {
+            return Err(AppError::bad_at("invalid_limits", format!("limits.{field}"), format!("at most {big}")));
+        }
+    }
     Ok(())
 }
 

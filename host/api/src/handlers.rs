@@ -188,9 +188,12 @@ pub struct RunsQuery {
     /// Page size, 1–1000 (default 50).
     #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<i64>,
-    /// Only runs whose logical time is at or after this (RFC 3339 or a date).
+    /// Only runs whose logical time is at or after this: RFC 3339,
+    /// `YYYY-MM-DDTHH:MM:SS` (UTC) or a date.
+    #[param(format = DateTime)]
     pub from: Option<String>,
-    /// Only runs whose logical time is at or before this.
+    /// Only runs whose logical time is at or before this (as `from`).
+    #[param(format = DateTime)]
     pub to: Option<String>,
     /// `true`: only archived runs; `false`: only hot ones; default: both.
     pub archived: Option<bool>,
@@ -214,9 +217,12 @@ pub struct WorkflowRunsQuery {
     /// Page size, 1–1000 (default 50).
     #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<i64>,
-    /// Only runs whose logical time is at or after this (RFC 3339 or a date).
+    /// Only runs whose logical time is at or after this: RFC 3339,
+    /// `YYYY-MM-DDTHH:MM:SS` (UTC) or a date.
+    #[param(format = DateTime)]
     pub from: Option<String>,
-    /// Only runs whose logical time is at or before this.
+    /// Only runs whose logical time is at or before this (as `from`).
+    #[param(format = DateTime)]
     pub to: Option<String>,
     /// `true`: only archived runs; `false`: only hot ones; default: both.
     pub archived: Option<bool>,

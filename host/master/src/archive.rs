@@ -126,7 +126,13 @@ fn metrics() -> &'static Metrics {
 pub struct Archiver {
     store: Arc<dyn Store>,
     config: ArchiveConfig,
+    /// When the hot tables were last counted (a count reads them whole:
+    /// once a minute, not every round).
+    counted: std::sync::Mutex<Option<std::time::Instant>>,
 }
+
+/// How often the hot tables are counted for `dagr_archive_hot_runs`.
+const COUNT_EVERY: Duration = Duration::from_secs(60);
 
 impl Archiver {
     /// Carries over while `active` (the leader, in a cluster).
@@ -138,7 +144,7 @@ impl Archiver {
     /// An archiver whose rounds the caller runs ([`Archiver::round`]).
     pub fn new(store: Arc<dyn Store>, config: ArchiveConfig) -> Archiver {
         metrics();
-        Archiver { store, config }
+        Archiver { store, config, counted: std::sync::Mutex::new(None) }
     }
 
     async fn run(self, active: watch::Receiver<bool>) {
@@ -211,7 +217,15 @@ impl Archiver {
                 }
             }
         }
-        if let Ok(counts) = self.store.hot_counts().await {
+        let due = {
+            let mut counted = self.counted.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let due = counted.is_none_or(|at| at.elapsed() >= COUNT_EVERY);
+            if due {
+                *counted = Some(std::time::Instant::now());
+            }
+            due
+        };
+        if due && let Ok(counts) = self.store.hot_counts().await {
             metrics().hot_runs.set(counts.runs);
         }
         Ok(busy)
