@@ -104,7 +104,7 @@ impl ColdConn {
                         part.tenant
                     )));
                 }
-                if let Some(dir) = path.parent() {
+                if let Some(dir) = path.parent().filter(|_| create) {
                     std::fs::create_dir_all(dir).map_err(|e| {
                         Error::Invalid(format!("cannot create the archive directory {}: {e}", dir.display()))
                     })?;
@@ -192,12 +192,12 @@ impl ColdConn {
     }
 
     async fn run(&mut self, sql: &str, args: Vec<Arg>) -> Result<u64> {
-        let sql = crate::sql::numbered_if(self.hot.is_empty(), &self.sql(sql));
+        let sql = crate::sql::numbered_if(self.alias.is_none(), &self.sql(sql));
         Ok(bind_all(sqlx::query(&sql), args).execute(&mut *self.conn).await?.rows_affected())
     }
 
     async fn fetch(&mut self, sql: &str, args: Vec<Arg>) -> Result<Vec<AnyRow>> {
-        let sql = crate::sql::numbered_if(self.hot.is_empty(), &self.sql(sql));
+        let sql = crate::sql::numbered_if(self.alias.is_none(), &self.sql(sql));
         Ok(bind_all(sqlx::query(&sql), args).fetch_all(&mut *self.conn).await?)
     }
 
