@@ -832,16 +832,8 @@ impl Store for SqlStore {
     }
 
     async fn run_tasks(&self, run_id: &str) -> Result<Vec<TaskRow>> {
-        let mut rows = sqlx::query("SELECT * FROM tasks WHERE run_id = $1 ORDER BY idx")
-            .bind(run_id)
-            .fetch_all(&self.read)
-            .await?;
-        if rows.is_empty()
-            && let Some(part) = self.cold_home(run_id).await?
-        {
-            let sql = "SELECT * FROM {c}tasks WHERE run_id = ? ORDER BY idx";
-            rows = self.cold_fetch(&part, sql, vec![Arg::Text(run_id.into())]).await?;
-        }
+        let sql = "SELECT * FROM {c}tasks WHERE run_id = ? ORDER BY idx";
+        let rows = self.run_rows(run_id, sql, vec![Arg::Text(run_id.into())]).await?;
         rows.iter().map(task_from).collect()
     }
 
@@ -878,42 +870,15 @@ impl Store for SqlStore {
     }
 
     async fn attempts(&self, run_id: &str, task_idx: Option<i64>) -> Result<Vec<AttemptRow>> {
-        let rows = match task_idx {
-            Some(idx) => {
-                sqlx::query(&format!(
-                    "SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE run_id = $1 AND task_idx = $2 ORDER BY number"
-                ))
-                .bind(run_id)
-                .bind(idx)
-                .fetch_all(&self.read)
-                .await?
+        let mut args = vec![Arg::Text(run_id.into())];
+        args.extend(task_idx.map(Arg::I64));
+        let sql = match task_idx {
+            Some(_) => {
+                format!("SELECT {ATTEMPT_COLUMNS} FROM {{c}}attempts WHERE run_id = ? AND task_idx = ? ORDER BY number")
             }
-            None => {
-                sqlx::query(&format!(
-                    "SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE run_id = $1 ORDER BY task_idx, number"
-                ))
-                .bind(run_id)
-                .fetch_all(&self.read)
-                .await?
-            }
+            None => format!("SELECT {ATTEMPT_COLUMNS} FROM {{c}}attempts WHERE run_id = ? ORDER BY task_idx, number"),
         };
-        if rows.is_empty()
-            && let Some(part) = self.cold_home(run_id).await?
-        {
-            let (sql, mut args) = (
-                format!("SELECT {ATTEMPT_COLUMNS} FROM {{c}}attempts WHERE run_id = ?"),
-                vec![Arg::Text(run_id.into())],
-            );
-            let sql = match task_idx {
-                Some(idx) => {
-                    args.push(Arg::I64(idx));
-                    format!("{sql} AND task_idx = ? ORDER BY number")
-                }
-                None => format!("{sql} ORDER BY task_idx, number"),
-            };
-            let rows = self.cold_fetch(&part, &sql, args).await?;
-            return rows.iter().map(attempt_from).collect();
-        }
+        let rows = self.run_rows(run_id, &sql, args).await?;
         rows.iter().map(attempt_from).collect()
     }
 

@@ -10,57 +10,21 @@ use crate::{LogRow, Result, SqlStore, TaskRow};
 #[async_trait]
 impl ReadStore for SqlStore {
     async fn run_tasks_page(&self, run_id: &str, after: i64, limit: i64) -> Result<Vec<TaskRow>> {
-        let rows = sqlx::query("SELECT * FROM tasks WHERE run_id = $1 AND idx > $2 ORDER BY idx LIMIT $3")
-            .bind(run_id)
-            .bind(after)
-            .bind(limit)
-            .fetch_all(&self.read)
-            .await?;
-        if rows.is_empty()
-            && let Some(part) = self.cold_home(run_id).await?
-        {
-            let sql = "SELECT * FROM {c}tasks WHERE run_id = ? AND idx > ? ORDER BY idx LIMIT ?";
-            let rows =
-                self.cold_fetch(&part, sql, vec![Arg::Text(run_id.into()), Arg::I64(after), Arg::I64(limit)]).await?;
-            return rows.iter().map(task_from).collect();
-        }
+        let sql = "SELECT * FROM {c}tasks WHERE run_id = ? AND idx > ? ORDER BY idx LIMIT ?";
+        let rows = self.run_rows(run_id, sql, vec![Arg::Text(run_id.into()), Arg::I64(after), Arg::I64(limit)]).await?;
         rows.iter().map(task_from).collect()
     }
 
     async fn run_task_counts(&self, run_id: &str) -> Result<Vec<(String, i64)>> {
-        let rows =
-            sqlx::query("SELECT state, COUNT(*) AS n FROM tasks WHERE run_id = $1 GROUP BY state ORDER BY state")
-                .bind(run_id)
-                .fetch_all(&self.read)
-                .await?;
-        let rows = match rows.is_empty() {
-            true => match self.cold_home(run_id).await? {
-                Some(part) => {
-                    let sql =
-                        "SELECT state, COUNT(*) AS n FROM {c}tasks WHERE run_id = ? GROUP BY state ORDER BY state";
-                    self.cold_fetch(&part, sql, vec![Arg::Text(run_id.into())]).await?
-                }
-                None => rows,
-            },
-            false => rows,
-        };
+        let sql = "SELECT state, COUNT(*) AS n FROM {c}tasks WHERE run_id = ? GROUP BY state ORDER BY state";
+        let rows = self.run_rows(run_id, sql, vec![Arg::Text(run_id.into())]).await?;
         rows.iter().map(|r| Ok((r.try_get("state")?, r.try_get("n")?))).collect()
     }
 
     async fn run_task(&self, run_id: &str, name: &str) -> Result<Option<TaskRow>> {
-        let row = sqlx::query("SELECT * FROM tasks WHERE run_id = $1 AND name = $2")
-            .bind(run_id)
-            .bind(name)
-            .fetch_optional(&self.read)
-            .await?;
-        if row.is_none()
-            && let Some(part) = self.cold_home(run_id).await?
-        {
-            let sql = "SELECT * FROM {c}tasks WHERE run_id = ? AND name = ?";
-            let rows = self.cold_fetch(&part, sql, vec![Arg::Text(run_id.into()), Arg::Text(name.into())]).await?;
-            return rows.first().map(task_from).transpose();
-        }
-        row.as_ref().map(task_from).transpose()
+        let sql = "SELECT * FROM {c}tasks WHERE run_id = ? AND name = ?";
+        let rows = self.run_rows(run_id, sql, vec![Arg::Text(run_id.into()), Arg::Text(name.into())]).await?;
+        rows.first().map(task_from).transpose()
     }
 
     async fn last_log_line(&self, run_id: &str, task_idx: i64, attempt: i64, source: &str) -> Result<Option<LogRow>> {

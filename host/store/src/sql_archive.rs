@@ -353,6 +353,21 @@ impl SqlStore {
         self.locate(None, run_id).await
     }
 
+    /// A run's rows by `sql` (its tables written `{c}tasks`, …, with
+    /// anonymous `?` parameters): from the hot tables, or, if they have
+    /// none and the run is cold, from its partition. One text for both.
+    pub(crate) async fn run_rows(&self, run_id: &str, sql: &str, args: Vec<Arg>) -> Result<Vec<AnyRow>> {
+        let hot = crate::sql::numbered_if(self.backend == Backend::Postgres, &sql.replace("{c}", ""));
+        let rows = bind_all(sqlx::query(&hot), args.clone()).fetch_all(&self.read).await?;
+        if !rows.is_empty() {
+            return Ok(rows);
+        }
+        match self.cold_home(run_id).await? {
+            Some(part) => self.cold_fetch(&part, sql, args).await,
+            None => Ok(rows),
+        }
+    }
+
     /// `sql` (its tables written `{c}tasks`, …) run on a partition.
     pub(crate) async fn cold_fetch(&self, part: &PartitionRow, sql: &str, args: Vec<Arg>) -> Result<Vec<AnyRow>> {
         let mut cold = ColdConn::open(self, &self.read, part, false).await?;
