@@ -7,6 +7,7 @@
 //! does not contend with the outer build's lock; it shares the outer
 //! build's jobserver.
 
+use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::env;
 use std::fmt::Write as _;
@@ -85,6 +86,18 @@ fn main() {
     for builtin in BUILTINS {
         let konst = &listed.iter().find(|(n, _)| n == builtin).expect("listed above").1;
         writeln!(code, "    ({builtin:?}, {konst}),").unwrap();
+    }
+    writeln!(code, "];").unwrap();
+    // Their hashes, so that a node can find what it knows of a built-in
+    // (its description, its machine code) without reading the component.
+    writeln!(code, "/// Every built-in plugin: name, component bytes and their SHA-256 (hex).").unwrap();
+    writeln!(code, "pub const BUILTINS_HASHED: &[(&str, &[u8], &str)] = &[").unwrap();
+    for builtin in BUILTINS {
+        let konst = &listed.iter().find(|(n, _)| n == builtin).expect("listed above").1;
+        let wasm = artifacts.join(format!("{}.wasm", builtin.replace('-', "_")));
+        let bytes = std::fs::read(&wasm).unwrap_or_else(|e| panic!("cannot read {}: {e}", wasm.display()));
+        let sha256: String = Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect();
+        writeln!(code, "    ({builtin:?}, {konst}, {sha256:?}),").unwrap();
     }
     writeln!(code, "];").unwrap();
     let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("plugins.rs");

@@ -306,8 +306,9 @@ fn free_port() -> SocketAddr {
     listener.local_addr().unwrap_or_else(|e| panic!("no local address: {e}"))
 }
 
-/// Whether `GET /healthz` answers 200, with a plain blocking socket so the
-/// helper works in sync and async tests alike.
+/// Whether `GET /healthz` answers 200 with `"status":"ok"` (a node that is
+/// still starting answers `"starting"`), with a plain blocking socket so
+/// the helper works in sync and async tests alike.
 fn healthz(addr: SocketAddr) -> bool {
     let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(500)) else {
         return false;
@@ -317,8 +318,10 @@ fn healthz(addr: SocketAddr) -> bool {
     if stream.write_all(request.as_bytes()).is_err() {
         return false;
     }
-    let mut head = [0u8; 12];
-    stream.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.1 200")
+    let mut answer = Vec::new();
+    let _ = stream.take(64 * 1024).read_to_end(&mut answer);
+    let ok = br#""status":"ok""#;
+    answer.starts_with(b"HTTP/1.1 200") && answer.windows(ok.len()).any(|w| w == ok)
 }
 
 /// The path of a file written into `dir`, for `dagr apply -f`.

@@ -46,7 +46,7 @@ pub(crate) fn created<T>(value: T) -> Answer<T> {
 /// Liveness: answers while the server runs.
 #[utoipa::path(get, path = "/healthz", tag = "system", responses((status = 200, body = Health)))]
 pub async fn healthz() -> axum::Json<Health> {
-    axum::Json(Health { status: "ok".into(), version: env!("CARGO_PKG_VERSION").into() })
+    axum::Json(Health { status: "ok".into(), version: env!("CARGO_PKG_VERSION").into(), starting: None })
 }
 
 // Runs --------------------------------------------------------------------------

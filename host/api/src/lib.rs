@@ -29,6 +29,7 @@ mod contract;
 pub mod error;
 mod events;
 pub mod extract;
+pub mod gate;
 mod handlers;
 pub mod inspect;
 mod jobs;

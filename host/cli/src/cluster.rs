@@ -168,7 +168,8 @@ pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("cannot listen on {}", settings.master_listen))?;
         let url = format!("{}://{}", internal.scheme(), listener.local_addr()?);
         let wasm = make_runtime(&settings, 4, false)?;
-        let plugins = load_plugins(&wasm, &settings, store.clone()).await?;
+        let plugins =
+            load_plugins(&wasm, &settings, store.clone(), |doing| tracing::info!("starting: {doing}")).await?;
         let node = NodeInfo {
             id: id.clone(),
             role: Role::Master,
@@ -251,7 +252,8 @@ pub fn worker(args: RoleArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("cannot listen on {}", settings.worker_listen))?;
         let url = format!("{}://{}", internal.scheme(), listener.local_addr()?);
         let wasm = make_runtime(&settings, settings.slots, true)?;
-        let plugins = load_plugins(&wasm, &settings, store.clone()).await?;
+        let plugins =
+            load_plugins(&wasm, &settings, store.clone(), |doing| tracing::info!("starting: {doing}")).await?;
         let mut labels = std::collections::BTreeMap::new();
         if !settings.worker_group.is_empty() {
             labels.insert("group".to_owned(), settings.worker_group.clone());
@@ -274,9 +276,6 @@ pub fn worker(args: RoleArgs) -> anyhow::Result<ExitCode> {
             logs,
         );
         worker.precompile_with(Arc::new(crate::node::ChildCompiler(crate::node::inspector(&settings)?)));
-        for plugin in plugins.builtins().plugins() {
-            worker.preload(plugin.clone());
-        }
         let guard = coordinator.lease_guard();
         worker.guard_with(Arc::new(move || guard.is_safe()));
         fence_on_lease_loss(worker.clone(), coordinator.health());
@@ -322,7 +321,8 @@ pub fn api(args: RoleArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("cannot listen on {}", settings.listen))?;
         let url = format!("http://{}", listener.local_addr()?);
         let wasm = make_runtime(&settings, 4, false)?;
-        let plugins = load_plugins(&wasm, &settings, store.clone()).await?;
+        let plugins =
+            load_plugins(&wasm, &settings, store.clone(), |doing| tracing::info!("starting: {doing}")).await?;
         let node = NodeInfo {
             id: id.clone(),
             role: Role::Api,

@@ -8,6 +8,7 @@ mod cert;
 mod client;
 mod cluster;
 mod events_client;
+mod memory;
 mod node;
 mod outer_client;
 mod plugin;

@@ -38,24 +38,62 @@ pub struct Node {
 impl Node {
     /// Starts every role and the HTTP API on `settings.listen` (port 0
     /// picks a free one).
+    ///
+    /// The listener is bound as soon as the store is open and the tokens
+    /// exist: from then on `/healthz` answers, and says what the node is
+    /// doing while it starts (on a fresh data directory it compiles the
+    /// built-in plugins, which takes seconds); other requests wait for it
+    /// ([`dagr_api::gate`]).
     pub async fn start(settings: &Settings) -> anyhow::Result<Node> {
         let lock = lock_data_dir(&settings.data_dir)?;
+        // The tokens' files exist before anything answers.
         let store = open_store(settings).await?;
         let bootstrap =
             dagr_api::auth::bootstrap(store.as_ref(), &settings.data_dir, settings.admin_token.as_deref(), true)
                 .await
                 .context("cannot set up the API tokens")?;
+        let listener = tokio::net::TcpListener::bind(settings.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", settings.listen))?;
+        let addr = listener.local_addr()?;
+        let (gate, service) = dagr_api::gate::Gate::new("loading the plugins");
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = tokio::spawn(async move {
+            let shutdown = async {
+                let _ = stopped.await;
+            };
+            if let Err(e) = axum::serve(listener, service).with_graceful_shutdown(shutdown).await {
+                tracing::error!(error = %e, "the HTTP server stopped");
+            }
+        });
+        match Node::assemble(settings, store, &gate).await {
+            Ok((api, engine, worker, delivering)) => {
+                gate.ready(api);
+                Ok(Node { addr, _lock: lock, engine, worker, bootstrap, stop: Some(stop), server, delivering })
+            }
+            Err(e) => {
+                server.abort();
+                Err(e)
+            }
+        }
+    }
+
+    /// Everything behind the listener: the plugins, the worker, the engine
+    /// and the API's router.
+    async fn assemble(
+        settings: &Settings,
+        store: Arc<SqlStore>,
+        gate: &dagr_api::gate::Gate,
+    ) -> anyhow::Result<(axum::Router, EngineHandle, Worker, tokio::sync::watch::Sender<bool>)> {
         let key = secrets_key(settings, true)?;
         let secrets = Arc::new(crate::secrets::StoreSecrets::new(store.clone(), key.clone()));
         let runtime = make_runtime(settings, settings.slots, true)?;
-        let plugins = load_plugins(&runtime, settings, store.clone()).await?;
+        let plugins = load_plugins(&runtime, settings, store.clone(), |doing| gate.doing(doing)).await?;
+        gate.doing("starting the engine");
+        let inspector = inspector(settings)?;
         let logs = LogWriter::start(store.clone());
         let worker = Worker::new("local", runtime, plugins.clone(), Some(secrets), logs);
-        let inspector = inspector(settings)?;
         worker.precompile_with(Arc::new(ChildCompiler(inspector.clone())));
-        for plugin in plugins.builtins().plugins() {
-            worker.preload(plugin.clone());
-        }
         let policy = dagr_master::StorePolicy::load(store.clone()).await.context("cannot read the tenants")?;
         policy.spawn_refresh(POLICY_REFRESH);
         let reporter = Arc::new(LateReporter::default());
@@ -104,21 +142,7 @@ impl Node {
         );
         // Event streams read what the engine commits at once.
         state.events.nudged_by(engine.events_committed());
-        let api = dagr_api::router(state);
-        let listener = tokio::net::TcpListener::bind(settings.listen)
-            .await
-            .with_context(|| format!("cannot listen on {}", settings.listen))?;
-        let addr = listener.local_addr()?;
-        let (stop, stopped) = oneshot::channel::<()>();
-        let server = tokio::spawn(async move {
-            let shutdown = async {
-                let _ = stopped.await;
-            };
-            if let Err(e) = axum::serve(listener, api).with_graceful_shutdown(shutdown).await {
-                tracing::error!(error = %e, "the HTTP server stopped");
-            }
-        });
-        Ok(Node { addr, _lock: lock, engine, worker, bootstrap, stop: Some(stop), server, delivering })
+        Ok((dagr_api::router(state), engine, worker, delivering))
     }
 
     /// Stops the API and the engine.
@@ -282,19 +306,74 @@ pub fn make_runtime(settings: &Settings, slots: u32, runs_attempts: bool) -> any
 
 /// The plugin registry: the built-in plugins plus the configured extra
 /// ones, and tenants' own from the store (re-read in the background).
+/// Compiles what the code cache lacks of the built-in plugins
+/// ([`compile_builtins`]), then lists them and the store's plugins.
+/// `doing` hears each step (a starting node's `/healthz` says it).
 pub async fn load_plugins(
     runtime: &Runtime,
     settings: &Settings,
     store: Arc<SqlStore>,
+    doing: impl Fn(String),
 ) -> anyhow::Result<Arc<Registry>> {
+    compile_builtins(runtime, settings, &inspector(settings)?, &doing).await;
+    doing("describing the plugins".into());
     let runtime = runtime.clone();
     let extra = settings.extra_plugins.clone();
-    let builtins = tokio::task::spawn_blocking(move || BuiltinPlugins::load(&runtime, dagr_builtins::BUILTINS, &extra))
-        .await?
-        .map_err(anyhow::Error::msg)?;
+    let builtins =
+        tokio::task::spawn_blocking(move || BuiltinPlugins::load(&runtime, dagr_builtins::BUILTINS_HASHED, &extra))
+            .await?
+            .map_err(anyhow::Error::msg)?;
+    doing("reading the plugin registry".into());
     let registry = Registry::open(Arc::new(builtins), store).await.context("cannot read the plugin registry")?;
     registry.refresh_every(settings.plugin_refresh);
     Ok(registry)
+}
+
+/// Compiles the built-in plugins (and `[plugins] extra`) that the code
+/// cache lacks — on a fresh data directory, all of them — each in the
+/// inspection child ([`inspector`]), so that what the compiler allocates
+/// is never this process's: [`load_plugins`] then finds their machine code
+/// in the cache. `doing` hears which one is being compiled. A component the
+/// child cannot compile is left to [`load_plugins`], which says why.
+pub async fn compile_builtins(
+    runtime: &Runtime,
+    settings: &Settings,
+    inspector: &dagr_api::Inspector,
+    doing: impl Fn(String),
+) {
+    use dagr_worker::Precompile as _;
+    use futures::StreamExt as _;
+    let mut missing: Vec<(String, Vec<u8>)> = dagr_builtins::BUILTINS_HASHED
+        .iter()
+        .filter(|(_, _, sha256)| !runtime.is_cached_sha256(sha256))
+        .map(|(name, bytes, _)| (name.to_string(), bytes.to_vec()))
+        .collect();
+    for path in &settings.extra_plugins {
+        if let Ok(bytes) = std::fs::read(path)
+            && !runtime.is_cached(&bytes)
+        {
+            missing.push((path.display().to_string(), bytes));
+        }
+    }
+    // The largest first: they take longest, and the rest fit beside them.
+    missing.sort_by_key(|(_, bytes)| std::cmp::Reverse(bytes.len()));
+    let total = missing.len();
+    let mut done = 0;
+    let at_once = settings.concurrent_compiles.max(1) as usize;
+    let mut compiles = futures::stream::iter(
+        missing
+            .into_iter()
+            .map(|(name, bytes)| async move { (name, ChildCompiler(inspector.clone()).precompile(bytes).await) }),
+    )
+    .buffer_unordered(at_once);
+    while done < total {
+        doing(format!("compiling the built-in plugins into the code cache ({done} of {total} done)"));
+        let Some((name, compiled)) = compiles.next().await else { break };
+        if let Err(e) = compiled {
+            tracing::warn!(plugin = %name, error = %e, "the inspection child could not compile a built-in plugin");
+        }
+        done += 1;
+    }
 }
 
 /// Checks and compiles components with this very binary (`dagr plugin
@@ -389,6 +468,7 @@ pub fn archive_config(settings: &Settings) -> dagr_master::archive::ArchiveConfi
         period: dagr_store::Period::parse(&settings.archive_period).unwrap_or(dagr_store::Period::Month),
         retain_for: settings.archive_retain_for,
         logs_retain_for: settings.archive_logs_retain_for,
+        audit_retain_for: settings.archive_audit_retain_for,
         batch: i64::from(settings.archive_batch),
         interval: settings.archive_interval,
     }

@@ -32,6 +32,10 @@ pub struct SoakArgs {
     /// `[archive] after`: how soon a finished run goes cold (compressed time).
     #[arg(long, default_value = "30s")]
     after: String,
+    /// `[archive] audit_retain_for`: how long the record of each trigger
+    /// stays in the audit log (compressed time; empty: for ever).
+    #[arg(long, default_value = "2m")]
+    audit_retain: String,
     /// Seconds between samples.
     #[arg(long, default_value_t = 10)]
     sample: u64,
@@ -65,7 +69,7 @@ impl Drop for Server {
     }
 }
 
-fn start(dir: &Path, store: Option<&str>, after: &str) -> anyhow::Result<Server> {
+fn start(dir: &Path, store: Option<&str>, after: &str, audit_retain: &str) -> anyhow::Result<Server> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let log = std::fs::File::create(dir.join("server.log"))?;
     let mut command = std::process::Command::new(std::env::current_exe()?);
@@ -73,6 +77,7 @@ fn start(dir: &Path, store: Option<&str>, after: &str) -> anyhow::Result<Server>
         .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
         .arg(dir)
         .env("DAGR_ARCHIVE__AFTER", after)
+        .env("DAGR_ARCHIVE__AUDIT_RETAIN_FOR", audit_retain)
         .env("DAGR_ARCHIVE__INTERVAL", "1s")
         .env("DAGR_ARCHIVE__BATCH", "2000")
         .env("DAGR_ARCHIVE__PERIOD", "week")
@@ -142,6 +147,7 @@ async fn sample(
         "hot": hot,
         "cold_runs": cold,
         "db_bytes": size_of(&dir.join("dagr.db")) + size_of(&dir.join("dagr.db-wal")),
+        "wal_bytes": size_of(&dir.join("dagr.db-wal")),
         "archive_bytes": size_of(&dir.join("archive")),
         "list_ms": {"hot_p50": p(&hot_list, 0.5), "hot_max": p(&hot_list, 1.0),
                     "cold_p50": p(&cold_list, 0.5), "cold_max": p(&cold_list, 1.0)},
@@ -160,7 +166,7 @@ pub fn run(args: SoakArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn soak(args: SoakArgs, dir: PathBuf) -> anyhow::Result<ExitCode> {
-    let server = Arc::new(start(&dir, args.store.as_deref(), &args.after)?);
+    let server = Arc::new(start(&dir, args.store.as_deref(), &args.after, &args.audit_retain)?);
     let url = args.store.clone().unwrap_or_else(|| format!("sqlite://{}", dir.join("dagr.db").display()));
     let store = SqlStore::open(&url, dagr_store::Synchronous::Normal).await?;
     let http = reqwest::Client::new();
@@ -260,6 +266,7 @@ async fn soak(args: SoakArgs, dir: PathBuf) -> anyhow::Result<ExitCode> {
             "accounted": accounted,
             "restore_one_ms": restore_ms,
             "db_bytes": size_of(&dir.join("dagr.db")) + size_of(&dir.join("dagr.db-wal")),
+            "wal_bytes": size_of(&dir.join("dagr.db-wal")),
             "archive_bytes": size_of(&dir.join("archive")),
             "total_seconds": started.elapsed().as_secs_f64(),
         })

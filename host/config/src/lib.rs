@@ -69,6 +69,7 @@
 //! retain_for = ""            # drop partitions whose period ended this long before the
 //!                            #   cut-off (empty: keep for ever); per tenant: archive_retain_ms
 //! logs_retain_for = ""       # drop cold logs sooner; per tenant: archive_logs_retain_ms
+//! audit_retain_for = ""      # drop audit records older than this (empty: keep for ever)
 //! batch = 500                # runs per carry-over batch
 //! interval = "1m"            # how often the carry-over looks when idle
 //!
@@ -211,6 +212,7 @@ pub struct Settings {
     pub archive_period: String,
     pub archive_retain_for: Option<Duration>,
     pub archive_logs_retain_for: Option<Duration>,
+    pub archive_audit_retain_for: Option<Duration>,
     pub archive_batch: u32,
     pub archive_interval: Duration,
     pub webhook_retry_base: Duration,
@@ -448,6 +450,10 @@ impl Config {
             archive_logs_retain_for: match self.archive.logs_retain_for.trim() {
                 "" => None,
                 text => Some(duration("archive.logs_retain_for", text)?),
+            },
+            archive_audit_retain_for: match self.archive.audit_retain_for.trim() {
+                "" => None,
+                text => Some(duration("archive.audit_retain_for", text)?),
             },
             archive_batch: match self.archive.batch {
                 0 | 10_001.. => return Err(err("archive.batch", "must be between 1 and 10000".into())),

@@ -92,6 +92,8 @@ pub struct ArchiveConfig {
     pub retain_for: String,
     /// Empty: cold logs stay as long as their runs.
     pub logs_retain_for: String,
+    /// Empty: the audit log is kept for ever.
+    pub audit_retain_for: String,
     pub batch: u32,
     pub interval: String,
 }
@@ -104,6 +106,7 @@ impl Default for ArchiveConfig {
             period: "month".into(),
             retain_for: String::new(),
             logs_retain_for: String::new(),
+            audit_retain_for: String::new(),
             batch: 500,
             interval: "1m".into(),
         }

@@ -31,7 +31,9 @@ pub struct ArchiveConfig {
     pub retain_for: Option<Duration>,
     /// Cold logs go sooner, if set.
     pub logs_retain_for: Option<Duration>,
-    /// Runs per batch.
+    /// Audit records older than this go (every tenant's); `None`: never.
+    pub audit_retain_for: Option<Duration>,
+    /// Runs (or audit records) per batch.
     pub batch: i64,
     /// How long the carrier sleeps when it has nothing to move.
     pub interval: Duration,
@@ -45,6 +47,7 @@ impl Default for ArchiveConfig {
             period: Period::Month,
             retain_for: None,
             logs_retain_for: None,
+            audit_retain_for: None,
             batch: 500,
             interval: Duration::from_secs(60),
         }
@@ -80,13 +83,16 @@ pub enum Duty {
     DropLogs { tenant: String, before: i64 },
     /// Drop partitions whose period ended before `before`.
     DropPartitions { tenant: String, before: i64 },
+    /// Drop audit records made before `before` (every tenant's).
+    DropAudit { before: i64 },
 }
 
 /// What a round does at `now`: for each tenant, its carry-over, then the
 /// retention of its logs and partitions. Retention never reaches data the
 /// carry-over would still keep hot (a retention shorter than `after` is
-/// counted from `after`).
-pub fn plan(now: i64, tenants: &[(String, Policy)]) -> Vec<Duty> {
+/// counted from `after`). Last, the audit log's retention
+/// (`audit_retain_ms`), counted from `now`.
+pub fn plan(now: i64, tenants: &[(String, Policy)], audit_retain_ms: Option<i64>) -> Vec<Duty> {
     let mut duties = Vec::new();
     for (tenant, policy) in tenants {
         let cutoff = now.saturating_sub(policy.after_ms);
@@ -98,6 +104,9 @@ pub fn plan(now: i64, tenants: &[(String, Policy)]) -> Vec<Duty> {
             duties.push(Duty::DropPartitions { tenant: tenant.clone(), before: cutoff.saturating_sub(retain) });
         }
     }
+    if let Some(keep) = audit_retain_ms {
+        duties.push(Duty::DropAudit { before: now.saturating_sub(keep) });
+    }
     duties
 }
 
@@ -105,6 +114,7 @@ struct Metrics {
     moved: Arc<Counter>,
     kept: Arc<Counter>,
     dropped: Arc<Counter>,
+    audit_dropped: Arc<Counter>,
     failures: Arc<Counter>,
     hot_runs: Arc<Gauge>,
 }
@@ -118,6 +128,8 @@ fn metrics() -> &'static Metrics {
             "Runs copied to cold storage but kept hot (they changed while they moved).",
         ),
         dropped: global().counter("dagr_archive_partitions_dropped_total", "Cold partitions dropped by retention."),
+        audit_dropped: global()
+            .counter("dagr_archive_audit_records_dropped_total", "Audit records dropped by retention."),
         failures: global().counter("dagr_archive_failures_total", "Carry-over or retention steps that failed."),
         hot_runs: global().gauge("dagr_archive_hot_runs", "Runs in the hot tables at the last carry-over round."),
     })
@@ -178,7 +190,8 @@ impl Archiver {
             tenants.push((row.name, Policy::of(&self.config, &limits)));
         }
         let mut busy = false;
-        for duty in plan(now, &tenants) {
+        let audit_retain_ms = self.config.audit_retain_for.map(|d| d.as_millis().min(i64::MAX as u128) as i64);
+        for duty in plan(now, &tenants, audit_retain_ms) {
             match duty {
                 Duty::CarryOver { tenant, cutoff } => {
                     let done =
@@ -214,6 +227,11 @@ impl Archiver {
                             "dropped a cold partition (retention)"
                         );
                     }
+                }
+                Duty::DropAudit { before } => {
+                    let dropped = self.store.drop_audit(before, self.config.batch).await?;
+                    metrics().audit_dropped.add(dropped);
+                    busy |= dropped as i64 >= self.config.batch;
                 }
             }
         }
@@ -253,7 +271,7 @@ mod tests {
     fn retention_is_counted_from_the_carry_over_s_cut_off() {
         let policy = Policy { after_ms: 1_000, retain_ms: Some(50_000), logs_retain_ms: Some(5_000) };
         let keep = Policy { after_ms: 1_000, retain_ms: None, logs_retain_ms: None };
-        let duties = plan(100_000, &[("a".into(), policy), ("b".into(), keep)]);
+        let duties = plan(100_000, &[("a".into(), policy), ("b".into(), keep)], None);
         assert_eq!(
             duties,
             vec![
@@ -265,6 +283,16 @@ mod tests {
         );
         // Nothing underflows at the start of time.
         let huge = Policy { after_ms: i64::MAX, retain_ms: Some(i64::MAX), logs_retain_ms: None };
-        assert!(matches!(plan(0, &[("c".into(), huge)])[1], Duty::DropPartitions { before, .. } if before < 0));
+        assert!(matches!(plan(0, &[("c".into(), huge)], None)[1], Duty::DropPartitions { before, .. } if before < 0));
+    }
+
+    #[test]
+    fn the_audit_log_s_retention_is_one_duty_for_every_tenant_counted_from_now() {
+        let keep = Policy { after_ms: 1_000, retain_ms: None, logs_retain_ms: None };
+        let tenants = [("a".into(), keep), ("b".into(), keep)];
+        let duties = plan(100_000, &tenants, Some(30_000));
+        assert_eq!(duties.iter().filter(|d| matches!(d, Duty::DropAudit { .. })).count(), 1);
+        assert_eq!(duties.last(), Some(&Duty::DropAudit { before: 70_000 }));
+        assert!(!plan(100_000, &tenants, None).iter().any(|d| matches!(d, Duty::DropAudit { .. })));
     }
 }

@@ -28,8 +28,13 @@ pub struct ErrorDetail {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Health {
+    /// `ok`, or `starting` while the node starts (it answers other requests
+    /// once it is ready; they wait until then).
     pub status: String,
     pub version: String,
+    /// What a starting node is doing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub starting: Option<String>,
 }
 
 /// The answer to applying a definition.

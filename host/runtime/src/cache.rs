@@ -114,6 +114,36 @@ impl CodeCache {
         }
     }
 
+    fn info_path(&self, sha256: &str) -> PathBuf {
+        self.dir.join(format!("{sha256}-{}.info.json", self.fingerprint))
+    }
+
+    /// What the component with this hash said of itself when this host
+    /// described it (its `plugin-info`), if that is on disk with a MAC this
+    /// host wrote: a node can list a plugin it has described before without
+    /// loading it.
+    pub(crate) fn get_info(&self, sha256: &str) -> Option<crate::PluginInfo> {
+        let mut bytes = fs::read(self.info_path(sha256)).ok()?;
+        if bytes.len() < MAC_LEN {
+            return None;
+        }
+        let stored_mac = bytes.split_off(bytes.len() - MAC_LEN);
+        let mut mac = self.mac(&bytes);
+        mac.update(sha256.as_bytes());
+        mac.verify_slice(&stored_mac).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    pub(crate) fn put_info(&self, sha256: &str, info: &crate::PluginInfo) {
+        let Ok(mut contents) = serde_json::to_vec(info) else { return };
+        let mut mac = self.mac(&contents);
+        mac.update(sha256.as_bytes());
+        contents.extend_from_slice(&mac.finalize().into_bytes());
+        if let Err(e) = write_atomically(&self.info_path(sha256), &contents, false) {
+            tracing::warn!(dir = %self.dir.display(), error = %e, "cannot write a plugin's description to the cache");
+        }
+    }
+
     pub(crate) fn put(&self, sha256: &str, artifact: &[u8]) {
         let mut contents = Vec::with_capacity(artifact.len() + MAC_LEN);
         contents.extend_from_slice(artifact);

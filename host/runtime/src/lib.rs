@@ -681,7 +681,19 @@ impl Runtime {
     /// Whether loading `bytes` would take the machine code from the on-disk
     /// cache instead of compiling (false without a cache).
     pub fn is_cached(&self, bytes: &[u8]) -> bool {
-        self.inner.cache.as_ref().is_some_and(|cache| cache.contains(&sha256_hex(bytes)))
+        self.is_cached_sha256(&sha256_hex(bytes))
+    }
+
+    /// [`Runtime::is_cached`] for the component with this hash.
+    pub fn is_cached_sha256(&self, sha256: &str) -> bool {
+        self.inner.cache.as_ref().is_some_and(|cache| cache.contains(sha256))
+    }
+
+    /// What the component with this hash said of itself when this runtime's
+    /// code cache last loaded it, without loading it (None: no cache, or
+    /// never loaded with it).
+    pub fn cached_info(&self, sha256: &str) -> Option<PluginInfo> {
+        self.inner.cache.as_ref()?.get_info(sha256)
     }
 
     pub fn load(&self, bytes: &[u8]) -> Result<Plugin> {
@@ -693,6 +705,11 @@ impl Runtime {
             self.inner.linker.instantiate_pre(&component).map_err(|e| Error::WrongWorld(explain_link_error(&e)))?;
         let pre = PluginPre::new(pre).map_err(|e| Error::WrongWorld(explain_export_error(&e)))?;
         let info = self.describe(&pre)?;
+        if let Some(cache) = &self.inner.cache
+            && cache.get_info(&sha256).as_ref() != Some(&info)
+        {
+            cache.put_info(&sha256, &info);
+        }
         let files = imports_preopens(&self.inner.engine, &component);
         let language = GuestLanguage::detect(bytes);
         Ok(Plugin {

@@ -42,10 +42,38 @@ pub async fn run_all(store: &dyn Store, prefix: &str) -> Result<()> {
     big_batches(store, prefix).await?;
     plugin_registry(store, prefix).await?;
     tenancy(store, prefix).await?;
+    audit_retention(store, prefix).await?;
     outer_dag(store, prefix).await?;
     task_reads(store, prefix).await?;
     webhooks(store, prefix).await?;
     crate::conformance_archive::archive(store, prefix).await?;
+    Ok(())
+}
+
+/// The audit log's retention: old records go, oldest first, a bounded
+/// batch at a time; newer ones stay.
+async fn audit_retention(store: &dyn Store, p: &str) -> Result<()> {
+    use crate::tenancy::NewAudit;
+    let tenant = format!("{p}audit-retention");
+    let entry = |at: i64, action: &str| NewAudit {
+        tenant: tenant.clone(),
+        at,
+        token_id: "t".into(),
+        action: action.into(),
+        target: "wf".into(),
+        detail: "{}".into(),
+    };
+    // A new record first, then two far in the past (1, 2): time, not the
+    // order of appending, decides.
+    store.append_audit(entry(i64::MAX / 2, "new")).await?;
+    store.append_audit(entry(2, "old-2")).await?;
+    store.append_audit(entry(1, "old-1")).await?;
+    check(store.drop_audit(3, 1).await? == 1, "one record per batch of 1")?;
+    let left: Vec<String> = store.list_audit(&tenant, 0, 10).await?.into_iter().map(|r| r.action).collect();
+    check(left == ["new", "old-2"], &format!("the oldest record goes first (left: {left:?})"))?;
+    while store.drop_audit(3, 100).await? > 0 {}
+    let left: Vec<String> = store.list_audit(&tenant, 0, 10).await?.into_iter().map(|r| r.action).collect();
+    check(left == ["new"], &format!("only the new audit record stays (left: {left:?})"))?;
     Ok(())
 }
 

@@ -236,6 +236,16 @@ impl TenancyStore for SqlStore {
         rows.iter().map(audit_from).collect()
     }
 
+    async fn drop_audit(&self, before: i64, limit: i64) -> Result<u64> {
+        let done =
+            sqlx::query("DELETE FROM audit WHERE seq IN (SELECT seq FROM audit WHERE at < $1 ORDER BY at LIMIT $2)")
+                .bind(before)
+                .bind(limit)
+                .execute(&self.write)
+                .await?;
+        Ok(done.rows_affected())
+    }
+
     async fn count_runs_since(&self, tenant: &str, kinds: &[RunKind], since_ms: i64) -> Result<RecentRuns> {
         if kinds.is_empty() {
             return Ok(RecentRuns::default());

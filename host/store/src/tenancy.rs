@@ -129,6 +129,10 @@ pub trait TenancyStore: Send + Sync {
     async fn append_audit(&self, entry: NewAudit) -> Result<i64>;
     /// A tenant's records after `after_seq`, oldest first.
     async fn list_audit(&self, tenant: &str, after_seq: i64, limit: i64) -> Result<Vec<AuditRow>>;
+    /// Deletes up to `limit` records made before `before` (ms), oldest
+    /// first, of every tenant (retention, in bounded batches); returns how
+    /// many.
+    async fn drop_audit(&self, before: i64, limit: i64) -> Result<u64>;
 
     // Quotas ---------------------------------------------------------------
 

@@ -1,73 +1,83 @@
-//! The plugins every installation has: loaded once at startup, global and
-//! read-only.
+//! The plugins every installation has: global and read-only. A node
+//! lists them from the code cache's record of what each said of itself
+//! (described once per data directory and dagr build) and loads one only
+//! when a task needs it, so an idle node holds no built-in's machine code.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use dagr_protocol::plugins::{PluginDescriptor, PluginDirectory};
-use dagr_runtime::{Plugin, Runtime};
+use dagr_runtime::{PluginInfo, Runtime, sha256_hex};
 
 use crate::PluginSource;
 
 /// Built-in plugins: their components and what they describe.
 pub struct BuiltinPlugins {
-    plugins: Vec<(Plugin, Arc<[u8]>)>,
+    /// Each one's bytes: the built-in ones where the binary has them.
+    components: Vec<Cow<'static, [u8]>>,
     descriptors: Vec<PluginDescriptor>,
     by_sha: HashMap<String, usize>,
 }
 
 impl BuiltinPlugins {
-    /// Loads (compiling, or from the runtime's code cache) every component:
-    /// the ones built into dagr, then `extra` files (from the configuration).
+    /// Describes every component: the ones built into dagr (name, bytes,
+    /// SHA-256), then `extra` files (from the configuration). A component
+    /// the runtime's code cache has described before is not loaded; any
+    /// other is loaded (compiling it, or from the cache), described, and
+    /// let go.
     pub fn load(
         runtime: &Runtime,
-        components: &[(&str, &'static [u8])],
+        components: &[(&str, &'static [u8], &str)],
         extra: &[PathBuf],
     ) -> Result<BuiltinPlugins, String> {
-        let mut all: Vec<(String, Arc<[u8]>)> =
-            components.iter().map(|(n, b)| (n.to_string(), Arc::from(*b))).collect();
+        let mut all: Vec<(String, Cow<'static, [u8]>, String)> =
+            components.iter().map(|(n, b, sha)| (n.to_string(), Cow::Borrowed(*b), sha.to_string())).collect();
         for path in extra {
             let bytes =
                 std::fs::read(path).map_err(|e| format!("plugins.extra: cannot read {}: {e}", path.display()))?;
-            all.push((path.display().to_string(), Arc::from(bytes)));
+            let sha256 = sha256_hex(&bytes);
+            all.push((path.display().to_string(), Cow::Owned(bytes), sha256));
         }
-        let mut plugins = Vec::new();
-        let mut descriptors = Vec::new();
-        let mut by_sha = HashMap::new();
-        for (name, bytes) in all {
-            let plugin = runtime.load(&bytes).map_err(|e| format!("built-in plugin {name} does not load: {e}"))?;
-            let info = plugin.info();
-            descriptors.push(PluginDescriptor {
-                name: info.name.clone(),
-                version: info.version.clone(),
-                description: info.description.clone(),
-                params_schema: info.params_schema.clone(),
-                sha256: plugin.sha256().to_owned(),
-                size: plugin.size() as u64,
-                builtin: true,
-            });
-            by_sha.insert(plugin.sha256().to_owned(), plugins.len());
-            plugins.push((plugin, bytes));
+        let mut builtins = BuiltinPlugins { components: Vec::new(), descriptors: Vec::new(), by_sha: HashMap::new() };
+        for (name, bytes, sha256) in all {
+            let (info, sha256) = match runtime.cached_info(&sha256) {
+                Some(info) => (info, sha256),
+                None => {
+                    let plugin =
+                        runtime.load(&bytes).map_err(|e| format!("built-in plugin {name} does not load: {e}"))?;
+                    (plugin.info().clone(), plugin.sha256().to_owned())
+                }
+            };
+            builtins.add(info, sha256, bytes);
         }
-        Ok(BuiltinPlugins { plugins, descriptors, by_sha })
+        Ok(builtins)
+    }
+
+    fn add(&mut self, info: PluginInfo, sha256: String, bytes: Cow<'static, [u8]>) {
+        self.descriptors.push(PluginDescriptor {
+            name: info.name,
+            version: info.version,
+            description: info.description,
+            params_schema: info.params_schema,
+            sha256: sha256.clone(),
+            size: bytes.len() as u64,
+            builtin: true,
+        });
+        self.by_sha.insert(sha256, self.components.len());
+        self.components.push(bytes);
     }
 
     /// What each built-in describes, without copying it.
     pub fn descriptors(&self) -> &[PluginDescriptor] {
         &self.descriptors
     }
-
-    /// The loaded plugins (to preload into a worker).
-    pub fn plugins(&self) -> impl Iterator<Item = &Plugin> {
-        self.plugins.iter().map(|(p, _)| p)
-    }
 }
 
 #[async_trait::async_trait]
 impl PluginSource for BuiltinPlugins {
     async fn component(&self, sha256: &str) -> Result<Option<Vec<u8>>, String> {
-        Ok(self.by_sha.get(sha256).map(|&i| self.plugins[i].1.to_vec()))
+        Ok(self.by_sha.get(sha256).map(|&i| self.components[i].to_vec()))
     }
 }
 
