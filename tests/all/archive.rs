@@ -230,3 +230,47 @@ async fn a_carry_over_killed_again_and_again_loses_and_duplicates_nothing() {
         assert!(run["tasks"].as_array().unwrap().iter().all(|t| t["state"] == "succeeded"), "{run:#}");
     }
 }
+
+/// A backfill over cycles whose runs went cold makes no second run for
+/// them: each comes back and is skipped, as a hot one is; a cycle the first
+/// backfill did not cover gets its run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backfill_over_archived_cycles_skips_them() {
+    let server = server().await;
+    let api = Api::of(&server);
+    api.apply(
+        r#"
+name: daily-load
+schedule: {cron: "0 0 * * *", timezone: UTC}
+tasks:
+- {name: load, plugin: echo}
+"#,
+    )
+    .await;
+    let backfill = |from: &str, to: &str| json!({"workflow": "daily-load", "from": from, "to": to, "parallel": 3});
+    let (status, first) = api.post("/v1/backfills", backfill("2025-03-01", "2025-03-03")).await;
+    assert_eq!(status, StatusCode::CREATED, "{first}");
+    let ids: Vec<String> = first["runs"].as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap().into()).collect();
+    assert_eq!(ids.len(), 3, "{first:#}");
+    for id in &ids {
+        assert_eq!(state(&api.finished(id).await), "succeeded");
+    }
+    until("the backfilled runs to go cold", async || {
+        let runs = all_runs(&api, "").await;
+        (runs.len() == 3 && runs.iter().all(|(_, cold)| *cold)).then_some(())
+    })
+    .await;
+
+    let (status, second) = api.post("/v1/backfills", backfill("2025-03-01", "2025-03-04")).await;
+    assert_eq!(status, StatusCode::CREATED, "{second}");
+    assert_eq!(second["skipped"].as_array().map(Vec::len), Some(3), "the archived cycles are skipped: {second:#}");
+    let made = second["runs"].as_array().unwrap();
+    assert_eq!(made.len(), 1, "{second:#}");
+    assert!(made[0]["logical_time"].as_str().unwrap().starts_with("2025-03-04"), "{second:#}");
+    assert_eq!(state(&api.finished(made[0]["id"].as_str().unwrap()).await), "succeeded");
+    let runs = all_runs(&api, "").await;
+    assert_eq!(runs.len(), 4, "one run per cycle, hot or cold: {runs:?}");
+    for id in &ids {
+        assert_eq!(api.run(id).await["state"], "succeeded", "the archived cycle's run is intact");
+    }
+}

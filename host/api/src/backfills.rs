@@ -23,6 +23,29 @@ use crate::{ApiState, Tenant};
 /// backfill, and cycles that already have one are re-flushed. Dependency
 /// order needs nothing more: each downstream run waits for its upstream
 /// instances. Returns the runs made and the cycles re-flushed.
+/// Brings back the runs of `workflow` with logical times in `[from, to]`
+/// that were carried over to cold storage: a cycle has one run, hot or
+/// cold, and creating runs sees only hot ones, so a cold cycle would get a
+/// second run. Restored, it is skipped (or re-flushed) like a hot one.
+async fn restore_cycles(
+    state: &ApiState,
+    tenant: &str,
+    workflow: &str,
+    from: chrono::DateTime<Utc>,
+    to: chrono::DateTime<Utc>,
+    limit: usize,
+) -> ApiResult<()> {
+    let (from, to, now) = (from.timestamp_millis(), to.timestamp_millis(), now_ms());
+    // Each call restores up to a bounded number per partition; the cycles
+    // are at most `limit`, so a few calls bring them all.
+    for _ in 0..limit.div_ceil(1000) + 1 {
+        if state.store.restore_range(tenant, workflow, from, to, i64::MAX, now).await? == 0 {
+            break;
+        }
+    }
+    Ok(())
+}
+
 async fn backfill_downstream(
     state: &ApiState,
     tenant: &str,
@@ -70,6 +93,7 @@ async fn backfill_downstream(
                 format!("with its downstream workflows the backfill covers more than {limit} runs; split it"),
             ));
         }
+        restore_cycles(state, tenant, &name, from, to, limit).await?;
         let params = serde_json::to_string(&wf.spec.params).map_err(AppError::internal)?;
         let runs: Vec<NewRun> = times
             .iter()
@@ -165,6 +189,7 @@ pub async fn create_backfill(
         total: times.len() as i64,
         created_at: now,
     };
+    restore_cycles(&state, &tenant.0, &req.workflow, from, to, state.config.max_backfill_runs).await?;
     state.store.insert_backfill(backfill.clone()).await?;
     let runs: Vec<NewRun> = times
         .iter()

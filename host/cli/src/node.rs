@@ -306,9 +306,9 @@ pub fn make_runtime(settings: &Settings, slots: u32, runs_attempts: bool) -> any
 
 /// The plugin registry: the built-in plugins plus the configured extra
 /// ones, and tenants' own from the store (re-read in the background).
-/// Compiles what the code cache lacks of the built-in plugins
-/// ([`compile_builtins`]), then lists them and the store's plugins.
-/// `doing` hears each step (a starting node's `/healthz` says it).
+/// First compiles what the code cache lacks of the built-ins
+/// ([`compile_builtins`]); `doing` hears each step (a starting node's
+/// `/healthz` says it).
 pub async fn load_plugins(
     runtime: &Runtime,
     settings: &Settings,
@@ -335,7 +335,7 @@ pub async fn load_plugins(
 /// is never this process's: [`load_plugins`] then finds their machine code
 /// in the cache. `doing` hears which one is being compiled. A component the
 /// child cannot compile is left to [`load_plugins`], which says why.
-pub async fn compile_builtins(
+async fn compile_builtins(
     runtime: &Runtime,
     settings: &Settings,
     inspector: &dagr_api::Inspector,

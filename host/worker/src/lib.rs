@@ -145,12 +145,6 @@ impl Worker {
         *self.inner.precompile.lock().unwrap_or_else(|e| e.into_inner()) = Some(precompile);
     }
 
-    /// Makes a loaded plugin available without going through the source.
-    pub fn preload(&self, plugin: Plugin) {
-        let cell = Arc::new(OnceCell::new_with(Some(Ok(plugin.clone()))));
-        self.lock_plugins().insert(plugin.sha256().to_owned(), cell);
-    }
-
     fn lock_plugins(&self) -> std::sync::MutexGuard<'_, HashMap<String, Loading>> {
         self.inner.plugins.lock().unwrap_or_else(|e| e.into_inner())
     }
