@@ -18,11 +18,6 @@ use crate::handlers::*;
 use crate::views::{run_summary, time};
 use crate::{ApiState, Tenant};
 
-/// A backfill's re-flush of the workflows downstream of `workflow`
-/// (transitively): every cycle of theirs in `[from, to]` gets a run of the
-/// backfill, and cycles that already have one are re-flushed. Dependency
-/// order needs nothing more: each downstream run waits for its upstream
-/// instances. Returns the runs made and the cycles re-flushed.
 /// Brings back the runs of `workflow` with logical times in `[from, to]`
 /// that were carried over to cold storage: a cycle has one run, hot or
 /// cold, and creating runs sees only hot ones, so a cold cycle would get a
@@ -33,19 +28,17 @@ async fn restore_cycles(
     workflow: &str,
     from: chrono::DateTime<Utc>,
     to: chrono::DateTime<Utc>,
-    limit: usize,
 ) -> ApiResult<()> {
-    let (from, to, now) = (from.timestamp_millis(), to.timestamp_millis(), now_ms());
-    // Each call restores up to a bounded number per partition; the cycles
-    // are at most `limit`, so a few calls bring them all.
-    for _ in 0..limit.div_ceil(1000) + 1 {
-        if state.store.restore_range(tenant, workflow, from, to, i64::MAX, now).await? == 0 {
-            break;
-        }
-    }
+    let (from, to) = (from.timestamp_millis(), to.timestamp_millis());
+    state.store.restore_range(tenant, workflow, from, to, i64::MAX, now_ms()).await?;
     Ok(())
 }
 
+/// A backfill's re-flush of the workflows downstream of `workflow`
+/// (transitively): every cycle of theirs in `[from, to]` gets a run of the
+/// backfill, and cycles that already have one are re-flushed. Dependency
+/// order needs nothing more: each downstream run waits for its upstream
+/// instances. Returns the runs made and the cycles re-flushed.
 async fn backfill_downstream(
     state: &ApiState,
     tenant: &str,
@@ -93,7 +86,7 @@ async fn backfill_downstream(
                 format!("with its downstream workflows the backfill covers more than {limit} runs; split it"),
             ));
         }
-        restore_cycles(state, tenant, &name, from, to, limit).await?;
+        restore_cycles(state, tenant, &name, from, to).await?;
         let params = serde_json::to_string(&wf.spec.params).map_err(AppError::internal)?;
         let runs: Vec<NewRun> = times
             .iter()
@@ -189,7 +182,7 @@ pub async fn create_backfill(
         total: times.len() as i64,
         created_at: now,
     };
-    restore_cycles(&state, &tenant.0, &req.workflow, from, to, state.config.max_backfill_runs).await?;
+    restore_cycles(&state, &tenant.0, &req.workflow, from, to).await?;
     state.store.insert_backfill(backfill.clone()).await?;
     let runs: Vec<NewRun> = times
         .iter()

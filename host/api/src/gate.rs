@@ -82,11 +82,17 @@ impl<'a, L: Listener> tower::Service<IncomingStream<'a, L>> for GateService {
     }
 
     fn call(&mut self, _: IncomingStream<'a, L>) -> Self::Future {
-        let router = match &*self.phase.borrow() {
+        ready(Ok(self.router()))
+    }
+}
+
+impl GateService {
+    /// The router for a new connection: the node's once it is ready.
+    fn router(&self) -> Router {
+        match &*self.phase.borrow() {
             Phase::Ready(router) => router.clone(),
             Phase::Starting(_) => self.waiting.clone(),
-        };
-        ready(Ok(router))
+        }
     }
 }
 
@@ -138,11 +144,7 @@ mod tests {
     use super::*;
 
     async fn get(service: &GateService, path: &str) -> Response {
-        let router = match &*service.phase.borrow() {
-            Phase::Ready(router) => router.clone(),
-            Phase::Starting(_) => service.waiting.clone(),
-        };
-        forward(router, Request::get(path).body(axum::body::Body::empty()).unwrap()).await
+        forward(service.router(), Request::get(path).body(axum::body::Body::empty()).unwrap()).await
     }
 
     async fn json(response: Response) -> serde_json::Value {

@@ -37,7 +37,8 @@ const DROPPED: [(&str, &str); 3] = [("run_slas", "run_id"), ("run_waits", "run_i
 /// Ids per statement.
 const CHUNK: usize = 500;
 
-/// Runs at most one restore by range brings back.
+/// Runs per query of a restore by range, and at most what a dependency
+/// check restores at once.
 pub const MAX_RESTORE: i64 = 1000;
 
 /// A run's state that lets it move (it has ended).
@@ -686,23 +687,40 @@ impl ArchiveStore for SqlStore {
             if part.runs == 0 || !part.overlaps_logical(Some(from), Some(to)) {
                 continue;
             }
-            let rows = self
-                .cold_fetch(
-                    &part,
-                    "SELECT id FROM {c}runs WHERE tenant = ? AND workflow = ? AND logical_time >= ? AND logical_time <= ? \
-                     ORDER BY logical_time LIMIT ?",
-                    vec![
-                        Arg::Text(tenant.into()),
-                        Arg::Text(workflow.into()),
-                        Arg::I64(from),
-                        Arg::I64(to),
-                        Arg::I64((limit - restored as i64).clamp(0, MAX_RESTORE)),
-                    ],
-                )
-                .await?;
-            let ids: Vec<String> = rows.iter().map(|r| r.try_get("id")).collect::<Result<_, _>>()?;
-            for chunk in ids.chunks(CHUNK) {
-                restored += self.restore_from(&part, chunk, now).await?;
+            // Pages of at most MAX_RESTORE, in (logical time, id) order, until
+            // the partition has no more in range or `limit` is reached.
+            let mut after = (i64::MIN, String::new());
+            while (restored as i64) < limit {
+                let page = (limit - restored as i64).min(MAX_RESTORE);
+                let rows = self
+                    .cold_fetch(
+                        &part,
+                        "SELECT id, logical_time FROM {c}runs \
+                         WHERE tenant = ? AND workflow = ? AND logical_time >= ? AND logical_time <= ? \
+                         AND (logical_time > ? OR (logical_time = ? AND id > ?)) \
+                         ORDER BY logical_time, id LIMIT ?",
+                        vec![
+                            Arg::Text(tenant.into()),
+                            Arg::Text(workflow.into()),
+                            Arg::I64(from),
+                            Arg::I64(to),
+                            Arg::I64(after.0),
+                            Arg::I64(after.0),
+                            Arg::Text(after.1.clone()),
+                            Arg::I64(page),
+                        ],
+                    )
+                    .await?;
+                let ids: Vec<String> = rows.iter().map(|r| r.try_get("id")).collect::<Result<_, _>>()?;
+                if let Some(last) = rows.last() {
+                    after = (last.try_get("logical_time")?, last.try_get("id")?);
+                }
+                for chunk in ids.chunks(CHUNK) {
+                    restored += self.restore_from(&part, chunk, now).await?;
+                }
+                if (ids.len() as i64) < page {
+                    break;
+                }
             }
         }
         Ok(restored)
