@@ -89,10 +89,13 @@ pub(crate) async fn latest_workflow(state: &ApiState, tenant: &str, name: &str) 
         return Ok((v, workflow));
     }
     let version = stored_version(state, tenant, name, v).await?;
-    let spec = WorkflowSpec::parse(&version.spec, Format::Json)
-        .map_err(|e| AppError::internal(format!("stored definition: {e}")))?;
-    let workflow =
-        Workflow::validate(spec, &TrustedCatalog).map_err(|e| AppError::internal(format!("stored definition: {e}")))?;
+    // A large definition is validated on a blocking thread.
+    let workflow = crate::extract::off_runtime(version.spec.len(), move || {
+        let spec = WorkflowSpec::parse(&version.spec, Format::Json)
+            .map_err(|e| AppError::internal(format!("stored definition: {e}")))?;
+        Workflow::validate(spec, &TrustedCatalog).map_err(|e| AppError::internal(format!("stored definition: {e}")))
+    })
+    .await?;
     let workflow = Arc::new(workflow);
     state.versions.insert(tenant, name, v, workflow.clone());
     Ok((v, workflow))

@@ -95,7 +95,7 @@ pub async fn create_job(
         }
     }
     let spec = bytes::Bytes::from(json!({"name": name, "tasks": tasks}).to_string());
-    let Validated { workflow, .. } =
+    let Validated { workflow, canonical, .. } =
         validate_definition(&state, &tenant.0, spec, Some(Format::Json), "invalid_job").await?;
     crate::admin::check_within_limits(&state, &tenant.0, &workflow, "invalid_job").await?;
     crate::admin::check_run_rate(&state, &tenant.0).await?;
@@ -107,7 +107,7 @@ pub async fn create_job(
             kind: RunKind::Job,
             logical_time: now_ms(),
             params: "{}".into(),
-            spec: Some(workflow.spec.canonical_json()),
+            spec: Some(canonical),
             backfill_id: None,
             parent: None,
         },

@@ -38,7 +38,6 @@ mod plugins;
 mod tasks;
 pub mod ui;
 mod unread;
-pub mod versions;
 mod views;
 mod webhooks;
 mod workflows;
@@ -164,7 +163,7 @@ pub struct ApiState {
     pub config: Arc<ApiConfig>,
     /// Validated workflow versions, so that a trigger does not parse and
     /// validate its definition again.
-    pub versions: Arc<versions::VersionCache>,
+    pub versions: Arc<dagr_core::versions::VersionCache>,
     /// Reads new events for the event streams of this process.
     pub events: Arc<EventHub>,
 }

@@ -4,7 +4,7 @@
 //! name through the store's index rather than by reading them all.
 //!
 //! The definition a run's tasks are shown with (their plugin and
-//! dependencies) comes from the [`VersionCache`](crate::versions::VersionCache)
+//! dependencies) comes from the [`VersionCache`](dagr_core::versions::VersionCache)
 //! once it was read: a big definition is parsed and validated once, on a
 //! blocking thread, not at every request.
 

@@ -57,9 +57,11 @@ pub async fn validate_definition(
             DefinitionError::Limit(limit) => document_error(limit),
             DefinitionError::Invalid(invalid) => AppError::invalid(code, &invalid),
         })?;
+        // What is stored; taken before validation, which keeps the tasks
+        // only in their validated form.
+        let canonical = spec.canonical_json();
         let catalog = TenantCatalog { directory: plugins.as_ref(), tenant: &tenant };
         let workflow = Workflow::validate(spec, &catalog).map_err(|e| AppError::invalid(code, &e))?;
-        let canonical = workflow.spec.canonical_json();
         if canonical.len() > limits.max_bytes {
             return Err(AppError::TooLarge(format!(
                 "the definition is {} bytes as stored (canonical JSON), which exceeds the size limit of {} bytes ({})",
@@ -107,6 +109,10 @@ pub async fn apply_workflow(
     let edges = crate::outer::check_graph(&state, &tenant.0, &workflow).await?;
     let now = now_ms();
     let applied = state.store.apply_workflow(&tenant.0, workflow.name(), &hash, &canonical, now).await?;
+    // Validated already: the first trigger (and, in `dagr serve`, the
+    // engine) need not read, parse and validate it again.
+    let workflow = std::sync::Arc::new(workflow);
+    state.versions.insert(&tenant.0, workflow.name(), applied.version, workflow.clone());
     state.store.set_workflow_edges(&tenant.0, workflow.name(), &edges).await?;
     state.control.workflow_changed(&tenant.0, workflow.name());
     let detail = json!({"version": applied.version, "created": applied.created});

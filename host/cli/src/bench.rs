@@ -3,7 +3,7 @@
 //!
 //! The DAG comes from a file in the datasets format (`{"name", "tasks":
 //! [{"id", "deps", "runtime_s"}]}`) or is generated (`chain:N`,
-//! `fanout:N`). Each node becomes a task of the `echo` or `fib` plugin; the
+//! `fanout:N`, `layered:N:K:W`). Each node becomes a task of the `echo` or `fib` plugin; the
 //! workflow is applied and triggered through the node's HTTP API, like a
 //! user would, and the end of a run is taken from the engine's
 //! finished-runs channel, so no polling shows up in the figures.
@@ -27,8 +27,10 @@ use crate::node::Node;
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// A DAG file in the datasets format, or `chain:N` (N tasks in a row),
-    /// or `fanout:N` (one root and N tasks that depend on it).
-    #[arg(long, value_name = "FILE|chain:N|fanout:N")]
+    /// or `fanout:N` (one root and N tasks that depend on it), or
+    /// `layered:N:K:W` (N tasks in layers W wide, each task after the first
+    /// layer depending on K tasks of the layer before it).
+    #[arg(long, value_name = "FILE|chain:N|fanout:N|layered:N:K:W")]
     dag: String,
     /// What every task runs.
     #[arg(long, value_enum, default_value_t = BenchPlugin::Echo)]
@@ -105,6 +107,20 @@ impl Dag {
     fn edges(&self) -> usize {
         self.tasks.iter().map(|(_, deps)| deps.len()).sum()
     }
+
+    fn shape(&self) -> Shape {
+        Shape { name: self.name.clone(), tasks: self.tasks.len(), edges: self.edges() }
+    }
+}
+
+/// What the report says about a DAG (the DAG itself and its workflow's
+/// JSON are dropped once the body is written, so that the memory measured
+/// in this process is the node's).
+#[derive(Debug)]
+struct Shape {
+    name: String,
+    tasks: usize,
+    edges: usize,
 }
 
 /// A file of `shared/datasets/dags`.
@@ -132,14 +148,22 @@ struct Measurement {
     /// the run, in ms; `None` where it is not known (`--remote`).
     cpu_ms: Option<f64>,
     peak_rss_mib: f64,
+    /// The resident memory just before the trigger (the run's peak is
+    /// measured from it), in MiB; 0 where not known.
+    rss_before_mib: f64,
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let dag = load_dag(&args.dag)?;
-    let workflow = workflow_json(&dag, args.plugin, args.fib_n, args.sleep_ms);
+    let body = workflow_json(&dag, args.plugin, args.fib_n, args.sleep_ms).to_string();
+    // Shadowing would keep the DAG alive: dropped, so that what this
+    // process holds is the node's.
+    let shape = dag.shape();
+    drop(dag);
+    let dag = shape;
     if let Some(server) = &args.remote {
         let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-        let measurements = runtime.block_on(measure_remote(server, &dag, &workflow, &args))?;
+        let measurements = runtime.block_on(measure_remote(server, &dag, &body, &args))?;
         return Ok(report(&dag, &measurements, &args));
     }
     let mut config = Config::default();
@@ -162,11 +186,17 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     if let Some(slots) = args.slots {
         config.worker.slots = slots;
     }
+    // A generated DAG of 100,000 tasks is a body of ~20 MB: the limit is
+    // raised to fit the workflow (and only for this node).
+    let default_max = dagr_core::units::parse_bytes(&config.api.max_body).unwrap_or(0);
+    if body.len() as u64 > default_max {
+        config.api.max_body = (body.len() + (1 << 20)).to_string();
+    }
     let settings = config.validate()?;
     let runtime = crate::node::node_runtime(&settings, true)?;
     let measurements = runtime.block_on(async {
         let node = Node::start(&settings).await?;
-        let result = measure(&node, &settings.data_dir, &dag, &workflow, &args).await;
+        let result = measure(&node, &settings.data_dir, &dag, body, &args).await;
         node.stop().await;
         result
     })?;
@@ -176,27 +206,42 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
 
 /// Prints the table (unless `--json` printed lines already); fails if a
 /// run did not succeed.
-fn report(dag: &Dag, measurements: &[Measurement], args: &BenchArgs) -> ExitCode {
+fn report(dag: &Shape, measurements: &[Measurement], args: &BenchArgs) -> ExitCode {
     if !args.json {
         let rows = measurements
             .iter()
             .map(|m| {
                 vec![
                     dag.name.clone(),
-                    (dag.tasks.len() * args.concurrent.max(1) as usize).to_string(),
-                    dag.edges().to_string(),
+                    (dag.tasks * args.concurrent.max(1) as usize).to_string(),
+                    dag.edges.to_string(),
                     m.run.to_string(),
                     m.state.clone(),
                     format!("{:.1}", m.wall_ms),
                     format!("{:.0}", m.tasks_per_s),
                     m.cpu_ms.map_or_else(|| "-".into(), |cpu| format!("{cpu:.0}")),
                     if m.peak_rss_mib > 0.0 { format!("{:.1}", m.peak_rss_mib) } else { "-".into() },
+                    if m.rss_before_mib > 0.0 { format!("{:.1}", m.rss_before_mib) } else { "-".into() },
                 ]
             })
             .collect();
         print!(
             "{}",
-            table(&["DAG", "TASKS", "EDGES", "RUN", "STATE", "WALL MS", "TASKS/S", "CPU MS", "PEAK RSS MIB"], rows)
+            table(
+                &[
+                    "DAG",
+                    "TASKS",
+                    "EDGES",
+                    "RUN",
+                    "STATE",
+                    "WALL MS",
+                    "TASKS/S",
+                    "CPU MS",
+                    "PEAK RSS MIB",
+                    "RSS BEFORE MIB"
+                ],
+                rows
+            )
         );
     }
     if measurements.iter().all(|m| m.state == "succeeded") { ExitCode::SUCCESS } else { ExitCode::FAILURE }
@@ -206,12 +251,7 @@ fn report(dag: &Dag, measurements: &[Measurement], args: &BenchArgs) -> ExitCode
 /// triggers `--concurrent` runs at once and polls them to their end.
 /// Tasks per second count every task of the round's runs. Peak RSS is not
 /// known here (the nodes are other processes).
-async fn measure_remote(
-    server: &str,
-    dag: &Dag,
-    workflow: &Value,
-    args: &BenchArgs,
-) -> anyhow::Result<Vec<Measurement>> {
+async fn measure_remote(server: &str, dag: &Shape, body: &str, args: &BenchArgs) -> anyhow::Result<Vec<Measurement>> {
     let token = std::env::var("DAGR_TOKEN").ok().filter(|t| !t.is_empty());
     if token.is_none() {
         bail!("--remote needs a token in DAGR_TOKEN");
@@ -237,7 +277,7 @@ async fn measure_remote(
         None
     };
     let applied: Applied = api
-        .json(api.post(&["v1", "workflows"]).header("content-type", "application/json").body(workflow.to_string()))
+        .json(api.post(&["v1", "workflows"]).header("content-type", "application/json").body(body.to_owned()))
         .await?;
     let mut measurements = Vec::new();
     let mut measured: Vec<String> = Vec::new();
@@ -279,7 +319,7 @@ async fn measure_remote(
         }
         let wall = start.elapsed();
         let state = states.iter().find(|s| *s != "succeeded").cloned().unwrap_or_else(|| "succeeded".into());
-        let tasks = dag.tasks.len() * states.len();
+        let tasks = dag.tasks * states.len();
         let measurement = Measurement {
             run: number,
             state,
@@ -287,6 +327,7 @@ async fn measure_remote(
             tasks_per_s: tasks as f64 / wall.as_secs_f64(),
             cpu_ms: None,
             peak_rss_mib: 0.0,
+            rss_before_mib: 0.0,
         };
         if args.json {
             println!(
@@ -331,8 +372,8 @@ async fn measure_remote(
 async fn measure(
     node: &Node,
     data_dir: &std::path::Path,
-    dag: &Dag,
-    workflow: &Value,
+    dag: &Shape,
+    body: String,
     args: &BenchArgs,
 ) -> anyhow::Result<Vec<Measurement>> {
     // The `default` tenant's token, written at the data directory's first start.
@@ -340,13 +381,26 @@ async fn measure(
         .context("cannot read the default tenant's token")?;
     let credentials = Credentials { token: Some(token.trim().to_owned()), tenant: None };
     let api = Api::with_credentials(&format!("http://{}", node.addr), credentials)?;
-    let applied: Applied = api
-        .json(api.post(&["v1", "workflows"]).header("content-type", "application/json").body(workflow.to_string()))
-        .await?;
+    let bytes = body.len();
+    let (cpu_before, start) = (process_cpu_ms(), Instant::now());
+    let applied: Applied =
+        api.json(api.post(&["v1", "workflows"]).header("content-type", "application/json").body(body)).await?;
+    let cpu_ms = process_cpu_ms().zip(cpu_before).map_or(f64::NAN, |(after, before)| after - before);
+    eprintln!(
+        "applied `{}` ({} tasks, {} edges, {} bytes of JSON) in {:.1} ms, CPU {cpu_ms:.0} ms, peak RSS {:.1} MiB",
+        applied.name,
+        dag.tasks,
+        dag.edges,
+        bytes,
+        start.elapsed().as_secs_f64() * 1000.0,
+        peak_rss_mib(),
+    );
     let mut measurements = Vec::new();
     for number in 1..=args.runs {
         // Subscribed before the trigger, so the end cannot be missed.
         let mut finished = node.engine.finished_runs();
+        reset_peak_rss();
+        let rss_before = rss_mib();
         let cpu_before = process_cpu_ms();
         let start = Instant::now();
         let run: RunSummary =
@@ -373,9 +427,10 @@ async fn measure(
             run: number,
             state,
             wall_ms: wall.as_secs_f64() * 1000.0,
-            tasks_per_s: dag.tasks.len() as f64 / wall.as_secs_f64(),
+            tasks_per_s: dag.tasks as f64 / wall.as_secs_f64(),
             cpu_ms,
             peak_rss_mib: peak_rss_mib(),
+            rss_before_mib: rss_before,
         };
         if args.json {
             println!(
@@ -383,8 +438,8 @@ async fn measure(
                 json!({
                     "dag": dag.name,
                     "plugin": format!("{:?}", args.plugin).to_lowercase(),
-                    "tasks": dag.tasks.len(),
-                    "edges": dag.edges(),
+                    "tasks": dag.tasks,
+                    "edges": dag.edges,
                     "run": measurement.run,
                     "run_id": run.id,
                     "state": measurement.state,
@@ -392,6 +447,7 @@ async fn measure(
                     "tasks_per_s": measurement.tasks_per_s.round(),
                     "cpu_ms": measurement.cpu_ms.map(|cpu| cpu.round()),
                     "peak_rss_mib": (measurement.peak_rss_mib * 10.0).round() / 10.0,
+                    "rss_before_mib": (measurement.rss_before_mib * 10.0).round() / 10.0,
                 })
             );
         }
@@ -419,7 +475,7 @@ async fn explain_failure(api: &Api, run: &str, plugin: &BenchPlugin) {
     }
 }
 
-/// `chain:N`, `fanout:N`, or a file.
+/// `chain:N`, `fanout:N`, `layered:N:K:W`, or a file.
 fn load_dag(spec: &str) -> anyhow::Result<Dag> {
     let count = |n: &str| -> anyhow::Result<usize> {
         match n.parse::<usize>() {
@@ -443,9 +499,39 @@ fn load_dag(spec: &str) -> anyhow::Result<Dag> {
         tasks.extend((0..n).map(|i| (format!("t{i}"), vec!["root".to_owned()])));
         return Ok(Dag { name: format!("fanout-{n}"), tasks });
     }
+    if let Some(shape) = spec.strip_prefix("layered:") {
+        let numbers = shape.split(':').map(count).collect::<anyhow::Result<Vec<_>>>()?;
+        let [n, k, width] = numbers[..] else { bail!("--dag {spec}: the form is layered:N:K:W") };
+        if k > width {
+            bail!("--dag {spec}: K ({k}) cannot be more than the layer's width W ({width})");
+        }
+        return Ok(Dag { name: format!("layered-{n}-{k}-{width}"), tasks: layered(n, k, width) });
+    }
     let text = std::fs::read_to_string(spec).with_context(|| format!("cannot read {spec}"))?;
     let file: DagFile = serde_json::from_str(&text).with_context(|| format!("{spec} is not a DAG file"))?;
     from_file(file).with_context(|| format!("in {spec}"))
+}
+
+/// `n` tasks in layers `width` wide; task `j` of a layer after the first
+/// depends on the `k` tasks `j`, `j + width/k`, `j + 2·width/k`… (modulo the
+/// width) of the layer before it, so every task of a layer has distinct
+/// deps and the edges number `(n - width) · k`.
+fn layered(n: usize, k: usize, width: usize) -> Vec<(String, Vec<String>)> {
+    let stride = (width / k).max(1);
+    (0..n)
+        .map(|i| {
+            let (layer, j) = (i / width, i % width);
+            let deps = if layer == 0 {
+                vec![]
+            } else {
+                let before = (layer - 1) * width;
+                // The last layer may be narrower than the ones before it; the
+                // layer before it is always whole.
+                (0..k).map(|m| format!("t{}", before + (j + m * stride) % width)).collect()
+            };
+            (format!("t{i}"), deps)
+        })
+        .collect()
 }
 
 /// Maps the file's ids (any characters) to unique dagr task names.
@@ -524,12 +610,27 @@ fn process_cpu_ms() -> Option<f64> {
 
 /// The process's peak resident memory (VmHWM), in MiB; 0 where unknown.
 fn peak_rss_mib() -> f64 {
+    status_mib("VmHWM:")
+}
+
+/// This process's resident memory now, in MiB (0 where unknown).
+fn rss_mib() -> f64 {
+    status_mib("VmRSS:")
+}
+
+/// Starts the peak of `peak_rss_mib` again from the resident memory now
+/// (Linux: `clear_refs` 5), so a run's peak is its own, not the apply's.
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+fn status_mib(field: &str) -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|status| {
             status
                 .lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .find_map(|l| l.strip_prefix(field))
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         })
         .map(|kib| kib / 1024.0)
@@ -585,6 +686,16 @@ mod tests {
         assert_eq!(fanout.tasks.len(), 5);
         assert_eq!(fanout.edges(), 4);
         assert!(load_dag("chain:0").is_err());
+        let layered = load_dag("layered:10:2:4").unwrap();
+        assert_eq!(layered.tasks.len(), 10);
+        assert_eq!(layered.edges(), 12);
+        assert_eq!(layered.tasks[4], ("t4".to_owned(), vec!["t0".to_owned(), "t2".to_owned()]));
+        assert_eq!(layered.tasks[9], ("t9".to_owned(), vec!["t5".to_owned(), "t7".to_owned()]));
+        for (_, deps) in &layered.tasks {
+            assert_eq!(deps.iter().collect::<HashSet<_>>().len(), deps.len(), "{deps:?}");
+        }
+        assert!(load_dag("layered:10:5:4").is_err());
+        assert!(load_dag("layered:10:2").is_err());
     }
 
     #[test]

@@ -202,6 +202,7 @@ pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
             catch_up_per_second: settings.catch_up_per_second,
             max_in_flight: settings.max_in_flight as usize,
             strategy,
+            versions: Default::default(),
         };
         let engine = Engine::start(config, store.clone(), transport, plugins).await?;
         engine.wake_peers_with(Arc::new(ClusterControl::new(store.clone(), coordinator.membership(), &internal)));

@@ -116,6 +116,7 @@ impl Node {
             max_in_flight: worker.slots(),
             ..EngineConfig::default()
         };
+        let versions = engine_config.versions.clone();
         let engine = Engine::start(engine_config, store.clone(), transport, plugins.clone()).await?;
         reporter.connect(engine.clone());
         dagr_worker::metrics::register(&worker);
@@ -134,12 +135,14 @@ impl Node {
         engine.own_slots((0..dagr_protocol::SLOTS).collect());
         engine.lead(Some(dagr_protocol::now_ms()));
 
-        let state = dagr_api::ApiState::new(
+        let mut state = dagr_api::ApiState::new(
             store.clone(),
             Arc::new(engine.clone()),
             plugins,
             api_config(settings, key, inspector)?,
         );
+        // One copy of each validated workflow for the API and the engine.
+        state.versions = versions;
         // Event streams read what the engine commits at once.
         state.events.nudged_by(engine.events_committed());
         Ok((dagr_api::router(state), engine, worker, delivering))

@@ -632,6 +632,9 @@ pub struct Task {
 /// A validated workflow, ready to run. Built only by [`Workflow::validate`].
 #[derive(Debug, Clone)]
 pub struct Workflow {
+    /// The definition's settings. Its `tasks` are empty: the validated
+    /// tasks are [`Workflow::tasks`] (and what is stored is the
+    /// definition's canonical JSON, taken before validation).
     pub spec: WorkflowSpec,
     pub tasks: Vec<Task>,
     pub schedule: Option<Schedule>,
@@ -956,7 +959,15 @@ impl Workflow {
                 tasks[d].dependents.push(i);
             }
         }
+        for task in &mut tasks {
+            task.dependents.shrink_to_fit();
+        }
         let timeout = spec.timeout.map(|d| d.0);
+        // The tasks live on validated, in `tasks`; the spec's copies would
+        // more than double what a large workflow holds (a validated
+        // workflow is kept for as long as its runs go on).
+        let mut spec = spec;
+        spec.tasks = Vec::new();
         Ok(Workflow { spec, tasks, schedule, upstream, timeout, sla, index })
     }
 
@@ -1198,6 +1209,9 @@ mod tests {
         assert_eq!(wf.tasks[3].deps, vec![1, 2]);
         assert_eq!(wf.tasks[0].dependents, vec![1, 2]);
         assert_eq!(wf.roots().collect::<Vec<_>>(), vec![0]);
+        // The tasks are kept once, validated; the spec keeps the rest.
+        assert!(wf.spec.tasks.is_empty());
+        assert_eq!(wf.spec.name, "d");
     }
 
     #[test]

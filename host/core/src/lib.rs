@@ -38,6 +38,7 @@ pub mod sla;
 pub mod slots;
 pub mod template;
 pub mod units;
+pub mod versions;
 
 pub use definition::{Invalid, Issue, PluginCatalog, PluginRef, ResolvedPlugin, Workflow, WorkflowSpec};
 pub use run::{Action, FailureClass, Input, Rejected, RunMachine, RunState, TaskProgress, TaskState};

@@ -41,6 +41,12 @@ pub struct Template {
 #[derive(Debug, Clone, PartialEq)]
 enum Node {
     Literal(Value),
+    /// A template without expressions, as its compact JSON text: kept
+    /// like this, the params of a large workflow's tasks (a `Value` object
+    /// of one key takes ~650 bytes) cost what their text does, and a
+    /// dispatch copies the text instead of serializing a value. Only ever
+    /// the root.
+    Json(Box<str>),
     Array(Vec<Node>),
     Object(Vec<(String, Node)>),
     Text(Vec<Segment>),
@@ -139,16 +145,19 @@ pub type Problem = Issue;
 impl Template {
     /// A template without expressions.
     pub fn literal(value: Value) -> Self {
-        Template { root: Node::Literal(value) }
+        Template { root: Node::Json(value.to_string().into_boxed_str()) }
     }
 
     pub fn parse(value: &Value) -> Result<Template, Problem> {
-        Ok(Template { root: parse_node(value, "")? })
+        Ok(match parse_node(value, "")? {
+            Node::Literal(value) => Template::literal(value),
+            root => Template { root },
+        })
     }
 
     /// Whether any string contains an expression.
     pub fn is_literal(&self) -> bool {
-        matches!(self.root, Node::Literal(_))
+        matches!(self.root, Node::Literal(_) | Node::Json(_))
     }
 
     /// Checks references against what will exist at run time.
@@ -193,6 +202,17 @@ impl Template {
     pub fn render(&self, ctx: &RenderContext<'_>) -> Result<Value, Problem> {
         let mut budget = Budget { left: ctx.max_bytes };
         render_node(&self.root, ctx, &mut String::new(), &mut budget)
+    }
+
+    /// Renders to compact JSON text, at most `ctx.max_bytes` of it: what
+    /// [`Template::render`] gives, serialized (a template without
+    /// expressions is its text already).
+    pub fn render_json(&self, ctx: &RenderContext<'_>) -> Result<String, Problem> {
+        match &self.root {
+            Node::Json(text) if text.len() <= ctx.max_bytes => Ok(text.to_string()),
+            Node::Json(_) => Err(too_large("", ctx)),
+            _ => self.render(ctx).map(|value| value.to_string()),
+        }
     }
 }
 
@@ -422,7 +442,7 @@ fn parse_filter(text: &str) -> Result<Filter, String> {
 
 fn walk_exprs(node: &Node, pointer: &mut String, f: &mut impl FnMut(&str, &Expr)) {
     match node {
-        Node::Literal(_) => {}
+        Node::Literal(_) | Node::Json(_) => {}
         Node::Array(items) => {
             for (i, n) in items.iter().enumerate() {
                 let len = pointer.len();
@@ -453,7 +473,7 @@ fn walk_exprs(node: &Node, pointer: &mut String, f: &mut impl FnMut(&str, &Expr)
 
 fn collect_templated(node: &Node, pointer: &mut String, out: &mut Vec<String>) {
     match node {
-        Node::Literal(_) => {}
+        Node::Literal(_) | Node::Json(_) => {}
         Node::Text(_) => out.push(pointer.clone()),
         Node::Array(items) => {
             for (i, n) in items.iter().enumerate() {
@@ -544,6 +564,15 @@ fn render_node(
                 return Err(too_large(pointer, ctx));
             }
             Ok(v.clone())
+        }
+        Node::Json(text) => {
+            if !budget.take(text.len()) {
+                return Err(too_large(pointer, ctx));
+            }
+            // The text was written from a value, so it reads back as one
+            // (within serde_json's nesting limit, which `[api] max_depth`
+            // keeps definitions under).
+            Ok(serde_json::from_str(text).unwrap_or(Value::Null))
         }
         Node::Array(items) => {
             // Brackets and commas.
@@ -756,6 +785,33 @@ mod tests {
         let exact = json!(format!("{}-", "\"".repeat(100))).to_string().len();
         assert!(quotes.render(&RenderContext { max_bytes: exact, ..ctx(&params, &inputs) }).is_ok());
         assert!(quotes.render(&RenderContext { max_bytes: exact - 1, ..ctx(&params, &inputs) }).is_err());
+    }
+
+    #[test]
+    fn a_template_without_expressions_renders_as_its_text() {
+        let params = BTreeMap::from([("p".to_owned(), json!("v"))]);
+        let inputs = Map::new();
+        for value in [json!({"n": 1, "s": "x", "a": [1, {"b": null}]}), json!("plain"), json!([]), json!(3.5)] {
+            let tpl = Template::parse(&value).unwrap();
+            assert!(tpl.is_literal());
+            assert_eq!(tpl, Template::literal(value.clone()));
+            assert_eq!(tpl.render(&ctx(&params, &inputs)).unwrap(), value);
+            let text = tpl.render_json(&ctx(&params, &inputs)).unwrap();
+            assert_eq!(text, value.to_string());
+            // Its size limit holds as for any other template.
+            let exact = RenderContext { max_bytes: text.len(), ..ctx(&params, &inputs) };
+            assert!(tpl.render_json(&exact).is_ok() && tpl.render(&exact).is_ok());
+            let below = RenderContext { max_bytes: text.len() - 1, ..ctx(&params, &inputs) };
+            let err = tpl.render_json(&below).unwrap_err();
+            assert!(err.message.contains("[limits] max_params"), "{}", err.message);
+            assert!(tpl.render(&below).is_err());
+        }
+        // With expressions, the text is the rendered value's.
+        let tpl = Template::parse(&json!({"x": "{{ params.p }}", "k": [1]})).unwrap();
+        assert!(!tpl.is_literal());
+        let text = tpl.render_json(&ctx(&params, &inputs)).unwrap();
+        assert_eq!(text, tpl.render(&ctx(&params, &inputs)).unwrap().to_string());
+        assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), json!({"x": "v", "k": [1]}));
     }
 
     #[test]

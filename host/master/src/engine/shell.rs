@@ -26,8 +26,9 @@ use crate::{EngineConfig, EngineHandle, EngineMetrics, Message, TenantPolicy, Tr
 const MAX_MESSAGES_PER_STEP: usize = 8192;
 /// Commands read per step at most.
 const COMMAND_PAGE: i64 = 256;
-/// Validated workflow versions kept by the shell (they never change).
-const MAX_CACHED_WORKFLOWS: usize = 4096;
+/// A stored definition longer than this is validated on a blocking thread
+/// (one of 100,000 tasks takes most of a second).
+const INLINE_VALIDATE_BYTES: usize = 64 << 10;
 
 /// The engine. Built and started by [`Engine::start`].
 pub struct Engine {
@@ -50,7 +51,6 @@ pub struct Engine {
     /// Whoever waits for the verdict on a worker's result.
     acks: HashMap<u64, oneshot::Sender<Ack>>,
     next_ack: u64,
-    workflows: HashMap<(String, String, i64), Arc<Workflow>>,
     limits_version: Option<u64>,
     /// The other masters, in a cluster.
     peers: Option<Arc<dyn dagr_protocol::control::Control>>,
@@ -100,7 +100,6 @@ impl Engine {
             pending: Vec::new(),
             acks: HashMap::new(),
             next_ack: 0,
-            workflows: HashMap::new(),
             limits_version: None,
             peers: None,
         };
@@ -545,9 +544,10 @@ impl Engine {
     /// A run's workflow: its version (validated once, then kept), or a
     /// job's inline spec.
     async fn workflow_of(&mut self, row: &RunRow) -> Result<Arc<Workflow>, LoadError> {
-        let cache_key = row.version.map(|v| (row.tenant.clone(), row.workflow.clone(), v));
-        if let Some(wf) = cache_key.as_ref().and_then(|k| self.workflows.get(k)) {
-            return Ok(wf.clone());
+        if let Some(version) = row.version
+            && let Some(wf) = self.config.versions.get(&row.tenant, &row.workflow, version)
+        {
+            return Ok(wf);
         }
         let text = match (&row.spec, row.version) {
             (Some(spec), _) => spec.clone(),
@@ -565,28 +565,59 @@ impl Engine {
                 return Err(LoadError::Invalid(format!("run {} has neither a workflow version nor a spec", row.id)));
             }
         };
-        let workflow = Arc::new(validate(&text).map_err(LoadError::Invalid)?);
-        if let Some(k) = cache_key {
-            if self.workflows.len() >= MAX_CACHED_WORKFLOWS {
-                self.workflows.clear();
-            }
-            self.workflows.insert(k, workflow.clone());
+        let workflow = Arc::new(validate(text).await.map_err(LoadError::Invalid)?);
+        if let Some(version) = row.version {
+            self.config.versions.insert(&row.tenant, &row.workflow, version, workflow.clone());
         }
         Ok(workflow)
+    }
+
+    /// A stored version, validated: from the cache, or validated now and kept.
+    async fn version(
+        &self,
+        tenant: &str,
+        name: &str,
+        version: &dagr_store::VersionRow,
+    ) -> Result<Arc<Workflow>, String> {
+        if let Some(wf) = self.config.versions.get(tenant, name, version.version) {
+            return Ok(wf);
+        }
+        let workflow = Arc::new(validate(version.spec.clone()).await?);
+        self.config.versions.insert(tenant, name, version.version, workflow.clone());
+        Ok(workflow)
+    }
+
+    /// The schedule of a live workflow's latest version (`None` if it does
+    /// not load).
+    async fn schedule_row(
+        &self,
+        row: &dagr_store::WorkflowRow,
+        version: &dagr_store::VersionRow,
+    ) -> Option<ScheduleRow> {
+        match self.version(&row.tenant, &row.name, version).await {
+            Ok(workflow) => Some(ScheduleRow {
+                version: version.version,
+                workflow,
+                cursor: row.schedule_cursor,
+                since: row.schedule_since.unwrap_or(row.created_at),
+                paused: row.schedule_paused,
+            }),
+            Err(message) => {
+                tracing::error!(workflow = %row.name, %message, "stored definition does not load");
+                None
+            }
+        }
     }
 
     async fn read_lead(&mut self, data: &mut Data, token: i64, now: i64) {
         match self.store.acquire_singleton(SCHEDULER, &self.config.node_id, token, now).await {
             Ok(true) => match self.store.live_workflows().await {
                 Ok(rows) => {
-                    let schedules = rows
-                        .into_iter()
-                        .map(|(row, version)| ScheduleSource {
-                            tenant: row.tenant.clone(),
-                            name: row.name.clone(),
-                            current: schedule_row(&row, &version),
-                        })
-                        .collect();
+                    let mut schedules = Vec::with_capacity(rows.len());
+                    for (row, version) in rows {
+                        let current = self.schedule_row(&row, &version).await;
+                        schedules.push(ScheduleSource { tenant: row.tenant, name: row.name, current });
+                    }
                     data.lead = Some((token, Some(schedules)));
                 }
                 Err(e) => tracing::error!(error = %e, "cannot load schedules; will retry"),
@@ -606,20 +637,12 @@ impl Engine {
             Some(row) if !row.deleted => row,
             _ => return Ok(None),
         };
-        let key = (tenant.to_owned(), name.to_owned(), row.latest_version);
-        if let Some(wf) = self.workflows.get(&key) {
-            return Ok(Some((row.latest_version, wf.clone())));
+        if let Some(wf) = self.config.versions.get(tenant, name, row.latest_version) {
+            return Ok(Some((row.latest_version, wf)));
         }
         let Some(version) = self.store.get_version(tenant, name, row.latest_version).await? else { return Ok(None) };
-        match validate(&version.spec) {
-            Ok(workflow) => {
-                let workflow = Arc::new(workflow);
-                if self.workflows.len() >= MAX_CACHED_WORKFLOWS {
-                    self.workflows.clear();
-                }
-                self.workflows.insert(key, workflow.clone());
-                Ok(Some((row.latest_version, workflow)))
-            }
+        match self.version(tenant, name, &version).await {
+            Ok(workflow) => Ok(Some((row.latest_version, workflow))),
             Err(message) => {
                 tracing::error!(workflow = %name, %message, "stored definition does not load");
                 Ok(None)
@@ -634,32 +657,24 @@ impl Engine {
             _ => return Ok(gone),
         };
         Ok(match self.store.get_version(tenant, name, row.latest_version).await? {
-            Some(version) => ScheduleSource { current: schedule_row(&row, &version), ..gone },
+            Some(version) => ScheduleSource { current: self.schedule_row(&row, &version).await, ..gone },
             None => gone,
         })
     }
 }
 
-/// Parses and validates a stored definition.
-fn validate(text: &str) -> Result<Workflow, String> {
-    let spec = WorkflowSpec::parse(text, Format::Json).map_err(|e| e.to_string())?;
-    Workflow::validate(spec, &TrustedCatalog).map_err(|e| e.to_string())
-}
-
-fn schedule_row(row: &dagr_store::WorkflowRow, version: &dagr_store::VersionRow) -> Option<ScheduleRow> {
-    match validate(&version.spec) {
-        Ok(workflow) => Some(ScheduleRow {
-            version: version.version,
-            workflow: Arc::new(workflow),
-            cursor: row.schedule_cursor,
-            since: row.schedule_since.unwrap_or(row.created_at),
-            paused: row.schedule_paused,
-        }),
-        Err(message) => {
-            tracing::error!(workflow = %row.name, %message, "stored definition does not load");
-            None
-        }
+/// Parses and validates a stored definition (a large one on a blocking
+/// thread, so the engine's runtime is not held).
+async fn validate(text: String) -> Result<Workflow, String> {
+    let inline = text.len() <= INLINE_VALIDATE_BYTES;
+    let work = move || {
+        let spec = WorkflowSpec::parse(&text, Format::Json).map_err(|e| e.to_string())?;
+        Workflow::validate(spec, &TrustedCatalog).map_err(|e| e.to_string())
+    };
+    if inline {
+        return work();
     }
+    tokio::task::spawn_blocking(work).await.map_err(|e| format!("validating a stored definition: {e}"))?
 }
 
 /// The span of one attempt's dispatch, in its run's trace; the worker's

@@ -27,7 +27,7 @@ pub(crate) fn build_spec(
         .map_err(|message| (FailureKind::PluginUnavailable, message))?;
     let inputs = task_inputs(run, task);
     let logical_time = logical_time_of(run);
-    let params = render(run, task, &t.params, &inputs, settings.max_params_bytes)
+    let params = render_context(run, task, &inputs, settings.max_params_bytes, |context| t.params.render_json(context))
         .map_err(|p| (FailureKind::BadParams, format!("params{}: {}", p.location, p.message)))?;
     let deadline_ms = {
         let asked = t.timeout.unwrap_or(settings.default_timeout).as_millis() as u64;
@@ -71,7 +71,7 @@ pub(crate) fn build_spec(
         workflow: run.row.workflow.clone(),
         task_name: t.name.clone(),
         plugin: PluginSpec { name: plugin.name, version: plugin.version, sha256: plugin.sha256 },
-        params: params.to_string(),
+        params,
         inputs: Value::Object(inputs).to_string(),
         logical_time: logical_time.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         idempotency_key: format!("{}/{}", run.row.id, t.name),
@@ -114,6 +114,17 @@ pub(crate) fn render(
     inputs: &Map<String, Value>,
     max_bytes: usize,
 ) -> Result<Value, dagr_core::template::Problem> {
+    render_context(run, task, inputs, max_bytes, |context| template.render(context))
+}
+
+/// Renders with task `task`'s context in its run.
+fn render_context<T>(
+    run: &ActiveRun,
+    task: usize,
+    inputs: &Map<String, Value>,
+    max_bytes: usize,
+    render: impl FnOnce(&RenderContext<'_>) -> T,
+) -> T {
     let context = RenderContext {
         params: &run.params,
         inputs,
@@ -125,7 +136,7 @@ pub(crate) fn render(
         tenant: &run.row.tenant,
         max_bytes,
     };
-    template.render(&context)
+    render(&context)
 }
 
 /// The failure of a task that asks for more than its tenant's `limit`.
