@@ -1,0 +1,384 @@
+//! An engine step's writes, committed in one transaction: the runs' fences
+//! and the leader's token are checked first, and what they refuse is left
+//! out of the rest of the batch.
+
+use std::collections::{HashMap, HashSet};
+
+use sqlx::{Executor, Row};
+
+use crate::sql::*;
+use crate::*;
+
+impl SqlStore {
+    /// Inserts one run and its tasks; `None` if a run for that cycle exists.
+    pub(crate) async fn insert_run(conn: &mut sqlx::AnyConnection, backend: Backend, new: &NewRun) -> Result<bool> {
+        let sql = format!("INSERT INTO runs ({RUN_COLUMNS}) VALUES {} ON CONFLICT DO NOTHING", values(backend, 1, 19));
+        let inserted = bind_all(sqlx::query(&sql), run_args(&new.run)).execute(&mut *conn).await?.rows_affected();
+        if inserted == 0 {
+            return Ok(false);
+        }
+        let rows: Vec<Vec<Arg>> = new
+            .tasks
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                vec![
+                    Arg::Text(new.run.id.clone()),
+                    Arg::I64(i as i64),
+                    Arg::Text(name.clone()),
+                    Arg::Text(TaskState::Pending.as_str().into()),
+                ]
+            })
+            .collect();
+        insert_rows(&mut *conn, backend, "INSERT INTO tasks (run_id, idx, name, state)", "", 4, rows).await?;
+        if let Some(due) = new.sla_at {
+            sqlx::query("INSERT INTO run_slas (run_id, tenant, workflow, due_at) VALUES ($1, $2, $3, $4)")
+                .bind(&new.run.id)
+                .bind(&new.run.tenant)
+                .bind(&new.run.workflow)
+                .bind(due)
+                .execute(&mut *conn)
+                .await?;
+        }
+        Ok(true)
+    }
+
+    pub(crate) async fn existing_cycle_run(conn: &mut sqlx::AnyConnection, run: &RunRow) -> Result<String> {
+        let row = sqlx::query(
+            "SELECT id FROM runs WHERE tenant = $1 AND workflow = $2 AND logical_time = $3 \
+             AND kind IN ('schedule', 'backfill')",
+        )
+        .bind(&run.tenant)
+        .bind(&run.workflow)
+        .bind(run.logical_time)
+        .fetch_optional(&mut *conn)
+        .await?;
+        match row {
+            Some(row) => Ok(row.try_get("id")?),
+            None => Err(Error::Invalid(format!("run {} conflicts with an existing run", run.id))),
+        }
+    }
+
+    /// One engine step's writes, in one transaction (see [`Store::commit`]).
+    pub(crate) async fn commit_batch(&self, mut batch: WriteBatch) -> Result<Committed> {
+        if batch.is_empty() {
+            return Ok(Committed::default());
+        }
+        // The transaction is ours (not sqlx's) so that BEGIN and COMMIT
+        // can travel with the statements (see `Script`); a step that
+        // must read inside it first (fences, the leader's token, new
+        // runs) opens it on its own. Should anything fail or the future
+        // be dropped, the connection is closed, which rolls back.
+        let mut conn = Writer::acquire(&self.write).await?;
+        let tx = conn.get();
+        let begin = match self.backend {
+            Backend::Sqlite => "BEGIN IMMEDIATE",
+            Backend::Postgres => "BEGIN",
+        };
+        let mut script = Script::new(self.backend);
+        if !batch.fences.is_empty() || batch.singleton.is_some() || !batch.new_runs.is_empty() {
+            tx.execute(begin).await?;
+        } else {
+            script.push(begin, Vec::new());
+        }
+        let mut committed = Committed::default();
+
+        if !batch.fences.is_empty() {
+            let held: HashMap<String, i64> = batch.fences.iter().cloned().collect();
+            let ids: Vec<String> = held.keys().cloned().collect();
+            let lock = if self.backend == Backend::Postgres { " FOR UPDATE" } else { "" };
+            let mut stale = HashSet::new();
+            let mut found = HashSet::new();
+            for chunk in ids.chunks(MAX_PARAMS) {
+                let sql = format!("SELECT id, epoch FROM runs WHERE id IN ({}){lock}", in_list(1, chunk.len()));
+                let args = chunk.iter().map(|id| Arg::Text(id.clone())).collect();
+                for row in bind_all(sqlx::query(&sql), args).fetch_all(&mut *tx).await? {
+                    let id: String = row.try_get("id")?;
+                    let epoch: i64 = row.try_get("epoch")?;
+                    if held.get(&id) != Some(&epoch) {
+                        stale.insert(id.clone());
+                    }
+                    found.insert(id);
+                }
+            }
+            // A run that is not there (carried over to cold storage) has
+            // no owner who may write it.
+            stale.extend(ids.iter().filter(|id| !found.contains(*id)).cloned());
+            if !stale.is_empty() {
+                batch.runs.retain(|r| !stale.contains(&r.id));
+                batch.tasks.retain(|t| !stale.contains(&t.run_id));
+                batch.outputs.retain(|o| match o {
+                    OutputWrite::Set { run_id, .. } | OutputWrite::Clear { run_id, .. } => !stale.contains(run_id),
+                });
+                batch.attempts.retain(|a| !stale.contains(&a.run_id));
+                batch.events.retain(|e| e.run_id.as_ref().is_none_or(|r| !stale.contains(r)));
+                batch.commands_done.retain(|c| !stale.contains(&c.run_id));
+                committed.fenced = stale.into_iter().collect();
+                committed.fenced.sort();
+            }
+        }
+
+        if let Some((name, token)) = &batch.singleton {
+            let lock = if self.backend == Backend::Postgres { " FOR UPDATE" } else { "" };
+            let current: Option<i64> = sqlx::query(&format!("SELECT token FROM singletons WHERE name = $1{lock}"))
+                .bind(name)
+                .fetch_optional(&mut *tx)
+                .await?
+                .map(|r| r.try_get("token"))
+                .transpose()?;
+            if current.is_some_and(|c| c > *token) {
+                batch.new_runs.clear();
+                batch.schedule_cursors.clear();
+                committed.singleton_fenced = true;
+            }
+        }
+
+        batch.child_runs.retain(|c| c.run.parent_run.as_ref().is_none_or(|p| !committed.fenced.contains(p)));
+        for new in batch.new_runs.iter().chain(&batch.child_runs) {
+            if Self::insert_run(&mut *tx, self.backend, new).await?
+                && let Some(command) = &batch.new_run_command
+            {
+                sqlx::query(
+                        "INSERT INTO commands (tenant, run_id, slot, kind, payload, created_at) VALUES ($1, $2, $3, $4, $5, $6)",
+                    )
+                    .bind(&new.run.tenant)
+                    .bind(&new.run.id)
+                    .bind(new.run.slot)
+                    .bind(&command.kind)
+                    .bind(&command.payload)
+                    .bind(new.run.created_at)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+        }
+
+        // The rest is written in one go.
+        for run in &batch.runs {
+            script.push(
+                "UPDATE runs SET state = ?, started_at = COALESCE(started_at, ?), finished_at = ?, updated_at = ? \
+                 WHERE id = ?",
+                vec![
+                    Arg::Text(run.state.as_str().into()),
+                    Arg::OptI64(run.started_at),
+                    Arg::OptI64(run.finished_at),
+                    Arg::I64(run.updated_at),
+                    Arg::Text(run.id.clone()),
+                ],
+            );
+        }
+
+        if !batch.tasks.is_empty() {
+            // Last write wins within a batch; one row per task keeps the
+            // upsert from touching a row twice in one statement.
+            let mut last: HashMap<(&str, i64), usize> = HashMap::new();
+            for (i, t) in batch.tasks.iter().enumerate() {
+                last.insert((t.run_id.as_str(), t.idx), i);
+            }
+            let mut keep: Vec<usize> = last.into_values().collect();
+            keep.sort_unstable();
+            let rows: Vec<Vec<Arg>> = keep
+                .into_iter()
+                .map(|i| {
+                    let t = &batch.tasks[i];
+                    vec![
+                        Arg::Text(t.run_id.clone()),
+                        Arg::I64(t.idx),
+                        Arg::Text(t.name.clone()),
+                        Arg::Text(t.state.as_str().into()),
+                        Arg::I64(t.attempts),
+                        Arg::I64(t.failures),
+                        Arg::I64(t.lost),
+                        Arg::I64(t.forced as i64),
+                        Arg::OptI64(t.retry_at),
+                        Arg::OptText(t.error.clone()),
+                        Arg::OptI64(t.started_at),
+                        Arg::OptI64(t.finished_at),
+                        Arg::OptText(t.child_run.clone()),
+                    ]
+                })
+                .collect();
+            script.rows(
+                "INSERT INTO tasks (run_id, idx, name, state, attempts, failures, lost, forced, retry_at, error, started_at, \
+                 finished_at, child_run)",
+                "ON CONFLICT (run_id, idx) DO UPDATE SET state = excluded.state, attempts = excluded.attempts, \
+                 failures = excluded.failures, lost = excluded.lost, forced = excluded.forced, retry_at = excluded.retry_at, \
+                 error = excluded.error, started_at = excluded.started_at, finished_at = excluded.finished_at, \
+                 child_run = excluded.child_run",
+                13,
+                rows,
+            );
+        }
+
+        if !batch.outputs.is_empty() {
+            let mut sets: HashMap<(String, i64), String> = HashMap::new();
+            for o in batch.outputs {
+                match o {
+                    OutputWrite::Set { run_id, idx, output } => {
+                        sets.insert((run_id, idx), output);
+                    }
+                    OutputWrite::Clear { run_id, idx } => {
+                        sets.remove(&(run_id.clone(), idx));
+                        script.push(
+                            "DELETE FROM task_outputs WHERE run_id = ? AND idx = ?",
+                            vec![Arg::Text(run_id), Arg::I64(idx)],
+                        );
+                    }
+                }
+            }
+            let rows = sets
+                .into_iter()
+                .map(|((run_id, idx), output)| vec![Arg::Text(run_id), Arg::I64(idx), Arg::Text(output)])
+                .collect();
+            script.rows(
+                "INSERT INTO task_outputs (run_id, idx, output)",
+                "ON CONFLICT (run_id, idx) DO UPDATE SET output = excluded.output",
+                3,
+                rows,
+            );
+        }
+
+        if !batch.attempts.is_empty() {
+            let mut last: HashMap<(&str, i64, i64), usize> = HashMap::new();
+            for (i, a) in batch.attempts.iter().enumerate() {
+                last.insert((a.run_id.as_str(), a.task_idx, a.number), i);
+            }
+            let mut keep: Vec<usize> = last.into_values().collect();
+            keep.sort_unstable();
+            let rows = keep
+                .into_iter()
+                .map(|i| {
+                    let a = &batch.attempts[i];
+                    vec![
+                        Arg::Text(a.run_id.clone()),
+                        Arg::I64(a.task_idx),
+                        Arg::I64(a.number),
+                        Arg::Text(a.task.clone()),
+                        Arg::Text(a.state.as_str().into()),
+                        Arg::OptText(a.failure_kind.map(|k| k.as_str().to_owned())),
+                        Arg::OptText(a.message.clone()),
+                        Arg::I64(a.charged as i64),
+                        Arg::Text(a.worker.clone()),
+                        Arg::I64(a.epoch),
+                        Arg::I64(a.started_at),
+                        Arg::OptI64(a.finished_at),
+                    ]
+                })
+                .collect();
+            script.rows(
+                &format!("INSERT INTO attempts ({ATTEMPT_COLUMNS})"),
+                "ON CONFLICT (run_id, task_idx, number) DO UPDATE SET state = excluded.state, \
+                 failure_kind = excluded.failure_kind, message = excluded.message, charged = excluded.charged, \
+                 finished_at = excluded.finished_at",
+                12,
+                rows,
+            );
+        }
+
+        for done in &batch.commands_done {
+            script.push(
+                "UPDATE commands SET done_at = ?, result = ? WHERE id = ?",
+                vec![Arg::I64(batch.at), Arg::Text(done.result.clone()), Arg::I64(done.id)],
+            );
+        }
+
+        for id in &batch.clear_waits {
+            script.push("DELETE FROM run_waits WHERE run_id = ?", vec![Arg::Text(id.clone())]);
+        }
+        if !batch.run_waits.is_empty() {
+            let rows = batch
+                .run_waits
+                .iter()
+                .map(|w| {
+                    vec![
+                        Arg::Text(w.run_id.clone()),
+                        Arg::Text(w.tenant.clone()),
+                        Arg::Text(w.upstream.clone()),
+                        Arg::I64(w.from_time),
+                        Arg::I64(w.to_time),
+                        Arg::I64(w.slot),
+                    ]
+                })
+                .collect();
+            script.rows("INSERT INTO run_waits (run_id, tenant, upstream, from_time, to_time, slot)", "", 6, rows);
+        }
+        if !batch.links.is_empty() {
+            let rows = batch
+                .links
+                .iter()
+                .map(|(tenant, up, down)| {
+                    vec![Arg::Text(tenant.clone()), Arg::Text(up.clone()), Arg::Text(down.clone())]
+                })
+                .collect();
+            script.rows("INSERT INTO run_links (tenant, upstream, downstream)", "ON CONFLICT DO NOTHING", 3, rows);
+        }
+        if let Some(wake) = &batch.wake_command {
+            for w in &batch.wakes {
+                script.push(
+                    "INSERT INTO commands (tenant, run_id, slot, kind, payload, created_at) \
+                     SELECT DISTINCT tenant, run_id, slot, ?, ?, ? FROM run_waits \
+                     WHERE tenant = ? AND upstream = ? AND from_time <= ? AND to_time >= ?",
+                    vec![
+                        Arg::Text(wake.kind.clone()),
+                        Arg::Text(wake.payload.clone()),
+                        Arg::I64(batch.at),
+                        Arg::Text(w.tenant.clone()),
+                        Arg::Text(w.workflow.clone()),
+                        Arg::I64(w.logical_time),
+                        Arg::I64(w.logical_time),
+                    ],
+                );
+            }
+        }
+        for c in &batch.commands {
+            script.push(
+                "INSERT INTO commands (tenant, run_id, slot, kind, payload, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                vec![
+                    Arg::Text(c.tenant.clone()),
+                    Arg::Text(c.run_id.clone()),
+                    Arg::I64(c.slot),
+                    Arg::Text(c.command.kind.clone()),
+                    Arg::Text(c.command.payload.clone()),
+                    Arg::I64(c.created_at),
+                ],
+            );
+        }
+
+        for (tenant, workflow, cursor) in &batch.schedule_cursors {
+            script.push(
+                "UPDATE workflows SET schedule_cursor = ? WHERE tenant = ? AND name = ?",
+                vec![Arg::I64(*cursor), Arg::Text(tenant.clone()), Arg::Text(workflow.clone())],
+            );
+        }
+        // Last, so that the lock that orders appends is held only until
+        // COMMIT (see `sql_events`).
+        if !batch.events.is_empty() {
+            if self.backend == Backend::Postgres {
+                script.push(
+                    "SELECT count(*) FROM (SELECT pg_advisory_xact_lock(?)) AS ordered",
+                    vec![Arg::I64(crate::sql_events::EVENT_APPEND_LOCK)],
+                );
+            }
+            let rows = batch
+                .events
+                .into_iter()
+                .map(|e| {
+                    vec![
+                        Arg::Text(e.tenant),
+                        Arg::I64(e.at),
+                        Arg::Text(e.kind),
+                        Arg::OptText(e.workflow),
+                        Arg::OptText(e.run_id),
+                        Arg::OptText(e.task),
+                        Arg::Text(e.data),
+                    ]
+                })
+                .collect();
+            script.rows("INSERT INTO events (tenant, at, kind, workflow, run_id, task, data)", "", 7, rows);
+        }
+
+        script.push("COMMIT", Vec::new());
+        script.run(&mut *tx).await?;
+        conn.release();
+        Ok(committed)
+    }
+}

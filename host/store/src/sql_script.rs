@@ -1,0 +1,219 @@
+//! How statements reach the database: bind values ([`Arg`]), placeholders
+//! for multi-row statements, a [`Script`] of statements that travel
+//! together, and the hand-opened write transaction ([`Writer`]).
+
+use sqlx::any::AnyArguments;
+use sqlx::pool::PoolConnection;
+use sqlx::query::Query;
+use sqlx::{Any, AnyPool};
+
+use crate::sql::{Backend, MAX_STATEMENT_PARAMS, SMALL_STATEMENT_PARAMS};
+use crate::*;
+
+/// A bind value; lets one helper build multi-row statements.
+#[derive(Debug, Clone)]
+pub(crate) enum Arg {
+    I64(i64),
+    OptI64(Option<i64>),
+    Text(String),
+    OptText(Option<String>),
+    Bytes(Vec<u8>),
+}
+
+pub(crate) fn bind_all<'q>(
+    mut query: Query<'q, Any, AnyArguments<'q>>,
+    args: Vec<Arg>,
+) -> Query<'q, Any, AnyArguments<'q>> {
+    for arg in args {
+        query = match arg {
+            Arg::I64(v) => query.bind(v),
+            Arg::OptI64(v) => query.bind(v),
+            Arg::Text(v) => query.bind(v),
+            Arg::OptText(v) => query.bind(v),
+            Arg::Bytes(v) => query.bind(v),
+        };
+    }
+    query
+}
+
+/// `(?,?),(?,?)` for `rows` rows of `cols` columns. SQLite gets anonymous
+/// parameters: it resolves `$N` names by a linear search while parsing,
+/// which makes big statements quadratic.
+pub(crate) fn placeholders(rows: usize, cols: usize) -> String {
+    let mut sql = String::with_capacity(rows * (cols * 2 + 2));
+    for r in 0..rows {
+        if r > 0 {
+            sql.push(',');
+        }
+        sql.push('(');
+        for c in 0..cols {
+            if c > 0 {
+                sql.push(',');
+            }
+            sql.push('?');
+        }
+        sql.push(')');
+    }
+    sql
+}
+
+/// `sql` with its anonymous parameters numbered `$1`, `$2`, … (PostgreSQL
+/// knows only those). The statements given to it have no other `?`.
+pub(crate) fn numbered(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len() + sql.len() / 2);
+    let mut n = 0;
+    for c in sql.chars() {
+        if c == '?' {
+            n += 1;
+            out.push('$');
+            out.push_str(&n.to_string());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// `sql` numbered for PostgreSQL if `postgres`, else as it is.
+pub(crate) fn numbered_if(postgres: bool, sql: &str) -> String {
+    if postgres { numbered(sql) } else { sql.to_owned() }
+}
+
+/// `(?,?),(?,?)` (SQLite) or `($1,$2),($3,$4)` (PostgreSQL).
+pub(crate) fn values(backend: Backend, rows: usize, cols: usize) -> String {
+    match backend {
+        Backend::Sqlite => placeholders(rows, cols),
+        Backend::Postgres => numbered(&placeholders(rows, cols)),
+    }
+}
+
+/// Rows per multi-row statement: powers of two, so that a handful of
+/// statement texts cover every batch size (and stay prepared).
+pub(crate) fn chunk_rows(remaining: usize, cols: usize) -> usize {
+    let cap = (MAX_STATEMENT_PARAMS / cols).clamp(1, 512).min(remaining);
+    1 << (usize::BITS - 1 - cap.leading_zeros())
+}
+
+/// Statements that run one after another on one connection (in its
+/// transaction), written with anonymous `?` parameters.
+///
+/// On SQLite they go as one multi-statement query: sqlx runs SQLite on a
+/// thread of its own, and every query is a round trip to that thread
+/// (two thread wake-ups, ~100 µs each on a small VM), which made a
+/// handful of statements most of an engine step. On PostgreSQL, whose
+/// extended protocol takes one statement at a time, they go one by one.
+pub(crate) struct Script {
+    backend: Backend,
+    statements: Vec<(String, Vec<Arg>)>,
+}
+
+impl Script {
+    pub(crate) fn new(backend: Backend) -> Script {
+        Script { backend, statements: Vec::new() }
+    }
+
+    pub(crate) fn push(&mut self, sql: impl Into<String>, args: Vec<Arg>) {
+        self.statements.push((sql.into(), args));
+    }
+
+    /// `head VALUES (...) tail` over `rows`, in chunks.
+    pub(crate) fn rows(&mut self, head: &str, tail: &str, cols: usize, rows: Vec<Vec<Arg>>) {
+        let mut rows = rows.into_iter().peekable();
+        let mut remaining = rows.len();
+        while rows.peek().is_some() {
+            let n = chunk_rows(remaining, cols);
+            remaining -= n;
+            let chunk: Vec<Vec<Arg>> = rows.by_ref().take(n).collect();
+            let sql = format!("{head} VALUES {} {tail}", placeholders(chunk.len(), cols));
+            self.push(sql, chunk.into_iter().flatten().collect());
+        }
+    }
+
+    pub(crate) async fn run(self, conn: &mut sqlx::AnyConnection) -> Result<()> {
+        match self.backend {
+            Backend::Sqlite => {
+                // Small statements travel together; sqlx binds anonymous
+                // parameters across the statements of one query in order,
+                // so their arguments simply follow each other. A big one
+                // (a chunk of a multi-row insert) goes alone: its text
+                // stays the same from batch to batch and so stays
+                // prepared, where a text joined from varying neighbours
+                // would be parsed again every time.
+                let mut sql = String::new();
+                let mut args = Vec::new();
+                for (text, mut more) in self.statements {
+                    if more.len() > SMALL_STATEMENT_PARAMS {
+                        if !sql.is_empty() {
+                            bind_all(sqlx::query(&sql), std::mem::take(&mut args)).execute(&mut *conn).await?;
+                            sql.clear();
+                        }
+                        bind_all(sqlx::query(&text), more).execute(&mut *conn).await?;
+                        continue;
+                    }
+                    sql.push_str(&text);
+                    sql.push_str(";\n");
+                    args.append(&mut more);
+                }
+                if !sql.is_empty() {
+                    bind_all(sqlx::query(&sql), args).execute(&mut *conn).await?;
+                }
+            }
+            Backend::Postgres => {
+                for (text, args) in self.statements {
+                    bind_all(sqlx::query(&numbered(&text)), args).execute(&mut *conn).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs `head VALUES (...) tail` over `rows`, in chunks.
+pub(crate) async fn insert_rows(
+    conn: &mut sqlx::AnyConnection,
+    backend: Backend,
+    head: &str,
+    tail: &str,
+    cols: usize,
+    rows: Vec<Vec<Arg>>,
+) -> Result<()> {
+    let mut script = Script::new(backend);
+    script.rows(head, tail, cols, rows);
+    script.run(conn).await
+}
+
+/// The write connection of a transaction that is opened and committed by
+/// hand: unless [`Writer::release`]d after its COMMIT, it is closed rather
+/// than returned to the pool, and closing rolls back whatever it had begun.
+pub(crate) struct Writer {
+    conn: PoolConnection<Any>,
+    committed: bool,
+}
+
+impl Writer {
+    pub(crate) async fn acquire(pool: &AnyPool) -> Result<Writer> {
+        Ok(Writer { conn: pool.acquire().await?, committed: false })
+    }
+
+    pub(crate) fn get(&mut self) -> &mut sqlx::AnyConnection {
+        &mut self.conn
+    }
+
+    /// The transaction was committed: the connection goes back to the pool.
+    pub(crate) fn release(mut self) {
+        self.committed = true;
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        if !self.committed {
+            self.conn.close_on_drop();
+        }
+    }
+}
+
+/// `$start,$start+1,…` for an IN list.
+pub(crate) fn in_list(start: usize, n: usize) -> String {
+    (start..start + n).map(|i| format!("${i}")).collect::<Vec<_>>().join(",")
+}
