@@ -87,7 +87,8 @@ pub enum TaskKind {
     /// ends as the child does. Its params are the child's param overrides.
     Workflow { name: String },
     /// Picks branches; needs no worker.
-    Switch(Switch),
+    /// Boxed: most tasks are plugin tasks, and a switch is ~7 words.
+    Switch(Box<Switch>),
 }
 
 /// A validated switch.

@@ -621,12 +621,13 @@ pub struct Task {
     /// A plugin task, a child workflow or a switch. For the latter two
     /// `plugin` is empty.
     pub kind: TaskKind,
-    /// The condition that must hold for the task to run.
-    pub when: Option<Template>,
+    /// The condition that must hold for the task to run (boxed, like the
+    /// sensor: few tasks have one, and every task would pay for it).
+    pub when: Option<Box<Template>>,
     pub enabled: bool,
     /// Instances of other workflows the task waits for.
     pub upstream: Vec<Upstream>,
-    pub sensor: Option<Sensor>,
+    pub sensor: Option<Box<Sensor>>,
 }
 
 /// A validated workflow, ready to run. Built only by [`Workflow::validate`].
@@ -839,7 +840,7 @@ impl Workflow {
                                     Template::literal(Value::Null)
                                 }
                             };
-                            TaskKind::Switch(Switch { on, cases, default })
+                            TaskKind::Switch(Box::new(Switch { on, cases, default }))
                         }
                         Err(problems) => {
                             for (location, message) in problems {
@@ -904,10 +905,10 @@ impl Workflow {
                 memory: t.memory.map(|m| m.0),
                 worker_group: t.worker_group.clone(),
                 kind,
-                when,
+                when: when.map(Box::new),
                 enabled: t.enabled,
                 upstream,
-                sensor,
+                sensor: sensor.map(Box::new),
             });
         }
 

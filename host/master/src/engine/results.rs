@@ -61,7 +61,7 @@ impl EngineState {
         let attempt = result.key.number;
         // A sensor whose condition does not hold yet is checked again
         // later; past its last check it fails.
-        let unready_sensor = match (&result.outcome, run.machine.workflow().tasks[task].sensor) {
+        let unready_sensor = match (&result.outcome, run.machine.workflow().tasks[task].sensor.as_deref().copied()) {
             (Outcome::Succeeded { output }, Some(sensor)) if !dagr_core::control::Sensor::ready(output) => Some(sensor),
             _ => None,
         };
