@@ -12,12 +12,11 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, NaiveDate, NaiveDateTime, TimeZone, Utc};
-use dagr_core::definition::Format;
-use dagr_core::{Workflow, WorkflowSpec};
+use dagr_core::Workflow;
 use dagr_protocol::api::*;
 use dagr_protocol::commands::Command;
 use dagr_protocol::now_ms;
-use dagr_protocol::plugins::TrustedCatalog;
+use dagr_protocol::plugins::stored_workflow;
 use dagr_store::{EncodedCommand, NewCommand, NewRun, RunFilter, RunKind, RunOrigin, RunRow};
 use serde::Deserialize;
 use serde_json::json;
@@ -85,20 +84,27 @@ pub(crate) fn encoded(command: &Command) -> EncodedCommand {
 /// validated before, else fetched, parsed and validated (and kept).
 pub(crate) async fn latest_workflow(state: &ApiState, tenant: &str, name: &str) -> ApiResult<(i64, Arc<Workflow>)> {
     let v = live_workflow(state, tenant, name).await?.latest_version;
+    Ok((v, validated_version(state, tenant, name, v).await?))
+}
+
+/// Version `v` of a workflow, validated: from the cache, else fetched,
+/// parsed and validated (a large one on a blocking thread) and kept.
+pub(crate) async fn validated_version(state: &ApiState, tenant: &str, name: &str, v: i64) -> ApiResult<Arc<Workflow>> {
     if let Some(workflow) = state.versions.get(tenant, name, v) {
-        return Ok((v, workflow));
+        return Ok(workflow);
     }
-    let version = stored_version(state, tenant, name, v).await?;
-    // A large definition is validated on a blocking thread.
-    let workflow = crate::extract::off_runtime(version.spec.len(), move || {
-        let spec = WorkflowSpec::parse(&version.spec, Format::Json)
-            .map_err(|e| AppError::internal(format!("stored definition: {e}")))?;
-        Workflow::validate(spec, &TrustedCatalog).map_err(|e| AppError::internal(format!("stored definition: {e}")))
-    })
-    .await?;
-    let workflow = Arc::new(workflow);
+    let workflow = Arc::new(stored_definition(stored_version(state, tenant, name, v).await?.spec).await?);
     state.versions.insert(tenant, name, v, workflow.clone());
-    Ok((v, workflow))
+    Ok(workflow)
+}
+
+/// A stored definition read back (see [`stored_workflow`]), a large one on a
+/// blocking thread.
+pub(crate) async fn stored_definition(text: String) -> ApiResult<Workflow> {
+    crate::extract::off_runtime(text.len(), move || {
+        stored_workflow(&text).map_err(|e| AppError::internal(format!("stored definition: {e}")))
+    })
+    .await
 }
 
 /// Triggers a run of the latest version, with param overrides.

@@ -11,16 +11,14 @@
 use std::sync::Arc;
 
 use axum::extract::State;
-use dagr_core::definition::Format;
-use dagr_core::{Workflow, WorkflowSpec};
+use dagr_core::Workflow;
 use dagr_protocol::api::{ApiError, RunDetail, RunSummary, TaskDetail, TaskList};
-use dagr_protocol::plugins::TrustedCatalog;
 use dagr_store::{RunRow, TaskRow};
 use serde::Deserialize;
 use serde_json::Value;
 
 use crate::error::{ApiResult, AppError};
-use crate::extract::{Path, Query, off_runtime};
+use crate::extract::{Path, Query};
 use crate::handlers::{Answer, find_run, locate_run, ok};
 use crate::views::{attempt_view, run_summary, task_view};
 use crate::{ApiState, Tenant};
@@ -34,27 +32,11 @@ pub const MAX_PAGE: i64 = 1000;
 /// The validated definition of a run (its version's, or a job's own), to
 /// show its tasks with; `None` if it cannot be read.
 pub(crate) async fn run_workflow(state: &ApiState, run: &RunRow) -> Option<Arc<Workflow>> {
-    let (text, version) = match (&run.spec, run.version) {
-        (Some(spec), _) => (spec.clone(), None),
-        (None, Some(v)) => {
-            if let Some(workflow) = state.versions.get(&run.tenant, &run.workflow, v) {
-                return Some(workflow);
-            }
-            (state.store.get_version(&run.tenant, &run.workflow, v).await.ok()??.spec, Some(v))
-        }
-        _ => return None,
-    };
-    let workflow = off_runtime(text.len(), move || {
-        let spec = WorkflowSpec::parse(&text, Format::Json).map_err(AppError::internal)?;
-        Workflow::validate(spec, &TrustedCatalog).map_err(AppError::internal)
-    })
-    .await
-    .ok()?;
-    let workflow = Arc::new(workflow);
-    if let Some(v) = version {
-        state.versions.insert(&run.tenant, &run.workflow, v, workflow.clone());
+    match (&run.spec, run.version) {
+        (Some(spec), _) => crate::handlers::stored_definition(spec.clone()).await.ok().map(Arc::new),
+        (None, Some(v)) => crate::handlers::validated_version(state, &run.tenant, &run.workflow, v).await.ok(),
+        _ => None,
     }
-    Some(workflow)
 }
 
 /// A run of the tenant and one of its tasks, by name.

@@ -970,7 +970,7 @@ impl RunMachine {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::definition::{Format, PluginCatalog, ResolvedPlugin, WorkflowSpec};
 
@@ -982,7 +982,8 @@ mod tests {
         }
     }
 
-    pub(super) fn workflow(yaml: &str) -> Arc<Workflow> {
+    /// A validated workflow whose plugins are all taken to exist.
+    pub(crate) fn workflow(yaml: &str) -> Arc<Workflow> {
         Arc::new(Workflow::validate(WorkflowSpec::parse(yaml, Format::Yaml).unwrap(), &AnyPlugin).unwrap())
     }
 

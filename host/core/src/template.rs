@@ -210,7 +210,7 @@ impl Template {
     pub fn render_json(&self, ctx: &RenderContext<'_>) -> Result<String, Problem> {
         match &self.root {
             Node::Json(text) if text.len() <= ctx.max_bytes => Ok(text.to_string()),
-            Node::Json(_) => Err(too_large("", ctx)),
+            // Too large (the render says so), or with expressions.
             _ => self.render(ctx).map(|value| value.to_string()),
         }
     }

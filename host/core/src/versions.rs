@@ -88,20 +88,10 @@ impl VersionCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::definition::{Format, PluginCatalog, ResolvedPlugin};
-
-    struct AnyPlugin;
-    impl PluginCatalog for AnyPlugin {
-        fn resolve(&self, name: &str, _: Option<&str>) -> Result<ResolvedPlugin, String> {
-            Ok(ResolvedPlugin { name: name.into(), version: "1.0.0".into(), params_schema: None })
-        }
-    }
 
     fn workflow(name: &str, tasks: usize) -> Arc<Workflow> {
-        let tasks: Vec<String> = (0..tasks).map(|i| format!(r#"{{"name": "t{i}", "plugin": "echo"}}"#)).collect();
-        let text = format!(r#"{{"name": "{name}", "tasks": [{}]}}"#, tasks.join(","));
-        let spec = crate::WorkflowSpec::parse(&text, Format::Json).unwrap();
-        Arc::new(Workflow::validate(spec, &AnyPlugin).unwrap())
+        let tasks: String = (0..tasks).map(|i| format!("- {{name: t{i}, plugin: echo}}\n")).collect();
+        crate::run::tests::workflow(&format!("name: {name}\ntasks:\n{tasks}"))
     }
 
     #[test]

@@ -6,11 +6,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use dagr_core::definition::Format;
-use dagr_core::{RunState, Workflow, WorkflowSpec};
+use dagr_core::{RunState, Workflow};
 use dagr_protocol::commands::Command;
 use dagr_protocol::now_ms;
-use dagr_protocol::plugins::{PluginDirectory, TrustedCatalog};
+use dagr_protocol::plugins::{PluginDirectory, stored_workflow};
 use dagr_protocol::wire::{Ack, AttemptSpec};
 use dagr_store::{Committed, RunRow, Store};
 use tokio::sync::{broadcast, mpsc, oneshot};
@@ -666,15 +665,12 @@ impl Engine {
 /// Parses and validates a stored definition (a large one on a blocking
 /// thread, so the engine's runtime is not held).
 async fn validate(text: String) -> Result<Workflow, String> {
-    let inline = text.len() <= INLINE_VALIDATE_BYTES;
-    let work = move || {
-        let spec = WorkflowSpec::parse(&text, Format::Json).map_err(|e| e.to_string())?;
-        Workflow::validate(spec, &TrustedCatalog).map_err(|e| e.to_string())
-    };
-    if inline {
-        return work();
+    if text.len() <= INLINE_VALIDATE_BYTES {
+        return stored_workflow(&text);
     }
-    tokio::task::spawn_blocking(work).await.map_err(|e| format!("validating a stored definition: {e}"))?
+    tokio::task::spawn_blocking(move || stored_workflow(&text))
+        .await
+        .map_err(|e| format!("validating a stored definition: {e}"))?
 }
 
 /// The span of one attempt's dispatch, in its run's trace; the worker's
