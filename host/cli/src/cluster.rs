@@ -12,7 +12,8 @@ use clap::Args;
 use dagr_config::Settings;
 use dagr_coord::etcd::EtcdCoordinator;
 use dagr_coord::{Coordinator, NodeInfo, Role, SessionConfig};
-use dagr_master::Strategy;
+use dagr_master::resource_leader::{LeaderClient, ResourceLeader};
+use dagr_master::{Resources, Strategy};
 use dagr_master::cluster::{ClusterControl, HttpTransport, MasterService, OwnershipConfig, drive_ownership};
 use dagr_master::rebalance::RebalanceConfig;
 use dagr_master::{Engine, EngineConfig};
@@ -180,7 +181,14 @@ pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
         };
         let coordinator = join(&settings, node, true).await?;
         let strategy: Strategy = settings.dispatch.parse().map_err(anyhow::Error::msg)?;
-        let transport = Arc::new(HttpTransport::new(id.clone(), coordinator.membership(), &internal));
+        let resources: Resources = settings.resources.parse().map_err(anyhow::Error::msg)?;
+        let mut transport = HttpTransport::new(id.clone(), coordinator.membership(), &internal);
+        let mut resource_leader = None;
+        if resources == Resources::Leader {
+            transport = transport.with_resource_leader(LeaderClient::new(coordinator.as_ref(), &internal));
+            resource_leader = Some(ResourceLeader::start(coordinator.clone()));
+        }
+        let transport = Arc::new(transport);
         let policy = dagr_master::StorePolicy::load(store.clone()).await.context("cannot read the tenants")?;
         policy.spawn_refresh(crate::node::POLICY_REFRESH);
         let config = EngineConfig {
@@ -202,6 +210,7 @@ pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
             catch_up_per_second: settings.catch_up_per_second,
             max_in_flight: settings.max_in_flight as usize,
             strategy,
+            resources,
             versions: Default::default(),
         };
         let engine = Engine::start(config, store.clone(), transport, plugins).await?;
@@ -229,6 +238,7 @@ pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
             engine: engine.clone(),
             owned_slots: owned,
             leading: deliver,
+            resources: resource_leader,
         });
         let app = internal_only(app, internal.secret().clone(), settings.metrics_public);
         announce(Role::Master, &id, &url);

@@ -229,6 +229,7 @@ pub struct Settings {
     pub cluster_tls: Option<TlsPaths>,
     pub master_listen: SocketAddr,
     pub dispatch: String,
+    pub resources: String,
     pub max_in_flight: u32,
     pub poll_interval: Duration,
     pub rebalance_interval: Duration,
@@ -483,6 +484,7 @@ impl Config {
                 .parse()
                 .map_err(|e| err("master.listen", format!("`{}` is not an address: {e}", self.master.listen)))?,
             dispatch: self.master.dispatch.clone(),
+            resources: self.master.resources.clone(),
             max_in_flight: self.master.max_in_flight,
             poll_interval: duration("master.poll_interval", &self.master.poll_interval)?,
             rebalance_interval: duration("master.rebalance_interval", &self.master.rebalance_interval)?,
@@ -523,6 +525,9 @@ impl Config {
         }
         if !matches!(settings.dispatch.as_str(), "least-loaded" | "round-robin") {
             return Err(err("master.dispatch", format!("`{}` must be least-loaded or round-robin", settings.dispatch)));
+        }
+        if !matches!(settings.resources.as_str(), "local" | "leader") {
+            return Err(err("master.resources", format!("`{}` must be local or leader", settings.resources)));
         }
         if settings.ttl < Duration::from_secs(1) {
             return Err(err("cluster.ttl", "must be at least 1s".into()));

@@ -199,6 +199,11 @@ pub struct MasterConfig {
     pub listen: String,
     /// `least-loaded` or `round-robin` (weighted by capacity).
     pub dispatch: String,
+    /// Who decides how many attempts a master puts on each worker: `local`
+    /// (each master from its own view; workers refuse past capacity) or
+    /// `leader` (the elected leader holds every worker's slots in memory
+    /// and grants them to all masters: Buffalo's resource scheduler).
+    pub resources: String,
     /// Attempts one master keeps in flight at most.
     pub max_in_flight: u32,
     /// How often a master looks for new commands without being woken.
@@ -224,6 +229,7 @@ impl Default for MasterConfig {
         MasterConfig {
             listen: "127.0.0.1:7100".into(),
             dispatch: "least-loaded".into(),
+            resources: "local".into(),
             max_in_flight: 10_000,
             poll_interval: "500ms".into(),
             rebalance_interval: "30s".into(),

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::{Coordinator, NodeInfo, Role};
+use crate::{Coordinator, Leader, NodeInfo, Role};
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -102,6 +102,11 @@ pub async fn run_all(cluster: &dyn Cluster, prefix: &str) -> Result<(), String> 
     }
     let (leader, follower) = if leads(&a) { (&a, &b) } else { (&b, &a) };
     let first_token = leader.leadership().borrow().ok_or("leader without token")?;
+    // Everyone, the worker too, knows who leads, with its token.
+    let first = Leader { id: leader.node().id.clone(), token: first_token };
+    for (who, c) in [("a", &a), ("b", &b), ("w", &w)] {
+        eventually(&c.leader(), &format!("{who} knows who leads"), |l| l.as_ref() == Some(&first)).await?;
+    }
 
     // Self-fencing: the leader loses its lease → it stops acting at once,
     // the other takes over with a larger token, and the first comes back.
@@ -118,6 +123,8 @@ pub async fn run_all(cluster: &dyn Cluster, prefix: &str) -> Result<(), String> 
     if second_token <= first_token {
         return Err(format!("the new leader's token {second_token} is not above the old {first_token}"));
     }
+    let second = Leader { id: follower.node().id.clone(), token: second_token };
+    eventually(&w.leader(), "the worker knows the new leader", |l| l.as_ref() == Some(&second)).await?;
     eventually(&leader.health(), "the expired node re-joins", |h| *h).await?;
     let leader_id = leader.node().id.clone();
     eventually(&w.membership(), "the re-joined node is a member again", |m| m.contains(&leader_id)).await?;

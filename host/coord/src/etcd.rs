@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::{Coordinator, FencingToken, LeaseGuard, Membership, NodeInfo, Result, SessionConfig};
+use crate::{Coordinator, FencingToken, Leader, LeaseGuard, Membership, NodeInfo, Result, SessionConfig};
 
 /// A node's session with etcd.
 pub struct EtcdCoordinator {
@@ -22,6 +22,7 @@ pub struct EtcdCoordinator {
     membership: watch::Receiver<Membership>,
     health: watch::Receiver<bool>,
     leadership: watch::Receiver<Option<FencingToken>>,
+    leader: watch::Receiver<Option<Leader>>,
     tasks: Vec<JoinHandle<()>>,
     client: Client,
     lease: Arc<std::sync::Mutex<Option<i64>>>,
@@ -65,7 +66,9 @@ impl EtcdCoordinator {
         let lease = Arc::new(std::sync::Mutex::new(None));
         let guard = LeaseGuard::new();
 
+        let (leader_tx, leader) = watch::channel(None);
         let watcher = tokio::spawn(watch_membership(client.clone(), format!("{prefix}/nodes/"), membership_tx));
+        let observer = tokio::spawn(observe_leader(client.clone(), format!("{prefix}/leader"), leader_tx));
         let session = tokio::spawn(run_session(
             client.clone(),
             prefix.clone(),
@@ -82,7 +85,8 @@ impl EtcdCoordinator {
             membership,
             health,
             leadership,
-            tasks: vec![watcher, session],
+            leader,
+            tasks: vec![watcher, observer, session],
             client,
             lease,
         };
@@ -124,6 +128,10 @@ impl Coordinator for EtcdCoordinator {
 
     fn leadership(&self) -> watch::Receiver<Option<FencingToken>> {
         self.leadership.clone()
+    }
+
+    fn leader(&self) -> watch::Receiver<Option<Leader>> {
+        self.leader.clone()
     }
 
     fn leave(&self) {
@@ -316,6 +324,35 @@ async fn keep_alive(
         }
         let next = (Instant::now() + interval).min(expires.checked_sub(margin).unwrap_or(expires));
         tokio::time::sleep_until(next).await;
+    }
+}
+
+/// Follows who leads the election (etcd's observe): the leader key's
+/// value is the node id, its creation revision the token. etcd says each
+/// new leader; the last one stays known until then.
+async fn observe_leader(mut client: Client, election: String, leader: watch::Sender<Option<Leader>>) {
+    loop {
+        let observed: Result<()> = async {
+            let mut stream = client.observe(election.as_str()).await?;
+            while let Some(response) = stream.message().await? {
+                let now = response.kv().map(|kv| Leader {
+                    id: String::from_utf8_lossy(kv.value()).into_owned(),
+                    token: kv.create_revision(),
+                });
+                leader.send_if_modified(|current| {
+                    let changed = *current != now;
+                    *current = now.clone();
+                    changed
+                });
+            }
+            Ok(())
+        }
+        .await;
+        if let Err(e) = observed {
+            tracing::debug!(error = %e, "observing the leader failed; observing again");
+        }
+        // The stream broke (etcd restarting?): observe again.
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

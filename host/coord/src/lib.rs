@@ -7,7 +7,8 @@
 //!   [`Membership`].
 //! - Nodes that campaign (masters) elect one leader; [`Coordinator::leadership`]
 //!   says whether this node leads and gives its [`FencingToken`]: an etcd
-//!   revision, larger for every new term, that guards the leader's writes.
+//!   revision, larger for every new term, that guards the leader's writes;
+//!   [`Coordinator::leader`] tells every node who leads.
 //! - **Self-fencing:** [`Coordinator::health`] turns false as soon as the
 //!   lease cannot be renewed in time — *before* it expires at the server — so
 //!   that a node stops acting before anyone else may take over. It turns
@@ -88,6 +89,14 @@ impl Membership {
 
 /// A leader's fencing token: strictly larger for every later leader.
 pub type FencingToken = i64;
+
+/// Who leads, as every node sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leader {
+    /// The leader's node id.
+    pub id: String,
+    pub token: FencingToken,
+}
 
 /// Errors of a coordinator.
 #[derive(Debug, thiserror::Error)]
@@ -179,6 +188,9 @@ pub trait Coordinator: Send + Sync + 'static {
     fn lease_guard(&self) -> LeaseGuard;
     /// `Some(token)` while this node is the leader.
     fn leadership(&self) -> watch::Receiver<Option<FencingToken>>;
+    /// Who leads now, as this node sees it (a little after the fact: the
+    /// leader itself learns first, through [`Coordinator::leadership`]).
+    fn leader(&self) -> watch::Receiver<Option<Leader>>;
     /// Leaves the cluster (revokes the lease) and stops the background work.
     fn leave(&self);
 }

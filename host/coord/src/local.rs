@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
-use crate::{Coordinator, FencingToken, LeaseGuard, Membership, NodeInfo, SessionConfig};
+use crate::{Coordinator, FencingToken, Leader, LeaseGuard, Membership, NodeInfo, SessionConfig};
 
 /// The shared state of an in-process cluster.
 #[derive(Clone, Default)]
@@ -24,6 +24,7 @@ struct HubState {
     leader: Option<String>,
     token: FencingToken,
     membership: Option<watch::Sender<Membership>>,
+    leader_tx: Option<watch::Sender<Option<Leader>>>,
 }
 
 struct Member {
@@ -43,6 +44,7 @@ pub struct LocalCoordinator {
     membership: watch::Receiver<Membership>,
     health: watch::Receiver<bool>,
     leadership: watch::Receiver<Option<FencingToken>>,
+    leader: watch::Receiver<Option<Leader>>,
 }
 
 impl LocalHub {
@@ -58,6 +60,7 @@ impl LocalHub {
     pub fn join(&self, node: NodeInfo, config: &SessionConfig) -> Arc<LocalCoordinator> {
         let mut state = self.lock();
         let membership = state.membership.get_or_insert_with(|| watch::channel(Membership::default()).0).subscribe();
+        let leader = state.leader_tx.get_or_insert_with(|| watch::channel(None).0).subscribe();
         let (health, health_rx) = watch::channel(true);
         let (leadership, leadership_rx) = watch::channel(None);
         let guard = LeaseGuard::forever();
@@ -83,6 +86,7 @@ impl LocalHub {
             membership,
             health: health_rx,
             leadership: leadership_rx,
+            leader,
         })
     }
 
@@ -147,6 +151,9 @@ impl HubState {
                 }
             }
             self.leader = leader;
+            if let Some(tx) = &self.leader_tx {
+                tx.send_replace(self.leader.clone().map(|id| Leader { id, token: self.token }));
+            }
         }
     }
 }
@@ -170,6 +177,10 @@ impl Coordinator for LocalCoordinator {
 
     fn leadership(&self) -> watch::Receiver<Option<FencingToken>> {
         self.leadership.clone()
+    }
+
+    fn leader(&self) -> watch::Receiver<Option<Leader>> {
+        self.leader.clone()
     }
 
     fn leave(&self) {

@@ -14,8 +14,8 @@ use dagr_coord::{Coordinator, Membership, NodeInfo, Role};
 use dagr_protocol::control::{CommandOutcome, Control};
 use dagr_protocol::sharding::SlotMap;
 use dagr_protocol::wire::{
-    AdoptRequest, AdoptResponse, AttemptKey, AttemptSpec, CancelRequest, DispatchBatch, DispatchResponse, ResultAcks,
-    ResultBatch, Verdict,
+    AdoptRequest, AdoptResponse, AttemptKey, AttemptSpec, CancelRequest, DispatchBatch, DispatchResponse, ResourceAnswer,
+    ResourceRequest, ResultAcks, ResultBatch, Verdict,
 };
 use dagr_store::Store;
 use dagr_transport::Internal;
@@ -23,6 +23,7 @@ use serde::Deserialize;
 use tokio::sync::watch;
 
 use crate::rebalance::{RebalanceConfig, Rebalancer};
+use crate::resource_leader::{LeaderClient, NotAnswered, ResourceLeader};
 use crate::{Accepted, Adoption, DispatchError, EngineHandle, EngineMetrics, Transport, WorkerInfo};
 
 /// Reaches workers over HTTP: their internal endpoints, found in the
@@ -32,6 +33,8 @@ pub struct HttpTransport {
     me: String,
     membership: watch::Receiver<Membership>,
     http: reqwest::Client,
+    /// The resource leader, when it schedules resources.
+    leader: Option<LeaderClient>,
 }
 
 impl HttpTransport {
@@ -45,7 +48,14 @@ impl HttpTransport {
                 .connect_timeout(Duration::from_secs(2))
                 .build()
                 .unwrap_or_default(),
+            leader: None,
         }
+    }
+
+    /// Asks `leader` for slots (`[master] resources = "leader"`).
+    pub fn with_resource_leader(mut self, leader: LeaderClient) -> Self {
+        self.leader = Some(leader);
+        self
     }
 
     fn addr(&self, worker: &str) -> Option<String> {
@@ -93,6 +103,13 @@ impl Transport for HttpTransport {
             })
             .collect();
         Ok(Accepted { verdicts, running: Some(body.running) })
+    }
+
+    async fn resources(&self, request: ResourceRequest) -> Result<ResourceAnswer, String> {
+        match &self.leader {
+            Some(leader) => leader.exchange(request).await,
+            None => Err("resources are scheduled by each master here".into()),
+        }
     }
 
     async fn cancel(&self, key: &AttemptKey, worker: &str) {
@@ -151,6 +168,8 @@ pub struct MasterService {
     pub owned_slots: watch::Receiver<usize>,
     /// Whether this master leads (and is healthy).
     pub leading: watch::Receiver<bool>,
+    /// The resource book, when the leader schedules resources.
+    pub resources: Option<Arc<ResourceLeader>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -168,6 +187,7 @@ pub fn router(service: MasterService) -> axum::Router {
         .route("/internal/workflow-changed", post(workflow_changed))
         .route("/internal/tenant-changed", post(tenant_changed))
         .route("/internal/load", get(load))
+        .route("/internal/resources", post(resources))
         .layer(axum::extract::DefaultBodyLimit::max(dagr_protocol::wire::INTERNAL_BODY_LIMIT))
         .with_state(service)
 }
@@ -194,7 +214,28 @@ async fn workflow_changed(State(s): State<MasterService>, Json(w): Json<Workflow
 async fn load(State(s): State<MasterService>) -> Json<serde_json::Value> {
     let mut load = metrics_json(&s.engine.metrics, *s.owned_slots.borrow());
     load["leader"] = serde_json::Value::Bool(*s.leading.borrow());
+    if let Some(resources) = &s.resources {
+        load["resources"] = resources.describe();
+    }
     Json(load)
+}
+
+/// Another master's exchange with the resource leader.
+async fn resources(
+    State(s): State<MasterService>,
+    Json(request): Json<ResourceRequest>,
+) -> Result<Json<ResourceAnswer>, (axum::http::StatusCode, String)> {
+    use axum::http::StatusCode;
+    let Some(leader) = &s.resources else {
+        return Err((StatusCode::NOT_FOUND, "resources are scheduled by each master in this cluster".into()));
+    };
+    leader.exchange(&request).map(Json).map_err(|e| {
+        let status = match e {
+            NotAnswered::Fenced => StatusCode::SERVICE_UNAVAILABLE,
+            NotAnswered::NotLeader | NotAnswered::Refused(_) => StatusCode::CONFLICT,
+        };
+        (status, e.to_string())
+    })
 }
 
 pub fn metrics_json(m: &EngineMetrics, owned_slots: usize) -> serde_json::Value {
@@ -210,6 +251,7 @@ pub fn metrics_json(m: &EngineMetrics, owned_slots: usize) -> serde_json::Value 
         "runs_claimed": g(&m.runs_claimed),
         "attempts_adopted": g(&m.attempts_adopted),
         "attempts_lost": g(&m.attempts_lost),
+        "dispatch_refused": g(&m.dispatch_refused),
         "active_runs": g(&m.active_runs),
         "in_flight": g(&m.in_flight),
     })

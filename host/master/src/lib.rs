@@ -32,6 +32,8 @@ pub mod metrics;
 pub mod policy;
 mod ready;
 pub mod rebalance;
+pub mod resource_leader;
+pub mod resources;
 pub mod sim;
 pub use dagr_protocol::sharding;
 
@@ -43,7 +45,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use dagr_protocol::control::{CommandOutcome, Control};
 use dagr_protocol::plugins::PluginDirectory;
-use dagr_protocol::wire::{AttemptKey, AttemptResult, AttemptSpec};
+use dagr_protocol::wire::{AttemptKey, AttemptResult, AttemptSpec, ResourceAnswer, ResourceRequest};
 use dagr_store::{RunState, Store};
 use tokio::sync::{broadcast, mpsc};
 
@@ -74,6 +76,36 @@ pub trait Transport: Send + Sync + 'static {
     async fn cancel(&self, key: &AttemptKey, worker: &str);
     /// Asks `worker` about an attempt this master took over with `epoch`.
     async fn adopt(&self, key: &AttemptKey, worker: &str, epoch: i64) -> Adoption;
+    /// Exchanges with the resource leader (when the leader schedules
+    /// resources): what this master holds and wants, for what it may use.
+    async fn resources(&self, _request: ResourceRequest) -> Result<ResourceAnswer, String> {
+        Err("this transport has no resource leader".into())
+    }
+}
+
+/// Who decides how many attempts a master may put on each worker
+/// (`[master] resources`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Resources {
+    /// Each master from its own view: the attempts it has on a worker and
+    /// what the worker last said it runs; workers refuse past capacity.
+    #[default]
+    Local,
+    /// The elected leader holds every worker's slots in memory and grants
+    /// them to all masters (Buffalo's resource scheduler, see
+    /// [`resources`]).
+    Leader,
+}
+
+impl std::str::FromStr for Resources {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "local" => Ok(Resources::Local),
+            "leader" => Ok(Resources::Leader),
+            other => Err(format!("unknown resource scheduling `{other}` (local or leader)")),
+        }
+    }
 }
 
 /// Why a dispatch failed as a whole (no attempt of it was accepted).
@@ -154,6 +186,8 @@ pub struct EngineConfig {
     pub max_in_flight: usize,
     /// How a worker is chosen.
     pub strategy: Strategy,
+    /// Who decides how many attempts this master may put on each worker.
+    pub resources: Resources,
     /// Times a task's attempt may be lost with its node before the task
     /// fails (`[master] max_lost_attempts`).
     pub max_lost_attempts: u32,
@@ -184,6 +218,7 @@ impl Default for EngineConfig {
             attempt_check: None,
             max_in_flight: 10_000,
             strategy: Strategy::LeastLoaded,
+            resources: Resources::Local,
             max_lost_attempts: dagr_core::run::DEFAULT_MAX_LOST,
             max_catch_up: 100,
             catch_up_per_second: dagr_core::schedule::MAX_RUNS_PER_STEP as u32,
@@ -210,6 +245,7 @@ pub struct EngineMetrics {
     pub attempts_adopted: AtomicU64,
     /// Attempts found lost at takeover or with their worker.
     pub attempts_lost: AtomicU64,
+    pub dispatch_refused: AtomicU64,
     /// Runs this master drives now (a gauge; its load for rebalancing).
     pub active_runs: AtomicU64,
     /// Attempts in flight now (a gauge).

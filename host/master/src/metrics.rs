@@ -85,7 +85,7 @@ type Published = (&'static str, &'static str, fn(&EngineMetrics) -> &AtomicU64);
 pub fn register(engine: &Arc<EngineMetrics>) {
     metrics();
     let r = global();
-    let counters: [Published; 8] = [
+    let counters: [Published; 9] = [
         ("dagr_engine_steps_total", "Engine steps (each a batch of inputs and one commit).", |m| &m.steps),
         ("dagr_attempts_dispatched_total", "Attempts handed to workers.", |m| &m.dispatched),
         ("dagr_attempt_results_total", "Attempt results received from workers.", |m| &m.results),
@@ -100,6 +100,11 @@ pub fn register(engine: &Arc<EngineMetrics>) {
         ("dagr_runs_claimed_total", "Runs taken over from another owner (or after a restart).", |m| &m.runs_claimed),
         ("dagr_attempts_adopted_total", "Attempts found running at a takeover and adopted.", |m| &m.attempts_adopted),
         ("dagr_attempts_lost_total", "Attempts lost with their worker or at a takeover.", |m| &m.attempts_lost),
+        (
+            "dagr_dispatch_refused_total",
+            "Attempts a worker refused or that did not reach it (dispatched again, uncharged).",
+            |m| &m.dispatch_refused,
+        ),
     ];
     for (name, help, field) in counters {
         let m = engine.clone();

@@ -269,6 +269,55 @@ pub struct ResultAcks {
     pub acks: Vec<Ack>,
 }
 
+/// Slots of one worker (a count of attempts it may run at once).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct WorkerSlots {
+    pub worker: String,
+    pub slots: u32,
+}
+
+/// Slots a master would use for tasks of one worker group (`None`: tasks
+/// without a group).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct GroupWant {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    pub slots: u32,
+}
+
+/// A master's exchange with the resource leader (Buffalo's active-standby
+/// resource scheduler): what it holds now, and what more it would use.
+/// Holdings are absolute, so a lost answer or a new leader loses nothing:
+/// the next exchange says them again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourceRequest {
+    /// The asking master (node id).
+    pub master: String,
+    /// The largest leader token this master has seen: a leader with a
+    /// smaller one (deposed, and not told yet) must not answer.
+    pub seen: i64,
+    /// The slots this master keeps, per worker (its attempts running
+    /// there, and granted slots it still means to use).
+    pub holding: Vec<WorkerSlots>,
+    /// Slots it would use beyond those, per worker group.
+    pub want: Vec<GroupWant>,
+}
+
+/// The leader's answer to a [`ResourceRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourceAnswer {
+    /// The leader's fencing token.
+    pub token: i64,
+    /// What the master holds now, per worker: its holdings and the new
+    /// grants.
+    pub held: Vec<WorkerSlots>,
+    /// The most slots the master should keep while others wait for some
+    /// (its fair share); `None`: no limit now. Above it, a master gives
+    /// slots back as its attempts end instead of starting new ones on them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<u32>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

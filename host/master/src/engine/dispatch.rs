@@ -33,6 +33,7 @@ impl EngineState {
         for item in std::mem::take(&mut self.awaiting) {
             self.ready.restore(item);
         }
+        self.placement.clear_wants();
         let mut set_aside: Vec<ReadyTask> = Vec::new();
         let mut full_groups: Set<Option<String>> = Set::default();
         while self.in_flight.len() < self.settings.max_in_flight && !self.owned.is_empty() {
@@ -59,6 +60,7 @@ impl EngineState {
             }
             let group = run.machine.workflow().tasks[item.task].worker_group.clone();
             if full_groups.contains(&group) {
+                self.placement.want(group.as_deref(), 1);
                 set_aside.push(item);
                 if set_aside.len() >= MAX_SET_ASIDE {
                     break;
@@ -81,11 +83,15 @@ impl EngineState {
             let Some(worker) = self.placement.pick(group.as_deref(), now) else {
                 // No worker of this group has room: its tasks wait, the
                 // other groups' go on (unless no worker at all has room).
-                full_groups.insert(group);
+                self.placement.want(group.as_deref(), 1);
                 set_aside.push(item);
                 if !self.placement.has_room(now) || set_aside.len() >= MAX_SET_ASIDE {
+                    // What is still in line wants slots too (counted as
+                    // this group's: the leader grants what it can).
+                    self.placement.want(group.as_deref(), self.ready.len());
                     break;
                 }
+                full_groups.insert(group);
                 continue;
             };
             self.start_task(effects, &item, worker, plugins, now);

@@ -14,7 +14,7 @@ use dagr_core::Workflow;
 use dagr_protocol::commands::Command;
 use dagr_protocol::control::CommandOutcome;
 use dagr_protocol::tenancy::TenantLimits;
-use dagr_protocol::wire::{Ack, AttemptKey, AttemptResult, AttemptSpec};
+use dagr_protocol::wire::{Ack, AttemptKey, AttemptResult, AttemptSpec, ResourceAnswer, ResourceRequest};
 use dagr_store::{AttemptRow, RunRow, RunState, TaskRow, WriteBatch};
 
 use crate::engine::placement::WorkerInfo;
@@ -42,6 +42,9 @@ pub enum Input {
     Probed { key: AttemptKey, worker: String, epoch: i64, adoption: Adoption },
     /// A workflow was applied or deleted: its schedule may have changed.
     WorkflowChanged { tenant: String, name: String },
+    /// The resource leader's answer to [`Effects::resources`], or why
+    /// there was none.
+    Granted(Result<ResourceAnswer, String>),
 }
 
 /// A worker's answer to a dispatch that reached it.
@@ -256,6 +259,10 @@ pub struct Effects {
     pub schedule_delays: Vec<i64>,
     /// The states runs and tasks entered this step, for the metrics.
     pub transitions: Vec<Transition>,
+    /// An exchange with the resource leader (slots wanted, slots held),
+    /// when the leader schedules resources. Its answer comes back as
+    /// [`Input::Granted`].
+    pub resources: Option<ResourceRequest>,
 }
 
 /// A run (or a task, `task`) of `tenant` entered state `to`.

@@ -211,6 +211,7 @@ impl EngineState {
         };
         for ((key, epoch, task_name), verdict) in sent.into_iter().zip(verdicts) {
             let Err(message) = verdict else { continue };
+            self.counters.dispatch_refused += 1;
             tracing::warn!(attempt = %key, %message, "dispatch failed; the attempt goes again");
             let result = AttemptResult {
                 key,

@@ -331,6 +331,13 @@ impl Engine {
             let transport = self.transport.clone();
             tokio::spawn(async move { transport.cancel(&key, &worker).await });
         }
+        if let Some(request) = effects.resources.take() {
+            let (transport, answers) = (self.transport.clone(), self.answers_tx.clone());
+            tokio::spawn(async move {
+                let answer = transport.resources(request).await;
+                let _ = answers.send(Input::Granted(answer));
+            });
+        }
         for probe in effects.probes.drain(..) {
             let (transport, answers) = (self.transport.clone(), self.answers_tx.clone());
             tokio::spawn(async move {
@@ -363,6 +370,7 @@ impl Engine {
             (&m.runs_claimed, c.runs_claimed),
             (&m.attempts_adopted, c.attempts_adopted),
             (&m.attempts_lost, c.attempts_lost),
+            (&m.dispatch_refused, c.dispatch_refused),
             (&m.active_runs, self.state.active_runs() as u64),
             (&m.in_flight, self.state.in_flight() as u64),
             (&m.ready, self.state.ready_tasks() as u64),

@@ -77,6 +77,9 @@ pub struct Counters {
     pub attempts_adopted: u64,
     /// Attempts found lost at takeover or with their worker.
     pub attempts_lost: u64,
+    /// Attempts a worker refused (at capacity, fenced, a stale epoch) or
+    /// that did not reach it: they go again, uncharged.
+    pub dispatch_refused: u64,
 }
 
 /// Everything the engine knows. See the [module docs](crate::engine).
@@ -199,7 +202,7 @@ impl EngineState {
             pending_slots: Vec::new(),
             leader: None,
             leading: None,
-            placement: Placement::new(config.strategy),
+            placement: Placement::new(config.strategy, config.resources == crate::Resources::Leader),
             limits: None,
             counters: Counters::default(),
             watched: None,
@@ -253,6 +256,9 @@ impl EngineState {
         self.fire_timers(effects, now);
         self.check_in_flight(effects, now);
         self.dispatch_ready(effects, plugins, now);
+        if let Some(request) = self.placement.resource_request(&self.settings.node_id, now) {
+            effects.resources = Some(request);
+        }
         // Tasks that began to wait during dispatch record their waits now.
         self.continue_evaluations(effects, now);
     }
@@ -361,6 +367,9 @@ impl EngineState {
             }
             Input::Dispatched { worker, sent, answer } => self.dispatched(effects, &worker, sent, answer, now),
             Input::Probed { key, worker, epoch, adoption } => self.probed(effects, key, &worker, epoch, adoption, now),
+            Input::Granted(answer) => {
+                self.placement.granted(answer, now);
+            }
             Input::WorkflowChanged { tenant, name } => {
                 // Its definition and what it waits for may have changed
                 // (what it no longer waits for stays watched: a wake-up
@@ -464,7 +473,7 @@ impl EngineState {
             .filter(|_| !self.in_flight.is_empty() || !self.owned.is_empty())
             .map(|every| self.last_attempt_check + (every.as_millis() as i64).min(1000));
         let rest = (!self.ready.is_empty()).then(|| self.placement.next_rest_end(now)).flatten();
-        [self.timers.next(), check, rest].into_iter().flatten().min()
+        [self.timers.next(), check, rest, self.placement.next_exchange()].into_iter().flatten().min()
     }
 
     /// Finishes a step before its commit: every write for a run is fenced
