@@ -1028,7 +1028,7 @@ async fn started(ledger: &Ledger, count: usize, timeout: Duration) {
     .await;
 }
 
-async fn wait_for(ledger: &Ledger, run: &str, task: &str, attempt: i64, timeout: Duration) -> i64 {
+pub(crate) async fn wait_for(ledger: &Ledger, run: &str, task: &str, attempt: i64, timeout: Duration) -> i64 {
     let until = Instant::now() + timeout;
     loop {
         if let Some(e) = ledger

@@ -64,6 +64,7 @@ mod support;
 mod cli;
 mod cli_client;
 mod cluster;
+mod cluster_resources;
 mod contract;
 mod e2e;
 mod events;

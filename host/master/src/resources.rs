@@ -10,11 +10,12 @@
 //!   running, and granted slots it still means to use); the book takes
 //!   that as the truth. A lost answer, a master that restarts or a new
 //!   leader loses nothing: the next exchange says it again.
-//! - **A new leader listens before it grants.** For [`ResourceBook::new`]'s
-//!   `warm_up` it records holdings and grants nothing, so that it does
-//!   not hand out slots that masters it has not heard from yet still use.
-//!   Masters exchange at least every [`HEARTBEAT_MS`] while they hold
-//!   anything, so a warm-up a little longer than that hears them all.
+//! - **A new leader listens before it grants.** Until it has heard from
+//!   every live master, or for [`ResourceBook::new`]'s `warm_up` at most,
+//!   it records holdings and grants nothing, so that it does not hand out
+//!   slots that masters it has not heard from yet still use. Masters
+//!   exchange at least every [`HEARTBEAT_MS`] while they hold anything, so
+//!   a warm-up a little longer than that hears them all.
 //! - **Fair shares.** When masters together ask for more than the
 //!   workers have, each gets a max-min fair share of the capacity; a
 //!   master above its share gives slots back as its attempts end.
@@ -66,6 +67,8 @@ pub struct ResourceBook {
     grants_from: i64,
     workers: BTreeMap<String, WorkerInfo>,
     masters: BTreeMap<String, MasterEntry>,
+    /// The live masters, and whether each was heard in this term.
+    live: BTreeMap<String, bool>,
     counters: BookCounters,
 }
 
@@ -78,6 +81,7 @@ impl ResourceBook {
             grants_from: now + warm_up,
             workers: BTreeMap::new(),
             masters: BTreeMap::new(),
+            live: BTreeMap::new(),
             counters: BookCounters::default(),
         }
     }
@@ -103,6 +107,13 @@ impl ResourceBook {
     pub fn set_masters<'a>(&mut self, live: impl IntoIterator<Item = &'a str>) {
         let live: std::collections::BTreeSet<&str> = live.into_iter().collect();
         self.masters.retain(|m, _| live.contains(m.as_str()));
+        self.live = live.into_iter().map(|m| (m.to_owned(), self.masters.contains_key(m))).collect();
+    }
+
+    /// Whether the book grants: once it heard every live master, or after
+    /// its warm-up.
+    fn granting(&self, now: i64) -> bool {
+        now >= self.grants_from || (!self.live.is_empty() && self.live.values().all(|heard| *heard))
     }
 
     /// Slots in use on `worker`, over all masters.
@@ -124,6 +135,10 @@ impl ResourceBook {
             .map(|h| (h.worker.clone(), h.slots))
             .collect();
         let want: u32 = request.want.iter().map(|w| w.slots).sum();
+        if let Some(heard) = self.live.get_mut(&request.master) {
+            *heard = true;
+        }
+        let granting = self.granting(now);
         let entry = self.masters.entry(request.master.clone()).or_default();
         entry.holding = holding;
         entry.want = want;
@@ -131,7 +146,7 @@ impl ResourceBook {
         let share = self.share_of(&request.master, now);
         let mut held = self.masters[&request.master].holding.clone();
         let mut granted = 0u32;
-        if now >= self.grants_from {
+        if granting {
             let mut room = share.map_or(u32::MAX, |s| s.saturating_sub(held.values().sum()));
             let mut used: BTreeMap<String, u32> = self.workers.keys().map(|w| (w.clone(), self.used(w))).collect();
             for wanted in &request.want {
@@ -313,13 +328,20 @@ mod tests {
     fn a_new_leader_listens_before_it_grants_and_a_deposed_one_refuses() {
         let mut book = ResourceBook::new(9, 1000, 1200);
         book.set_workers(vec![worker("w1", 4, None)]);
+        book.set_masters(["m1", "m2", "m3"]);
         // m1 still runs 3 attempts it was granted by the last leader.
         let a = book.exchange(&ask("m1", &[("w1", 3)], 2), 1500).unwrap();
         assert_eq!(total(&a), 3, "no grant while warming up, holdings kept");
         let b = book.exchange(&ask("m2", &[], 4), 2200).unwrap();
-        assert_eq!(total(&b), 1, "m1's three are in use");
+        assert_eq!(total(&b), 1, "after the warm-up: m1's three are in use");
         let stale = ResourceRequest { seen: 10, ..ask("m1", &[], 1) };
         assert_eq!(book.exchange(&stale, 2300), Err(Refusal::Deposed { mine: 9, seen: 10 }));
+        // A leader that heard every live master grants before its warm-up ends.
+        let mut book = ResourceBook::new(10, 1000, 1200);
+        book.set_workers(vec![worker("w1", 4, None)]);
+        book.set_masters(["m1", "m2"]);
+        assert_eq!(total(&book.exchange(&ask("m1", &[("w1", 1)], 2), 1010).unwrap()), 1, "m2 not heard yet");
+        assert_eq!(total(&book.exchange(&ask("m2", &[], 2), 1020).unwrap()), 2, "everyone heard: it grants");
     }
 
     #[test]
