@@ -699,6 +699,12 @@ mod tests {
         let mut c = Config::default();
         c.limits.default_timeout = "soon".into();
         assert_eq!(c.validate().unwrap_err().field, "limits.default_timeout");
+        let mut c = Config::default();
+        c.master.resources = "boss".into();
+        let e = c.validate().unwrap_err();
+        assert_eq!((e.field.as_str(), e.message.contains("local or leader")), ("master.resources", true), "{e}");
+        c.master.resources = "leader".into();
+        assert!(c.validate().is_ok());
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("bad.toml");
         std::fs::write(&path, "[server]\nlisen = \"x\"\n").unwrap();

@@ -85,6 +85,8 @@ pub(crate) struct Grants {
     pub not_before: i64,
     /// Slots wanted at the last dispatch, per worker group.
     pub wanted: BTreeMap<Option<String>, u32>,
+    /// Slots held as the last exchange said (to the leader).
+    pub declared: u32,
 }
 
 /// The workers and their load.
@@ -260,7 +262,7 @@ pub(crate) const EXCHANGE_RETRY_MS: i64 = 250;
 /// After an answer that granted nothing of what was wanted, the next ask
 /// waits this long (ms): other masters give slots back as their attempts
 /// end, not at once.
-pub(crate) const EMPTY_RETRY_MS: i64 = 25;
+pub(crate) const EMPTY_RETRY_MS: i64 = 5;
 
 impl Placement {
     /// Slots wanted for tasks of `group` that found no room.
@@ -298,8 +300,11 @@ impl Placement {
         let used: u32 = running.values().sum();
         let ask = want > 0 && now >= grants.not_before;
         let give_back = want == 0 && held > used;
+        // Slots given back above its fair share: the leader hears of them
+        // at once (another master waits for them).
+        let gave = held < grants.declared;
         let beat = (held > 0 || want > 0) && now - grants.last >= crate::resources::HEARTBEAT_MS;
-        if !(ask || give_back || beat) {
+        if !(ask || give_back || gave || beat) {
             return None;
         }
         if want == 0 {
@@ -307,6 +312,7 @@ impl Placement {
             grants.held = running.iter().map(|(w, n)| (w.clone(), *n)).collect();
         }
         grants.asking = true;
+        grants.declared = grants.held.values().sum();
         let mut holding: Vec<WorkerSlots> =
             grants.held.iter().map(|(worker, slots)| WorkerSlots { worker: worker.clone(), slots: *slots }).collect();
         holding.sort();
@@ -355,6 +361,7 @@ impl Placement {
         }
         let after: u32 = held.values().sum();
         grants.held = held;
+        grants.declared = after;
         let wanted = grants.wanted.values().sum::<u32>() > 0;
         grants.not_before = if wanted && after <= before { now + EMPTY_RETRY_MS } else { now };
         after > before
@@ -509,6 +516,9 @@ mod tests {
         p.granted(answer(1, &[("a", 4)], Some(2)), 0);
         p.released("a");
         assert_eq!(p.pick(None, 0), None, "the slot went back, not to the next task");
+        let request = p.resource_request("m1", 0).expect("the leader hears of it at once");
+        assert_eq!(request.holding, vec![WorkerSlots { worker: "a".into(), slots: 3 }]);
+        p.granted(answer(1, &[("a", 3)], Some(2)), 0);
         p.released("a");
         p.released("a");
         assert_eq!(p.pick(None, 0).as_deref(), Some("a"), "at its share of 2, a freed slot is used again");
