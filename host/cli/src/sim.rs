@@ -38,6 +38,10 @@ pub struct SimArgs {
     /// Inject no faults (the simulation of a healthy cluster).
     #[arg(long)]
     no_faults: bool,
+    /// Who grants worker slots: each master (`local`) or the elected
+    /// leader (`leader`, Buffalo's resource scheduler).
+    #[arg(long, default_value = "local")]
+    resources: dagr_master::Resources,
 }
 
 pub fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
@@ -46,6 +50,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
         workers: args.workers.max(1),
         runs: args.runs,
         faults: if args.no_faults { FaultMix::none() } else { FaultMix::standard() },
+        resources: args.resources,
         ..SimConfig::default()
     };
     if let Some(seed) = args.seed {

@@ -54,6 +54,8 @@ pub mod testkit;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_cluster;
+#[cfg(test)]
 mod tests_outer;
 
 pub use effects::{

@@ -321,6 +321,15 @@ impl EngineState {
         // Claimed twice in one read: the last claim's epoch is the one held.
         loaded.sort_by(|a, b| (&a.row.id, b.row.epoch).cmp(&(&b.row.id, a.row.epoch)));
         loaded.dedup_by(|later, first| later.row.id == first.row.id);
+        // A run of a slot this master does not own (any more) is not
+        // driven here, whatever was read.
+        loaded.retain(|l| {
+            let mine = self.owned.contains(&(l.row.slot as u32));
+            if !mine {
+                tracing::warn!(run = %l.row.id, slot = l.row.slot, "read a run of a slot this master does not own; leaving it");
+            }
+            mine
+        });
         let (loaded, again): (Vec<LoadedRun>, Vec<LoadedRun>) =
             loaded.into_iter().partition(|l| !self.dropped_epochs.contains_key(l.row.id.as_str()));
         self.reclaim.extend(again.into_iter().map(|l| l.row.id));
@@ -390,6 +399,22 @@ impl EngineState {
         let gained: Vec<u32> = slots.iter().filter(|s| !self.owned.contains(s)).copied().collect();
         self.owned.retain(|s| slots.contains(s));
         if !lost.is_empty() {
+            // Slots gained and lost again within one step: their runs must
+            // not be claimed when this step's needs are read (the claim
+            // would take them from their owner, and a copy of them would
+            // stay here, going stale).
+            for need in &mut effects.needs {
+                match need {
+                    Need::Slots(asked) | Need::Owners(asked) => asked.retain(|s| !lost.contains(s)),
+                    Need::Claim(runs) => runs.retain(|r| !lost.contains(&dagr_core::slots::slot_of(r))),
+                    _ => {}
+                }
+            }
+            effects.needs.retain(|need| match need {
+                Need::Slots(asked) | Need::Owners(asked) => !asked.is_empty(),
+                Need::Claim(runs) => !runs.is_empty(),
+                _ => true,
+            });
             let ids: Vec<Arc<str>> = self
                 .runs
                 .iter()

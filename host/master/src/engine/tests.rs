@@ -743,37 +743,3 @@ fn a_run_claimed_elsewhere_behind_this_masters_back_is_taken_over_again() {
     let effects = env.step(vec![]);
     assert_eq!(names(&effects), ["b"]);
 }
-
-#[test]
-fn with_a_resource_leader_tasks_wait_for_granted_slots_and_idle_ones_go_back() {
-    use dagr_protocol::wire::{GroupWant, ResourceAnswer, WorkerSlots};
-    let mut env = TestEnv::with(|c| c.resources = crate::Resources::Leader, vec![worker("w1", 8), worker("w2", 8)]);
-    env.apply("name: fan\ntasks:\n- {name: a, plugin: echo}\n- {name: b, plugin: echo}\n- {name: c, plugin: echo}\n");
-    env.trigger("fan");
-    let effects = env.step(vec![]);
-    assert!(effects.dispatches.is_empty(), "no slot is granted yet");
-    let request = effects.resources.expect("the master asks the leader");
-    assert_eq!((request.master.as_str(), request.want.clone()), ("m1", vec![GroupWant { group: None, slots: 3 }]));
-    let grant = |held: Vec<(&str, u32)>| {
-        let held = held.into_iter().map(|(w, slots)| WorkerSlots { worker: w.into(), slots }).collect();
-        Input::Granted(Ok(ResourceAnswer { token: 3, held, share: None }))
-    };
-    let effects = env.step(vec![grant(vec![("w2", 2)])]);
-    assert_eq!(names(&effects), ["a", "b"], "two slots granted, on w2");
-    assert!(effects.dispatches.iter().all(|(_, w)| w == "w2"));
-    let request = effects.resources.expect("c still wants one");
-    assert_eq!(request.holding, vec![WorkerSlots { worker: "w2".into(), slots: 2 }]);
-    // The leader has nothing more now; a's end frees a slot for c.
-    let effects = env.step(vec![grant(vec![("w2", 2)])]);
-    assert!(effects.dispatches.is_empty() && effects.resources.is_none());
-    let effects = env.succeed(&env.in_flight("a"), "{}");
-    assert_eq!(names(&effects), ["c"], "the freed slot is used at once, with no exchange");
-    // Nothing waits: b's slot goes back at once, c's is kept.
-    let effects = env.succeed(&env.in_flight("b"), "{}");
-    let request = effects.resources.expect("the idle slot goes back");
-    assert_eq!((request.holding, request.want), (vec![WorkerSlots { worker: "w2".into(), slots: 1 }], vec![]));
-    env.step(vec![grant(vec![("w2", 1)])]);
-    // While it holds c's slot, it says so every heartbeat.
-    env.advance(crate::resources::HEARTBEAT_MS);
-    assert!(env.step(vec![]).resources.is_some(), "a heartbeat");
-}

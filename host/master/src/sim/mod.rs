@@ -112,6 +112,8 @@ pub struct SimConfig {
     pub operator: f64,
     /// Keep every trace line (else the last [`TRACE_TAIL`]).
     pub full_trace: bool,
+    /// Who grants worker slots: each master (local) or the leader.
+    pub resources: crate::Resources,
 }
 
 /// Trace lines a failure shows.
@@ -130,6 +132,7 @@ impl Default for SimConfig {
             faults: FaultMix::standard(),
             operator: 0.5,
             full_trace: false,
+            resources: crate::Resources::Local,
         }
     }
 }
@@ -364,6 +367,21 @@ mod tests {
         let (a, b) = (a.unwrap_or_else(|f| panic!("{f}")), b.unwrap_or_else(|f| panic!("{f}")));
         assert_eq!(a, b, "the same seed took two paths");
         assert_ne!(run(8, &config).map(|r| r.path).ok(), Some(a.path), "another seed, another path");
+    }
+
+    #[test]
+    fn with_the_resource_leader_every_run_finishes_through_the_faults() {
+        // Masters ask the leader for every slot; leaders crash, freeze and
+        // change terms, exchanges are lost: no slot may leak for good.
+        let config = SimConfig { resources: crate::Resources::Leader, ..SimConfig::default() };
+        let mut faults = Faults::default();
+        for seed in 0..SEEDS {
+            let report = run(seed, &config).unwrap_or_else(|f| panic!("{f}"));
+            faults.add(&report.faults);
+        }
+        assert!(faults.master_crashes > 0 && faults.lost > 0, "{faults:?}");
+        let healthy = SimConfig { faults: FaultMix::none(), ..config };
+        assert!(run(1, &healthy).unwrap_or_else(|f| panic!("{f}")).runs >= healthy.runs);
     }
 
     #[test]

@@ -45,6 +45,9 @@ impl World {
         let workers: Vec<String> =
             self.workers.iter().filter(|w| w.alive && w.lease_until >= self.now).map(|w| w.id.clone()).collect();
         let slots = self.config.slots;
+        let infos: Vec<WorkerInfo> =
+            workers.iter().map(|id| WorkerInfo { id: id.clone(), capacity: slots, group: None, any_group: false }).collect();
+        self.follow_book(&infos, &members);
         for (rank, &i) in members.iter().enumerate() {
             let own: BTreeSet<u32> =
                 (0..dagr_protocol::SLOTS).filter(|s| *s as usize % members.len() == rank).collect();
@@ -55,11 +58,7 @@ impl World {
             }
             let mut told = false;
             if m.told_workers.as_ref() != Some(&workers) {
-                let infos = workers
-                    .iter()
-                    .map(|id| WorkerInfo { id: id.clone(), capacity: slots, group: None, any_group: false })
-                    .collect();
-                m.inbox.push(Input::Workers(infos));
+                m.inbox.push(Input::Workers(infos.clone()));
                 m.told_workers = Some(workers.clone());
                 told = true;
             }

@@ -15,7 +15,9 @@ use dagr_core::Workflow;
 use dagr_core::definition::Format;
 use dagr_protocol::commands::Command;
 use dagr_protocol::plugins::TrustedCatalog;
-use dagr_protocol::wire::{Ack, AttemptKey, AttemptResult, AttemptSpec, FailureKind, Outcome};
+use dagr_protocol::wire::{
+    Ack, AttemptKey, AttemptResult, AttemptSpec, FailureKind, Outcome, ResourceAnswer, ResourceRequest,
+};
 use dagr_store::{RunKind, RunOrigin, WriteBatch};
 
 use crate::engine::testkit::{FakePlugins, FakeStore, Reader, TENANT};
@@ -26,6 +28,7 @@ use crate::{Adoption, DispatchError, EngineConfig};
 
 mod coord;
 mod network;
+mod resources;
 mod workers;
 
 /// The simulated epoch (2023-11-14).
@@ -126,6 +129,17 @@ enum Msg {
         probe: Probe,
         adoption: Adoption,
     },
+    /// A master's exchange with the resource leader, and its answer.
+    Resources {
+        master: usize,
+        m_inc: u32,
+        request: ResourceRequest,
+    },
+    Granted {
+        master: usize,
+        m_inc: u32,
+        answer: Result<ResourceAnswer, String>,
+    },
 }
 
 type Answer = Result<Accepted, DispatchError>;
@@ -191,6 +205,8 @@ pub(crate) struct World {
     etcd_up: bool,
     leader: Option<(usize, i64)>,
     term: i64,
+    /// The resource leader's book (when the leader schedules resources).
+    book: Option<crate::resources::ResourceBook>,
     triggered: usize,
     checker: Checker,
     report: Report,
@@ -207,6 +223,7 @@ impl World {
                     fence_writes: true,
                     attempt_check: Some(Duration::from_secs(5)),
                     max_in_flight: 1_000,
+                    resources: config.resources,
                     ..EngineConfig::default()
                 };
                 Master {
@@ -256,6 +273,7 @@ impl World {
             etcd_up: true,
             leader: None,
             term: 0,
+            book: None,
             triggered: 0,
             checker: Checker::default(),
             report: Report { seed, ..Report::default() },
@@ -439,14 +457,25 @@ impl World {
                     .iter()
                     .filter_map(|m| Some(format!("{}: {}", m.id, m.state.as_ref()?.describe_run(&r.id)?)))
                     .collect();
+                let commands: Vec<String> = self
+                    .store
+                    .commands
+                    .iter()
+                    .filter(|(_, run, _)| *run == r.id)
+                    .map(|(id, _, c)| {
+                        let done = self.store.done.get(id).map_or("pending", String::as_str);
+                        format!("#{id} {} ({done})", c.kind())
+                    })
+                    .collect();
                 format!(
-                    "{} ({} {:?}, epoch {}, owner {:?}; held by {})",
+                    "{} ({} {:?}, epoch {}, owner {:?}; held by {}; commands {})",
                     r.id,
                     r.workflow,
                     r.state,
                     r.epoch,
                     r.owner,
-                    if held.is_empty() { "no master".to_owned() } else { held.join("; ") }
+                    if held.is_empty() { "no master".to_owned() } else { held.join("; ") },
+                    commands.join(", ")
                 )
             })
             .collect()
@@ -667,6 +696,10 @@ impl World {
         }
         let fenced: HashSet<&str> = committed.fenced.iter().map(String::as_str).collect();
         let m_inc = m.incarnation;
+        for (id, outcome) in &effects.replies {
+            let who = self.masters[i].id.clone();
+            self.note(|| format!("{who} answers command #{id}: {}", outcome.message));
+        }
         let mut acks: Vec<(u64, String, Ack)> = effects.acks.drain(..).collect();
         acks.sort_by_key(|(ack, _, _)| *ack);
         for (ack, run, verdict) in acks {
@@ -711,6 +744,9 @@ impl World {
                     adoption: Adoption::Unknown,
                 }),
             }
+        }
+        if let Some(request) = effects.resources.take() {
+            self.send(Msg::Resources { master: i, m_inc, request });
         }
         if again || !self.masters[i].inbox.is_empty() {
             self.wake(i, self.now + 1);

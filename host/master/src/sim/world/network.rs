@@ -12,8 +12,15 @@ impl World {
     pub(super) fn send(&mut self, msg: Msg) {
         self.report.messages += 1;
         let f = self.config.faults.clone();
-        let call =
-            matches!(msg, Msg::Dispatch { .. } | Msg::Dispatched { .. } | Msg::Probe { .. } | Msg::Probed { .. });
+        let call = matches!(
+            msg,
+            Msg::Dispatch { .. }
+                | Msg::Dispatched { .. }
+                | Msg::Probe { .. }
+                | Msg::Probed { .. }
+                | Msg::Resources { .. }
+                | Msg::Granted { .. }
+        );
         if self.rng.chance(f.loss) {
             self.report.faults.lost += 1;
             self.note(|| format!("lost: {}", describe(&msg)));
@@ -71,6 +78,10 @@ impl World {
             Msg::Probe { master, m_inc, probe, .. } | Msg::Probed { master, m_inc, probe, .. } => {
                 let adoption = Adoption::Running;
                 self.schedule(at, Event::Deliver(Msg::Probed { master, m_inc, probe, adoption }));
+            }
+            Msg::Resources { master, m_inc, .. } | Msg::Granted { master, m_inc, .. } => {
+                let answer = Err("the resource leader did not answer in time".into());
+                self.schedule(at, Event::Deliver(Msg::Granted { master, m_inc, answer }));
             }
             _ => {}
         }
@@ -145,6 +156,8 @@ impl World {
                     self.wake(master, self.now + 1);
                 }
             }
+            Msg::Resources { master, m_inc, request } => self.exchange(master, m_inc, request),
+            Msg::Granted { master, m_inc, answer } => self.granted(master, m_inc, answer),
         }
     }
 }
@@ -178,6 +191,15 @@ pub(super) fn describe(msg: &Msg) -> String {
             };
             format!("probe of {} → m{}: {what}", key(&probe.key), master + 1)
         }
+        Msg::Resources { master, request, .. } => {
+            let want: u32 = request.want.iter().map(|w| w.slots).sum();
+            let held: u32 = request.holding.iter().map(|h| h.slots).sum();
+            format!("m{} → leader: holds {held}, wants {want}", master + 1)
+        }
+        Msg::Granted { master, answer, .. } => match answer {
+            Ok(a) => format!("leader → m{}: holds {}", master + 1, a.held.iter().map(|h| h.slots).sum::<u32>()),
+            Err(e) => format!("leader → m{}: {e}", master + 1),
+        },
     }
 }
 

@@ -1,0 +1,69 @@
+//! The engine's state machine in a cluster, by the effects of its steps:
+//! slots granted by the resource leader, ownership changing within a step.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use crate::engine::Effects;
+use crate::engine::effects::{Input, Need};
+use crate::engine::testkit::{TestEnv, dispatched_names, worker};
+
+fn names(effects: &Effects) -> Vec<String> {
+    let mut n = dispatched_names(effects);
+    n.sort();
+    n
+}
+
+#[test]
+fn slots_gained_and_lost_in_one_step_are_not_claimed() {
+    let mut env = TestEnv::new();
+    env.apply("name: one\ntasks:\n- {name: a, plugin: echo}\n");
+    let run = env.trigger("one");
+    let slot = dagr_core::slots::slot_of(&run);
+    let others: std::collections::HashSet<u32> = (0..dagr_protocol::SLOTS).filter(|s| *s != slot).collect();
+    env.step(vec![Input::Ownership(others.clone())]);
+    assert!(!env.state.owns(slot));
+    // Told that it gains the slot, then (before it stepped) that it lost it again.
+    let effects = env.step(vec![Input::Ownership((0..dagr_protocol::SLOTS).collect()), Input::Ownership(others)]);
+    assert!(
+        !env.needs_seen.iter().any(|n| matches!(n, Need::Slots(s) if s.contains(&slot))),
+        "the slot's runs were asked for: {:?}",
+        env.needs_seen
+    );
+    assert!(!env.state.has_run(&run), "a run of a slot it does not own is loaded here");
+    assert!(effects.dispatches.is_empty());
+    assert_eq!(env.store.runs[&run].epoch, 0, "the run was claimed");
+}
+
+#[test]
+fn with_a_resource_leader_tasks_wait_for_granted_slots_and_idle_ones_go_back() {
+    use dagr_protocol::wire::{GroupWant, ResourceAnswer, WorkerSlots};
+    let mut env = TestEnv::with(|c| c.resources = crate::Resources::Leader, vec![worker("w1", 8), worker("w2", 8)]);
+    env.apply("name: fan\ntasks:\n- {name: a, plugin: echo}\n- {name: b, plugin: echo}\n- {name: c, plugin: echo}\n");
+    env.trigger("fan");
+    let effects = env.step(vec![]);
+    assert!(effects.dispatches.is_empty(), "no slot is granted yet");
+    let request = effects.resources.expect("the master asks the leader");
+    assert_eq!((request.master.as_str(), request.want.clone()), ("m1", vec![GroupWant { group: None, slots: 3 }]));
+    let grant = |held: Vec<(&str, u32)>| {
+        let held = held.into_iter().map(|(w, slots)| WorkerSlots { worker: w.into(), slots }).collect();
+        Input::Granted(Ok(ResourceAnswer { token: 3, held, share: None }))
+    };
+    let effects = env.step(vec![grant(vec![("w2", 2)])]);
+    assert_eq!(names(&effects), ["a", "b"], "two slots granted, on w2");
+    assert!(effects.dispatches.iter().all(|(_, w)| w == "w2"));
+    let request = effects.resources.expect("c still wants one");
+    assert_eq!(request.holding, vec![WorkerSlots { worker: "w2".into(), slots: 2 }]);
+    // The leader has nothing more now; a's end frees a slot for c.
+    let effects = env.step(vec![grant(vec![("w2", 2)])]);
+    assert!(effects.dispatches.is_empty() && effects.resources.is_none());
+    let effects = env.succeed(&env.in_flight("a"), "{}");
+    assert_eq!(names(&effects), ["c"], "the freed slot is used at once, with no exchange");
+    // Nothing waits: b's slot goes back at once, c's is kept.
+    let effects = env.succeed(&env.in_flight("b"), "{}");
+    let request = effects.resources.expect("the idle slot goes back");
+    assert_eq!((request.holding, request.want), (vec![WorkerSlots { worker: "w2".into(), slots: 1 }], vec![]));
+    env.step(vec![grant(vec![("w2", 1)])]);
+    // While it holds c's slot, it says so every heartbeat.
+    env.advance(crate::resources::HEARTBEAT_MS);
+    assert!(env.step(vec![]).resources.is_some(), "a heartbeat");
+}
