@@ -514,6 +514,11 @@ impl EngineState {
             touched.extend(batch.tasks.iter().map(|t| t.run_id.as_str()));
             touched.extend(batch.attempts.iter().map(|a| a.run_id.as_str()));
             touched.extend(batch.events.iter().filter_map(|e| e.run_id.as_deref()));
+            // A command's answer too: a master that lost the run and does
+            // not know it yet (frozen, its view of the slots stale) must
+            // not consume a command meant for the run's owner, even with a
+            // refusal that writes nothing else.
+            touched.extend(batch.commands_done.iter().map(|c| c.run_id.as_str()));
             let mut fences: Vec<(String, i64)> = touched
                 .into_iter()
                 .filter_map(|id| {

@@ -67,3 +67,22 @@ fn with_a_resource_leader_tasks_wait_for_granted_slots_and_idle_ones_go_back() {
     env.advance(crate::resources::HEARTBEAT_MS);
     assert!(env.step(vec![]).resources.is_some(), "a heartbeat");
 }
+
+#[test]
+fn a_command_answered_by_a_master_that_lost_the_run_stays_for_its_owner() {
+    use dagr_protocol::commands::Command;
+    let mut env = TestEnv::new();
+    env.apply("name: one\ntasks:\n- {name: a, plugin: echo}\n");
+    let run = env.trigger("one");
+    env.step(vec![]);
+    // Another master claimed the run (this one, frozen, does not know yet).
+    let epoch = env.store.runs[&run].epoch;
+    env.store.runs.get_mut(&run).unwrap().epoch = epoch + 1;
+    // A resume of a running run is refused: a reply and nothing else.
+    let id = env.command(&run, Command::Resume);
+    let effects = env.step(vec![]);
+    assert_eq!(effects.replies.len(), 1, "{:?}", effects.replies);
+    assert!(effects.batch.fences.contains(&(run.clone(), epoch)), "the answer is fenced: {:?}", effects.batch.fences);
+    assert!(env.outcome(id).is_none(), "the command was consumed by a master that no longer owns its run");
+    assert!(!env.state.has_run(&run), "the run is dropped once the commit says it is fenced");
+}
