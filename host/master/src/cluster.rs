@@ -14,8 +14,8 @@ use dagr_coord::{Coordinator, Membership, NodeInfo, Role};
 use dagr_protocol::control::{CommandOutcome, Control};
 use dagr_protocol::sharding::SlotMap;
 use dagr_protocol::wire::{
-    AdoptRequest, AdoptResponse, AttemptKey, AttemptSpec, CancelRequest, DispatchBatch, DispatchResponse, ResourceAnswer,
-    ResourceRequest, ResultAcks, ResultBatch, Verdict,
+    AdoptRequest, AdoptResponse, AttemptKey, AttemptSpec, CancelRequest, DispatchBatch, DispatchResponse,
+    ResourceAnswer, ResourceRequest, ResultAcks, ResultBatch, Verdict,
 };
 use dagr_store::Store;
 use dagr_transport::Internal;

@@ -267,10 +267,10 @@ mod tests {
         let mut book = book(vec![worker("w1", 2, None), worker("w2", 4, None)]);
         let a = book.exchange(&ask("m1", &[], 3), 0).unwrap();
         assert_eq!(a.token, 7);
-        assert_eq!(a.held, vec![WorkerSlots { worker: "w1".into(), slots: 1 }, WorkerSlots {
-            worker: "w2".into(),
-            slots: 2
-        }]);
+        assert_eq!(
+            a.held,
+            vec![WorkerSlots { worker: "w1".into(), slots: 1 }, WorkerSlots { worker: "w2".into(), slots: 2 }]
+        );
         let b = book.exchange(&ask("m2", &[], 10), 0).unwrap();
         assert_eq!(total(&b), 3, "only three slots are left: {b:?}");
         let c = book.exchange(&ask("m3", &[], 1), 0).unwrap();
@@ -316,10 +316,8 @@ mod tests {
     #[test]
     fn groups_are_granted_only_their_workers() {
         let mut book = book(vec![worker("cpu", 4, None), worker("gpu", 2, Some("gpu"))]);
-        let request = ResourceRequest {
-            want: vec![GroupWant { group: Some("gpu".into()), slots: 5 }],
-            ..ask("m1", &[], 0)
-        };
+        let request =
+            ResourceRequest { want: vec![GroupWant { group: Some("gpu".into()), slots: 5 }], ..ask("m1", &[], 0) };
         let a = book.exchange(&request, 0).unwrap();
         assert_eq!(a.held, vec![WorkerSlots { worker: "gpu".into(), slots: 2 }]);
     }
@@ -352,9 +350,9 @@ mod tests {
         assert_eq!(total(&book.exchange(&ask("m2", &[], 4), 0).unwrap()), 4, "m1 is gone");
         book.set_workers(vec![worker("w1", 2, None), worker("w3", 2, None)]);
         let a = book.exchange(&ask("m2", &[("w1", 2), ("w2", 2)], 2), 0).unwrap();
-        assert_eq!(a.held, vec![WorkerSlots { worker: "w1".into(), slots: 2 }, WorkerSlots {
-            worker: "w3".into(),
-            slots: 2
-        }]);
+        assert_eq!(
+            a.held,
+            vec![WorkerSlots { worker: "w1".into(), slots: 2 }, WorkerSlots { worker: "w3".into(), slots: 2 }]
+        );
     }
 }

@@ -320,7 +320,11 @@ impl Placement {
             master: master.to_owned(),
             seen: grants.token,
             holding,
-            want: grants.wanted.iter().map(|(group, slots)| GroupWant { group: group.clone(), slots: *slots }).collect(),
+            want: grants
+                .wanted
+                .iter()
+                .map(|(group, slots)| GroupWant { group: group.clone(), slots: *slots })
+                .collect(),
         })
     }
 

@@ -45,8 +45,10 @@ impl World {
         let workers: Vec<String> =
             self.workers.iter().filter(|w| w.alive && w.lease_until >= self.now).map(|w| w.id.clone()).collect();
         let slots = self.config.slots;
-        let infos: Vec<WorkerInfo> =
-            workers.iter().map(|id| WorkerInfo { id: id.clone(), capacity: slots, group: None, any_group: false }).collect();
+        let infos: Vec<WorkerInfo> = workers
+            .iter()
+            .map(|id| WorkerInfo { id: id.clone(), capacity: slots, group: None, any_group: false })
+            .collect();
         self.follow_book(&infos, &members);
         for (rank, &i) in members.iter().enumerate() {
             let own: BTreeSet<u32> =
