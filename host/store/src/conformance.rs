@@ -47,6 +47,7 @@ pub async fn run_all(store: &dyn Store, prefix: &str) -> Result<()> {
     task_reads(store, prefix).await?;
     webhooks(store, prefix).await?;
     crate::conformance_archive::archive(store, prefix).await?;
+    crate::conformance_archive::restore_pages(store, prefix).await?;
     Ok(())
 }
 

@@ -209,3 +209,56 @@ pub(crate) async fn archive(store: &dyn Store, p: &str) -> Result<()> {
     check(store.get_run(&a).await?.is_some(), "a restored run is not touched by retention")?;
     Ok(())
 }
+
+/// Restoring a range of cold runs pages through their partition: more
+/// runs than one page ([`MAX_RESTORE`](crate::sql_archive::MAX_RESTORE))
+/// come back, and no more than the limit asks for.
+pub(crate) async fn restore_pages(store: &dyn Store, p: &str) -> Result<()> {
+    const MINUTE: i64 = 60_000;
+    let tenant = format!("{p}pages");
+    let n = crate::sql_archive::MAX_RESTORE as usize + 205;
+    let id = |i: usize| format!("{p}pages-{i:05}");
+    let at = |i: usize| OCT + i as i64 * MINUTE;
+    for chunk in (0..n).collect::<Vec<_>>().chunks(200) {
+        let runs = chunk
+            .iter()
+            .map(|&i| NewRun {
+                run: run(&id(i), &tenant, "minutely", RunKind::Schedule, at(i)),
+                tasks: vec![],
+                sla_at: None,
+            })
+            .collect();
+        store.create_runs(runs, None).await?;
+        let ended = chunk
+            .iter()
+            .map(|&i| RunWrite {
+                id: id(i),
+                state: RunState::Succeeded,
+                started_at: Some(at(i)),
+                finished_at: Some(at(i) + 1),
+                updated_at: at(i) + 1,
+            })
+            .collect();
+        store.commit(WriteBatch { runs: ended, ..Default::default() }).await?;
+    }
+    let now = NOV;
+    let mut moved = 0;
+    loop {
+        let batch = store.carry_over(&tenant, now, Period::Month, 500, now).await?.moved;
+        if batch == 0 {
+            break;
+        }
+        moved += batch;
+    }
+    check(moved == n, &format!("{n} runs carried over, {moved} moved"))?;
+    let (from, to) = (at(0), at(n - 1));
+    let restored = store.restore_range(&tenant, "minutely", from, to, n as i64 - 5, now).await?;
+    check(restored == n - 5, &format!("a limit past one page is honoured: {restored} of {}", n - 5))?;
+    check(store.get_run(&id(n - 6)).await?.is_some(), "restored in logical-time order")?;
+    check(store.get_run(&id(n - 1)).await?.is_none(), "the last ones stay cold")?;
+    let rest = store.restore_range(&tenant, "minutely", from, to, 10_000, now).await?;
+    check(rest == 5, &format!("the rest come back: {rest}"))?;
+    check(store.archived_run(&tenant, &id(n - 1)).await?.is_none(), "no longer cold")?;
+    check(store.partitions(Some(&tenant)).await?.iter().all(|part| part.runs == 0), "the index counts them out")?;
+    Ok(())
+}
