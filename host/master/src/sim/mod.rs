@@ -149,6 +149,8 @@ pub struct Report {
     pub sim_ms: i64,
     pub runs: usize,
     pub attempts: usize,
+    /// Attempts workers refused for want of a free slot.
+    pub refused: u64,
     pub faults: Faults,
     /// A hash of the order of everything that happened: two runs of a seed
     /// with the same hash took the same path.
@@ -380,8 +382,20 @@ mod tests {
             faults.add(&report.faults);
         }
         assert!(faults.master_crashes > 0 && faults.lost > 0, "{faults:?}");
-        let healthy = SimConfig { faults: FaultMix::none(), ..config };
-        assert!(run(1, &healthy).unwrap_or_else(|f| panic!("{f}")).runs >= healthy.runs);
+        // Without faults the leader never grants a slot twice: no worker
+        // refuses an attempt for want of room (each master's own view
+        // does make them refuse).
+        let healthy = SimConfig { faults: FaultMix::none(), runs: 24, ..config };
+        let local = SimConfig { resources: crate::Resources::Local, ..healthy.clone() };
+        let (mut refused, mut refused_locally) = (0, 0);
+        for seed in 0..SEEDS {
+            let report = run(seed, &healthy).unwrap_or_else(|f| panic!("{f}"));
+            assert!(report.runs >= healthy.runs);
+            refused += report.refused;
+            refused_locally += run(seed, &local).unwrap_or_else(|f| panic!("{f}")).refused;
+        }
+        assert_eq!(refused, 0, "the leader granted slots twice (each master alone: {refused_locally} refused)");
+        assert!(refused_locally > 0, "the comparison shows nothing: no refusal without the leader either");
     }
 
     #[test]

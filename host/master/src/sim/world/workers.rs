@@ -33,6 +33,7 @@ impl World {
             let verdict = if !healthy {
                 Err("this worker is fenced (lease lost)".to_owned())
             } else if worker.running.len() >= self.config.slots as usize {
+                self.report.refused += 1;
                 Err("the worker is at capacity".to_owned())
             } else if worker.running.contains_key(&spec.key) || worker.outbox.contains_key(&spec.key) {
                 Err("the attempt is already here".to_owned())
