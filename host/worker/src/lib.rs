@@ -133,6 +133,13 @@ impl Worker {
         self.lock_running().keys().cloned().collect()
     }
 
+    /// Whether this worker may act now (its lease is safe), as the guard
+    /// given to [`Worker::guard_with`] says; always without one.
+    pub fn may_act(&self) -> bool {
+        let keep_going = self.inner.keep_going.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        keep_going.is_none_or(|ok| ok())
+    }
+
     /// Makes every attempt stop at once when `keep_going` turns false (the
     /// worker's lease is no longer safe); such attempts are reported lost.
     pub fn guard_with(&self, keep_going: KeepGoing) {

@@ -243,15 +243,26 @@ async fn accept(
     State(s): State<WorkerService>,
     headers: axum::http::HeaderMap,
     Json(batch): Json<DispatchBatch>,
-) -> Json<DispatchResponse> {
+) -> Result<Json<DispatchResponse>, (axum::http::StatusCode, &'static str)> {
+    // A fenced worker takes nothing, as a whole: the master rests it (and
+    // its attempts go elsewhere) instead of sending them back at once. The
+    // lease guard is read as well as the health watch: just after a freeze
+    // (SIGSTOP) the guard knows first, and an attempt accepted then would
+    // be stopped at once and counted as lost with its node.
+    if !*s.healthy.borrow() || !s.worker.may_act() {
+        return Err((
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "this worker is fenced (its lease is not safe): it takes no attempts",
+        ));
+    }
     // The span is the dispatch's link in a trace; with no exporter there
     // is nothing to link, and a batch need not pay for one.
     if !dagr_telemetry::enabled() {
-        return accept_batch(s, batch).await;
+        return Ok(accept_batch(s, batch).await);
     }
     let span = tracing::info_span!("accept", attempts = batch.attempts.len(), otel.kind = "server");
     dagr_telemetry::extract(&span, &headers);
-    tracing::Instrument::instrument(accept_batch(s, batch), span).await
+    Ok(tracing::Instrument::instrument(accept_batch(s, batch), span).await)
 }
 
 async fn accept_batch(s: WorkerService, batch: DispatchBatch) -> Json<DispatchResponse> {

@@ -27,12 +27,24 @@ impl World {
         let sent: Vec<(AttemptKey, i64, String)> =
             specs.iter().map(|s| (s.key.clone(), s.epoch, s.task_name.clone())).collect();
         let healthy = worker.alive && worker.lease_until >= self.now;
+        if !healthy {
+            // A fenced worker refuses the dispatch as a whole (503), as the
+            // real one does: the master rests it.
+            if !late {
+                let worker = worker.id.clone();
+                let answer = Err(DispatchError::Refused {
+                    worker: worker.clone(),
+                    status: 503,
+                    body: "this worker is fenced (its lease is not safe): it takes no attempts".into(),
+                });
+                self.send(Msg::Dispatched { master, m_inc, worker, sent, answer });
+            }
+            return;
+        }
         let mut verdicts = Vec::with_capacity(specs.len());
         let mut started = Vec::new();
         for spec in specs {
-            let verdict = if !healthy {
-                Err("this worker is fenced (lease lost)".to_owned())
-            } else if worker.running.len() >= self.config.slots as usize {
+            let verdict = if worker.running.len() >= self.config.slots as usize {
                 self.report.refused += 1;
                 Err("the worker is at capacity".to_owned())
             } else if worker.running.contains_key(&spec.key) || worker.outbox.contains_key(&spec.key) {
