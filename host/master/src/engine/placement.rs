@@ -303,7 +303,9 @@ impl Placement {
         // Slots given back above its fair share: the leader hears of them
         // at once (another master waits for them).
         let gave = held < grants.declared;
-        let beat = (held > 0 || want > 0) && now - grants.last >= crate::resources::HEARTBEAT_MS;
+        // (The same condition as `next_exchange`'s, or the shell would wake
+        // for an exchange that never goes.)
+        let beat = (held > 0 || used > 0 || want > 0) && now - grants.last >= crate::resources::HEARTBEAT_MS;
         if !(ask || give_back || gave || beat) {
             return None;
         }
