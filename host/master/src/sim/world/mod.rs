@@ -188,6 +188,8 @@ struct Worker {
     running: BTreeMap<AttemptKey, Running>,
     /// Results not yet acknowledged, with the master they go to first.
     outbox: BTreeMap<AttemptKey, (AttemptResult, String)>,
+    /// Its resend round is scheduled (one per worker incarnation).
+    resending: bool,
 }
 
 pub(crate) struct World {
@@ -256,6 +258,7 @@ impl World {
                 lease_until: 0,
                 running: BTreeMap::new(),
                 outbox: BTreeMap::new(),
+                resending: false,
             })
             .collect();
         let trace = config.full_trace.then(VecDeque::new);

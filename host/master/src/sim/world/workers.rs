@@ -102,9 +102,38 @@ impl World {
             outcome,
             trace: None,
         };
-        worker.outbox.insert(run.spec.key.clone(), (result, run.master));
+        worker.outbox.insert(run.spec.key.clone(), (result.clone(), run.master.clone()));
         let inc = worker.incarnation;
-        self.resend(w, inc);
+        // This result now; every unacknowledged one again later, on the
+        // worker's one resend round (as the real worker's delivery loop).
+        if let Some(m) = self.result_target(&result, &run.master) {
+            let m_inc = self.masters[m].incarnation;
+            self.send(Msg::Result { master: m, m_inc, worker: w, w_inc: inc, result });
+        }
+        self.resend_later(w, inc);
+    }
+
+    /// Where a result goes: the master that dispatched or adopted it if it
+    /// is a member, else the run's owner in the store, else any member.
+    fn result_target(&self, result: &AttemptResult, preferred: &str) -> Option<usize> {
+        let members: Vec<usize> = (0..self.masters.len()).filter(|&i| self.is_member_master(i)).collect();
+        let owner = self.store.runs.get(&result.key.run_id).and_then(|r| r.owner.clone());
+        [Some(preferred.to_owned()), owner]
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.master_index(&id))
+            .find(|i| members.contains(i))
+            .or_else(|| members.first().copied())
+    }
+
+    /// Schedules the worker's resend round unless one is scheduled.
+    fn resend_later(&mut self, w: usize, inc: u32) {
+        if self.workers[w].outbox.is_empty() || self.workers[w].resending {
+            return;
+        }
+        self.workers[w].resending = true;
+        let at = self.now + self.rng.between(300, 1_000);
+        self.schedule(at, Event::Resend(w, inc));
     }
 
     /// Sends every unacknowledged result to the master it goes to: the one
@@ -115,28 +144,17 @@ impl World {
         if worker.incarnation != inc || !worker.alive {
             return;
         }
-        let members: Vec<usize> = (0..self.masters.len()).filter(|&i| self.is_member_master(i)).collect();
-        let mut sends = Vec::new();
-        for (result, preferred) in worker.outbox.values() {
-            let owner = self.store.runs.get(&result.key.run_id).and_then(|r| r.owner.clone());
-            let choice = [Some(preferred.clone()), owner]
-                .into_iter()
-                .flatten()
-                .filter_map(|id| self.master_index(&id))
-                .find(|i| members.contains(i))
-                .or_else(|| members.first().copied());
-            if let Some(m) = choice {
-                sends.push((m, result.clone()));
-            }
-        }
+        let sends: Vec<(usize, AttemptResult)> = worker
+            .outbox
+            .values()
+            .filter_map(|(result, preferred)| Some((self.result_target(result, preferred)?, result.clone())))
+            .collect();
         for (m, result) in sends {
             let m_inc = self.masters[m].incarnation;
             self.send(Msg::Result { master: m, m_inc, worker: w, w_inc: inc, result });
         }
-        if !self.workers[w].outbox.is_empty() {
-            let at = self.now + self.rng.between(300, 1_000);
-            self.schedule(at, Event::Resend(w, inc));
-        }
+        self.workers[w].resending = false;
+        self.resend_later(w, inc);
     }
 
     pub(super) fn restart_worker(&mut self, w: usize) {
@@ -146,6 +164,7 @@ impl World {
         }
         worker.alive = true;
         worker.incarnation += 1;
+        worker.resending = false;
         worker.lease_until = self.now + self.config.lease_ttl_ms;
         let id = worker.id.clone();
         self.note(|| format!("{id} restarts"));
