@@ -269,10 +269,6 @@ async fn accept_batch(s: WorkerService, batch: DispatchBatch) -> Json<DispatchRe
     let capacity = s.worker.slots() as u32;
     let answer =
         |verdicts: Vec<Verdict>| Json(DispatchResponse { verdicts, running: s.worker.running() as u32, capacity });
-    if !*s.healthy.borrow() {
-        let refused = Verdict::Refused { reason: "this worker is fenced (lease lost)".into() };
-        return answer(vec![refused; batch.attempts.len()]);
-    }
     // Register first, then check the epoch: see the module docs. A
     // reservation is given back if this handler ends early — a stale epoch,
     // a store error, or the master dropping the request mid-way (axum then

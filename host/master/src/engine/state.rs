@@ -399,6 +399,10 @@ impl EngineState {
         let gained: Vec<u32> = slots.iter().filter(|s| !self.owned.contains(s)).copied().collect();
         self.owned.retain(|s| slots.contains(s));
         if !lost.is_empty() {
+            // Commands waiting for runs of lost slots are the new owner's
+            // (they stay pending in the store): asking for their runs again
+            // at the next step would claim them from it.
+            self.deferred_commands.retain(|c| !lost.contains(&c.slot));
             // Slots gained and lost again within one step: their runs must
             // not be claimed when this step's needs are read (the claim
             // would take them from their owner, and a copy of them would

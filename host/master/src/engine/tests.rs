@@ -20,7 +20,8 @@ const CHAIN: &str = "name: chain\ntasks:\n- {name: a, plugin: echo}\n- {name: b,
 /// A chain whose second task renders nothing from the first.
 const PLAIN: &str = "name: plain\ntasks:\n- {name: a, plugin: echo}\n- {name: b, plugin: echo, depends_on: [a]}\n";
 
-fn names(effects: &Effects) -> Vec<String> {
+/// The task names a step dispatched, sorted.
+pub(super) fn names(effects: &Effects) -> Vec<String> {
     let mut n = dispatched_names(effects);
     n.sort();
     n

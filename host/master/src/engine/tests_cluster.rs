@@ -3,15 +3,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use crate::engine::Effects;
 use crate::engine::effects::{Input, Need};
-use crate::engine::testkit::{TestEnv, dispatched_names, worker};
-
-fn names(effects: &Effects) -> Vec<String> {
-    let mut n = dispatched_names(effects);
-    n.sort();
-    n
-}
+use crate::engine::testkit::{TestEnv, worker};
+use crate::engine::tests::names;
 
 #[test]
 fn slots_gained_and_lost_in_one_step_are_not_claimed() {
@@ -85,4 +79,30 @@ fn a_command_answered_by_a_master_that_lost_the_run_stays_for_its_owner() {
     assert!(effects.batch.fences.contains(&(run.clone(), epoch)), "the answer is fenced: {:?}", effects.batch.fences);
     assert!(env.outcome(id).is_none(), "the command was consumed by a master that no longer owns its run");
     assert!(!env.state.has_run(&run), "the run is dropped once the commit says it is fenced");
+}
+
+#[test]
+fn commands_waiting_for_a_run_of_a_lost_slot_are_left_to_its_new_owner() {
+    use crate::engine::effects::LoadError;
+    use dagr_protocol::commands::Command;
+    let mut env = TestEnv::new();
+    env.apply("name: one\ntasks:\n- {name: a, plugin: echo}\n");
+    let run = env.trigger("one");
+    // Its run cannot be read yet: the admit command waits for it.
+    env.store.unloadable.insert(run.clone(), LoadError::Transient("the store is away".into()));
+    env.step(vec![]);
+    assert!(env.needs_seen.contains(&Need::Claim(vec![run.clone()])));
+    env.command(&run, Command::Kill);
+    env.step(vec![]);
+    // The slot goes to another master: the run is not asked for again.
+    let slot = dagr_core::slots::slot_of(&run);
+    env.step(vec![Input::Ownership((0..dagr_protocol::SLOTS).filter(|s| *s != slot).collect())]);
+    env.store.unloadable.clear();
+    env.step(vec![]);
+    assert!(
+        !env.needs_seen.iter().any(|n| matches!(n, Need::Claim(runs) if runs.contains(&run))),
+        "a run of a lost slot was claimed: {:?}",
+        env.needs_seen
+    );
+    assert!(!env.state.has_run(&run));
 }
