@@ -36,7 +36,8 @@ import urllib.parse
 
 DAY = "2026-01-01"
 START = DAY + "T00:00:00Z"
-END = DAY + "T23:59:59Z"
+# The schedules cover the days --waiting-days may create instances for.
+END = "2026-01-31T23:59:59Z"
 
 
 def log(*a):
@@ -169,12 +170,12 @@ def generate(n, edges, layers, seed):
     return defs, kinds
 
 
-def instances(defs, roots):
+def instances(defs, roots, day=DAY):
     out = []
     for l, is_hourly, wf in defs:
         if (l == 0) != roots:
             continue
-        times = [f"{DAY}T{h:02d}:00:00Z" for h in range(24)] if is_hourly else [START]
+        times = [f"{day}T{h:02d}:00:00Z" for h in range(24)] if is_hourly else [f"{day}T00:00:00Z"]
         out.extend((wf["name"], t) for t in times)
     return out
 
@@ -187,6 +188,44 @@ def trigger_all(url, token, pairs, threads):
         api = Api(url, token)
         try:
             for name, at in chunk:
+                api.call("POST", f"/v1/workflows/{name}/runs", {"logical_time": at})
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    ts = [threading.Thread(target=work, args=(c,)) for c in chunks]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+def trigger_paced(url, token, roots, seconds_per_hour, threads):
+    """Each root when its time in the compressed day comes: an hourly root at
+    its hour, the daily roots (all at 00:00 in the generator) spread evenly
+    over the day, as a day's batches are in practice."""
+    daily = [r for r in roots if r[1].endswith("T00:00:00Z")]
+    hourly_names = {n for n, t in roots if not t.endswith("T00:00:00Z")}
+    daily = [r for r in daily if r[0] not in hourly_names]
+    plan = []
+    for name, at in roots:
+        if name in hourly_names:
+            plan.append((int(at[11:13]) * seconds_per_hour, name, at))
+    for i, (name, at) in enumerate(daily):
+        plan.append((i * 24 * seconds_per_hour / max(len(daily), 1), name, at))
+    plan.sort()
+    start = time.time()
+    chunks = [plan[i::threads] for i in range(threads)]
+    errors = []
+
+    def work(chunk):
+        api = Api(url, token)
+        try:
+            for due, name, at in chunk:
+                wait = start + due - time.time()
+                if wait > 0:
+                    time.sleep(wait)
                 api.call("POST", f"/v1/workflows/{name}/runs", {"logical_time": at})
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(e)
@@ -231,6 +270,19 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=4, help="clients creating runs at once")
     ap.add_argument("--timeout", type=int, default=3600)
+    ap.add_argument(
+        "--pace-hour",
+        type=float,
+        default=0,
+        help="seconds per hour of the compressed day: each hourly root is triggered at its hour, the daily "
+        "roots spread evenly over the day (0: every root at once)",
+    )
+    ap.add_argument(
+        "--waiting-days",
+        type=int,
+        default=1,
+        help="days of waiting instances to create (RSS measured after each); above 1 the cascade is skipped",
+    )
     a = ap.parse_args()
     db = Db(a.sqlite, a.postgres)
     pids = [int(p) for p in a.pids.split(",")]
@@ -281,42 +333,63 @@ def main():
     result["apply_cpu_s"] = round(proc_cpu_s(pids) - cpu0, 1)
     log("apply", result["apply_s"], "s")
 
-    # 2. Waiting instances.
-    time.sleep(2)
-    rss0, size0 = proc_rss_kib(pids), db.size()
-    t0 = time.time()
-    trigger_all(a.url, a.token, downstream, a.threads)
-    result["create_waiting_s"] = round(time.time() - t0, 1)
+    # 2. Waiting instances, a day at a time. The first day's RSS includes
+    # what does not grow with instances (each workflow's validated version,
+    # loaded at its first run; the page caches filling up); a later day's is
+    # the cost of one more waiting instance with those warm.
+    result["rss_bytes_per_waiting_run_by_day"] = []
+    for d in range(a.waiting_days):
+        day = f"2026-01-{d + 1:02d}"
+        batch = instances(defs, False, day)
+        time.sleep(2)
+        rss0, size0 = proc_rss_kib(pids), db.size()
+        t0 = time.time()
+        trigger_all(a.url, a.token, batch, a.threads)
+        if d == 0:
+            result["create_waiting_s"] = round(time.time() - t0, 1)
 
-    def parked():
-        # Every instance made, none waiting without its waits recorded (a
-        # few may have been released already: offsets into the day before).
-        made = int(db.one("SELECT count(*) FROM runs WHERE workflow LIKE 'o%'"))
-        unparked = int(
-            db.one(
-                "SELECT count(*) FROM runs WHERE workflow LIKE 'o%' AND state = 'waiting' "
-                "AND id NOT IN (SELECT run_id FROM run_waits)"
+        def parked():
+            # Every instance made, none waiting without its waits recorded
+            # (a few may have been released already: offsets into the day
+            # before).
+            made = int(db.one("SELECT count(*) FROM runs WHERE workflow LIKE 'o%'"))
+            unparked = int(
+                db.one(
+                    "SELECT count(*) FROM runs WHERE workflow LIKE 'o%' AND state = 'waiting' "
+                    "AND id NOT IN (SELECT run_id FROM run_waits)"
+                )
             )
-        )
-        pending = int(db.one("SELECT count(*) FROM commands WHERE done_at IS NULL"))
-        return made == len(downstream) and unparked == 0 and pending == 0, (made, unparked, pending)
+            pending = int(db.one("SELECT count(*) FROM commands WHERE done_at IS NULL"))
+            want = len(batch) * (d + 1)
+            return made >= want and unparked == 0 and pending == 0, (made, unparked, pending)
 
-    wait_for("every downstream instance to wait", parked, a.timeout)
-    result["parked_s"] = round(time.time() - t0, 1)
-    time.sleep(2)
-    rss1, size1 = proc_rss_kib(pids), db.size()
-    n = len(downstream)
-    result["waiting_runs"] = n
-    result["rss_bytes_per_waiting_run"] = round((rss1 - rss0) * 1024 / n)
-    result["db_bytes_per_waiting_run"] = round((size1 - size0) / n)
+        wait_for("every downstream instance to wait", parked, a.timeout)
+        if d == 0:
+            result["parked_s"] = round(time.time() - t0, 1)
+        time.sleep(2)
+        rss1, size1 = proc_rss_kib(pids), db.size()
+        n = len(batch)
+        per_run = round((rss1 - rss0) * 1024 / n)
+        result["rss_bytes_per_waiting_run_by_day"].append(per_run)
+        if d == 0:
+            result["waiting_runs"] = n
+            result["rss_bytes_per_waiting_run"] = per_run
+            result["db_bytes_per_waiting_run"] = round((size1 - size0) / n)
+        log(f"day {d + 1}: {n} instances, {per_run} bytes of RSS each, RSS {rss1} KiB")
     result["run_waits_rows"] = int(db.one("SELECT count(*) FROM run_waits"))
     result["waiting_at_rest"] = int(db.one("SELECT count(*) FROM runs WHERE state = 'waiting'"))
     log("waiting", result)
+    if a.waiting_days > 1:
+        print(json.dumps(result, indent=1))
+        return
 
-    # 3. The cascade.
+    # 3. The cascade: every root at once, or paced over a compressed day.
     cpu0 = proc_cpu_s(pids)
     t0 = time.time()
-    trigger_all(a.url, a.token, roots, a.threads)
+    if a.pace_hour > 0:
+        trigger_paced(a.url, a.token, roots, a.pace_hour, a.threads)
+    else:
+        trigger_all(a.url, a.token, roots, a.threads)
 
     def all_done():
         done = int(

@@ -222,10 +222,11 @@ async fn outer_dag(store: &dyn Store, p: &str) -> Result<()> {
         from_time: 0,
         to_time: 82_800_000,
         slot: 7,
+        failures_only: false,
     };
     let wake_command = Some(EncodedCommand::new("wake", "{}".into()));
     store.commit(WriteBatch { run_waits: vec![wait.clone()], ..Default::default() }).await?;
-    let wake = |at: i64| Wake { tenant: tenant.clone(), workflow: "hourly".into(), logical_time: at };
+    let wake = |at: i64| Wake { tenant: tenant.clone(), workflow: "hourly".into(), logical_time: at, failed: false };
     async fn wakes_of(store: &dyn Store, run: &str) -> Result<usize> {
         Ok(store
             .pending_commands(0, 10_000)
@@ -253,16 +254,54 @@ async fn outer_dag(store: &dyn Store, p: &str) -> Result<()> {
         })
         .await?;
     check(wakes_of(store, &daily).await? == before + 1, "a change in range wakes the waiting run")?;
+    // A range that listens for failures only: a success in it wakes
+    // nobody, a failure does.
+    let failures = RunWait { failures_only: true, ..wait.clone() };
+    store
+        .commit(WriteBatch { clear_waits: vec![daily.clone()], run_waits: vec![failures], ..Default::default() })
+        .await?;
+    store
+        .commit(WriteBatch {
+            wakes: vec![wake(3_600_000)],
+            wake_command: wake_command.clone(),
+            at: 5,
+            ..Default::default()
+        })
+        .await?;
+    check(wakes_of(store, &daily).await? == before + 1, "a success wakes no range that listens for failures only")?;
+    store
+        .commit(WriteBatch {
+            wakes: vec![Wake { failed: true, ..wake(3_600_000) }],
+            wake_command: wake_command.clone(),
+            at: 5,
+            ..Default::default()
+        })
+        .await?;
+    check(wakes_of(store, &daily).await? == before + 2, "a failure wakes a range that listens for failures")?;
     store
         .commit(WriteBatch {
             clear_waits: vec![daily.clone()],
             wakes: vec![wake(3_600_000)],
-            wake_command,
+            wake_command: wake_command.clone(),
             at: 6,
             ..Default::default()
         })
         .await?;
-    check(wakes_of(store, &daily).await? == before + 1, "cleared waits wake nobody")?;
+    check(wakes_of(store, &daily).await? == before + 2, "cleared waits wake nobody")?;
+    // A changed upstream definition wakes every run waiting on it, whatever
+    // the range.
+    store.commit(WriteBatch { run_waits: vec![wait.clone()], ..Default::default() }).await?;
+    let changed = |workflow: &str| WriteBatch {
+        wake_all: vec![(tenant.clone(), workflow.to_owned())],
+        wake_command: wake_command.clone(),
+        at: 7,
+        ..Default::default()
+    };
+    store.commit(changed("daily")).await?;
+    check(wakes_of(store, &daily).await? == before + 2, "a change of another workflow wakes nobody")?;
+    store.commit(changed("hourly")).await?;
+    check(wakes_of(store, &daily).await? == before + 3, "a changed upstream wakes whoever waits on it")?;
+    store.commit(WriteBatch { clear_waits: vec![daily.clone()], ..Default::default() }).await?;
 
     // Links and the children of a run.
     let link = (tenant.clone(), hours[0].clone(), daily.clone());

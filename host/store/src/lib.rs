@@ -484,6 +484,10 @@ pub struct WriteBatch {
     /// Upstream instances whose state changed: the runs waiting for them
     /// (`run_waits`) are woken with `wake_command`, in this transaction.
     pub wakes: Vec<Wake>,
+    /// Upstream workflows whose definition changed: every run waiting for
+    /// any of their instances is woken with `wake_command` (what it waits
+    /// for may have changed with the schedule).
+    pub wake_all: Vec<(String, String)>,
     pub wake_command: Option<EncodedCommand>,
     /// Runs whose waits are replaced (or ended): their `run_waits` rows go.
     pub clear_waits: Vec<String>,
@@ -515,6 +519,7 @@ impl WriteBatch {
             && self.commands_done.is_empty()
             && self.schedule_cursors.is_empty()
             && self.wakes.is_empty()
+            && self.wake_all.is_empty()
             && self.clear_waits.is_empty()
             && self.run_waits.is_empty()
             && self.links.is_empty()
@@ -528,6 +533,9 @@ pub struct Wake {
     pub tenant: String,
     pub workflow: String,
     pub logical_time: i64,
+    /// The instance (or task) ended other than succeeded: it wakes the
+    /// waits that listen for failures only too.
+    pub failed: bool,
 }
 
 /// A run waits for instances of `upstream` with logical times in
@@ -540,6 +548,9 @@ pub struct RunWait {
     pub from_time: i64,
     pub to_time: i64,
     pub slot: i64,
+    /// Woken only by an instance in range that ends other than succeeded
+    /// (the waits beside a run's sentinel, which any end wakes).
+    pub failures_only: bool,
 }
 
 /// The outcome of a commit.

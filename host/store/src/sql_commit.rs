@@ -296,10 +296,16 @@ impl SqlStore {
                         Arg::I64(w.from_time),
                         Arg::I64(w.to_time),
                         Arg::I64(w.slot),
+                        Arg::I64(i64::from(w.failures_only)),
                     ]
                 })
                 .collect();
-            script.rows("INSERT INTO run_waits (run_id, tenant, upstream, from_time, to_time, slot)", "", 6, rows);
+            script.rows(
+                "INSERT INTO run_waits (run_id, tenant, upstream, from_time, to_time, slot, failures_only)",
+                "",
+                7,
+                rows,
+            );
         }
         if !batch.links.is_empty() {
             let rows = batch
@@ -312,11 +318,25 @@ impl SqlStore {
             script.rows("INSERT INTO run_links (tenant, upstream, downstream)", "ON CONFLICT DO NOTHING", 3, rows);
         }
         if let Some(wake) = &batch.wake_command {
+            for (tenant, upstream) in &batch.wake_all {
+                script.push(
+                    "INSERT INTO commands (tenant, run_id, slot, kind, payload, created_at) \
+                     SELECT DISTINCT tenant, run_id, slot, ?, ?, ? FROM run_waits WHERE tenant = ? AND upstream = ?",
+                    vec![
+                        Arg::Text(wake.kind.clone()),
+                        Arg::Text(wake.payload.clone()),
+                        Arg::I64(batch.at),
+                        Arg::Text(tenant.clone()),
+                        Arg::Text(upstream.clone()),
+                    ],
+                );
+            }
             for w in &batch.wakes {
                 script.push(
                     "INSERT INTO commands (tenant, run_id, slot, kind, payload, created_at) \
                      SELECT DISTINCT tenant, run_id, slot, ?, ?, ? FROM run_waits \
-                     WHERE tenant = ? AND upstream = ? AND from_time <= ? AND to_time >= ?",
+                     WHERE tenant = ? AND upstream = ? AND from_time <= ? AND to_time >= ? \
+                     AND (failures_only = 0 OR ? = 1)",
                     vec![
                         Arg::Text(wake.kind.clone()),
                         Arg::Text(wake.payload.clone()),
@@ -325,6 +345,7 @@ impl SqlStore {
                         Arg::Text(w.workflow.clone()),
                         Arg::I64(w.logical_time),
                         Arg::I64(w.logical_time),
+                        Arg::I64(i64::from(w.failed)),
                     ],
                 );
             }

@@ -42,6 +42,52 @@ pub(crate) struct Verdict {
     pub satisfied_by: Vec<String>,
 }
 
+/// What wakes a waiting run: an end of an instance of `upstream` with a
+/// logical time in [`from`, `to`] — any end, or only one other than
+/// success (`failures_only`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Listen {
+    pub upstream: String,
+    pub from: i64,
+    pub to: i64,
+    pub failures_only: bool,
+}
+
+impl Verdict {
+    /// What should wake the run while this verdict holds. Nothing can
+    /// release it before every instance it waits for has ended, so only
+    /// one of them need wake it on success: the *sentinel*, the one with
+    /// the latest logical time (upstream cycles tend to end in order, so
+    /// it is likely the last to end). Its ranges still wake it on any
+    /// failure, which may fail it (by policy) or change what it reports.
+    /// Without the sentinel a daily run waiting for 24 hours of five
+    /// workflows was woken — loaded, judged, written back — 120 times,
+    /// each time to wait on. A blocker without a time (a window with no
+    /// run in it) leaves every range waking on any end, as before.
+    pub fn listens(&self) -> Vec<Listen> {
+        let blockers = self.waits.iter().filter(|w| w.standing != Standing::Satisfied);
+        let sentinel = blockers
+            .clone()
+            .map(|w| w.logical_time.map(|t| (t.timestamp_millis(), &w.workflow)))
+            .collect::<Option<Vec<_>>>()
+            .and_then(|times| times.into_iter().max());
+        let mut listens: Vec<Listen> = self
+            .spans
+            .iter()
+            .map(|(upstream, from, to)| Listen {
+                upstream: upstream.clone(),
+                from: *from,
+                to: *to,
+                failures_only: sentinel.is_some(),
+            })
+            .collect();
+        if let Some((at, upstream)) = sentinel {
+            listens.push(Listen { upstream: upstream.clone(), from: at, to: at, failures_only: false });
+        }
+        listens
+    }
+}
+
 fn to_time(ms: i64) -> DateTime<Utc> {
     Utc.timestamp_millis_opt(ms).single().unwrap_or_default()
 }
@@ -139,7 +185,7 @@ impl EngineState {
         let Some(run) = self.runs.get(run_id) else { return };
         let (tenant, logical, tz, slot) = (run.row.tenant.clone(), run.row.logical_time, run.timezone, run.row.slot);
         let workflow = run.machine.workflow().clone();
-        let mut spans: Vec<(String, i64, i64)> = Vec::new();
+        let mut spans: Vec<Listen> = Vec::new();
         if run.machine.state() == RunState::Waiting {
             let Some(verdict) = self.judge(effects, &tenant, &workflow.upstream, logical, tz) else {
                 self.keep_evaluating(run_id);
@@ -171,7 +217,7 @@ impl EngineState {
                         }
                     }
                 }
-                _ => spans.extend(verdict.spans),
+                _ => spans.extend(verdict.listens()),
             }
         }
         self.record_waits(effects, run_id, &tenant, slot, spans);
@@ -186,7 +232,7 @@ impl EngineState {
         effects: &mut Effects,
         run_id: &Arc<str>,
         verdict: Verdict,
-        spans: &mut Vec<(String, i64, i64)>,
+        spans: &mut Vec<Listen>,
         now: i64,
     ) -> bool {
         let Some(run) = self.runs.get_mut(run_id) else { return false };
@@ -215,7 +261,7 @@ impl EngineState {
             }
             _ => {
                 effects.batch.events.push(run.event("run.waiting", None, json!({ "waits": waits }), now));
-                spans.extend(verdict.spans);
+                spans.extend(verdict.listens());
                 let spans = std::mem::take(spans);
                 self.record_waits(effects, run_id, &tenant, slot, spans);
                 // A waiting instance costs rows, not memory: it is loaded
@@ -277,23 +323,17 @@ impl EngineState {
     }
 
     /// Replaces what a run waits for with `spans`.
-    fn record_waits(
-        &mut self,
-        effects: &mut Effects,
-        run_id: &str,
-        tenant: &str,
-        slot: i64,
-        spans: Vec<(String, i64, i64)>,
-    ) {
+    fn record_waits(&mut self, effects: &mut Effects, run_id: &str, tenant: &str, slot: i64, spans: Vec<Listen>) {
         effects.batch.clear_waits.push(run_id.to_owned());
-        for (upstream, from_time, to_time) in spans {
+        for listen in spans {
             effects.batch.run_waits.push(RunWait {
                 run_id: run_id.to_owned(),
                 tenant: tenant.to_owned(),
-                upstream,
-                from_time,
-                to_time,
+                upstream: listen.upstream,
+                from_time: listen.from,
+                to_time: listen.to,
                 slot,
+                failures_only: listen.failures_only,
             });
         }
     }

@@ -129,13 +129,14 @@ fn self_wake(
     workflow: &str,
     task: Option<&str>,
     logical_time: i64,
+    failed: bool,
 ) -> Option<dagr_store::Wake> {
     let watched = watched.as_ref()?;
     let wanted = match task {
         None => watched.runs.contains(&(tenant.to_owned(), workflow.to_owned())),
         Some(task) => watched.tasks.contains(&(tenant.to_owned(), workflow.to_owned(), task.to_owned())),
     };
-    wanted.then(|| dagr_store::Wake { tenant: tenant.into(), workflow: workflow.into(), logical_time })
+    wanted.then(|| dagr_store::Wake { tenant: tenant.into(), workflow: workflow.into(), logical_time, failed })
 }
 
 /// Builds the machine of a run from its rows.
@@ -443,7 +444,8 @@ impl EngineState {
                     if from.is_terminal() || to.is_terminal() {
                         let name = &run.machine.workflow().tasks[task].name;
                         let (tenant, workflow, logical) = (&run.row.tenant, &run.row.workflow, run.row.logical_time);
-                        wakes.extend(self_wake(&self.watched, tenant, workflow, Some(name), logical));
+                        let failed = to.is_terminal() && to != TaskState::Succeeded;
+                        wakes.extend(self_wake(&self.watched, tenant, workflow, Some(name), logical, failed));
                     }
                 }
                 Action::RunChanged { from, to } => {
@@ -491,7 +493,8 @@ impl EngineState {
                     }
                     if from.is_terminal() || to.is_terminal() {
                         let (tenant, workflow, logical) = (&run.row.tenant, &run.row.workflow, run.row.logical_time);
-                        wakes.extend(self_wake(&self.watched, tenant, workflow, None, logical));
+                        let failed = to.is_terminal() && to != RunState::Succeeded;
+                        wakes.extend(self_wake(&self.watched, tenant, workflow, None, logical, failed));
                     }
                     if from == RunState::Queued
                         && to == RunState::Running

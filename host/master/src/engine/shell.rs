@@ -250,7 +250,7 @@ impl Engine {
         let Some(peers) = &self.peers else { return };
         let batch = &effects.batch;
         let foreign = |slot: i64| u32::try_from(slot).ok().is_none_or(|s| !self.state.owns(s));
-        if (batch.wake_command.is_some() && !batch.wakes.is_empty())
+        if (batch.wake_command.is_some() && !(batch.wakes.is_empty() && batch.wake_all.is_empty()))
             || batch.commands.iter().any(|c| foreign(c.slot))
             || batch.child_runs.iter().any(|r| foreign(r.run.slot))
         {

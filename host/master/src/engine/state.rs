@@ -385,6 +385,12 @@ impl EngineState {
                 // that finds nobody waiting costs one index lookup).
                 self.definitions.remove(&(tenant.clone(), name.clone()));
                 effects.need(Need::WatchedBy { tenant: tenant.clone(), workflow: name.clone() });
+                // The runs waiting for its instances are judged again: a
+                // new schedule may expect other instances than the one
+                // each waits to be woken by (one writer: the leader).
+                if self.leader.is_some() {
+                    effects.batch.wake_all.push((tenant.clone(), name.clone()));
+                }
                 self.workflow_changed(effects, tenant, name)
             }
         }
@@ -547,7 +553,7 @@ impl EngineState {
         // Evaluations still waiting for data go again at the next step.
         // The store turns them into commands for whoever waits, this
         // master's runs among them: read them at once, not at the next poll.
-        if !effects.batch.wakes.is_empty() {
+        if !effects.batch.wakes.is_empty() || !effects.batch.wake_all.is_empty() {
             let wake = dagr_protocol::commands::Command::Wake;
             effects.batch.wake_command = Some(dagr_store::EncodedCommand::new(wake.kind(), wake.payload()));
             effects.read_commands = true;

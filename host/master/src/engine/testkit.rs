@@ -94,7 +94,7 @@ pub struct FakeStore {
     /// Schedules taken offline: (tenant, workflow).
     pub paused: HashSet<(String, String)>,
     /// Waits recorded: run → (upstream workflow, from, to).
-    pub waits: BTreeMap<String, Vec<(String, i64, i64)>>,
+    pub waits: BTreeMap<String, Vec<(String, i64, i64, bool)>>,
     /// (tenant, upstream run, the run it released).
     pub links: Vec<(String, String, String)>,
     /// Singleton duties: name → the highest token that acquired it.
@@ -421,15 +421,34 @@ impl FakeStore {
             self.waits.remove(id);
         }
         for w in &batch.run_waits {
-            self.waits.entry(w.run_id.clone()).or_default().push((w.upstream.clone(), w.from_time, w.to_time));
+            self.waits.entry(w.run_id.clone()).or_default().push((
+                w.upstream.clone(),
+                w.from_time,
+                w.to_time,
+                w.failures_only,
+            ));
+        }
+        for (_, upstream) in &batch.wake_all {
+            let woken: Vec<String> = self
+                .waits
+                .iter()
+                .filter(|(_, spans)| spans.iter().any(|(up, ..)| up == upstream))
+                .map(|(run, _)| run.clone())
+                .collect();
+            for run in woken {
+                written.push(self.command(&run, Command::Wake));
+            }
         }
         for wake in &batch.wakes {
             let woken: Vec<String> = self
                 .waits
                 .iter()
                 .filter(|(_, spans)| {
-                    spans.iter().any(|(up, from, to)| {
-                        *up == wake.workflow && *from <= wake.logical_time && wake.logical_time <= *to
+                    spans.iter().any(|(up, from, to, failures_only)| {
+                        *up == wake.workflow
+                            && *from <= wake.logical_time
+                            && wake.logical_time <= *to
+                            && (!failures_only || wake.failed)
                     })
                 })
                 .map(|(run, _)| run.clone())

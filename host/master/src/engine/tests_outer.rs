@@ -44,7 +44,15 @@ fn a_daily_run_waits_for_every_cycle_of_its_day_and_starts_when_the_last_ends() 
     assert!(effects.dispatches.is_empty());
     assert_eq!(env.store.runs[&report].state, RunState::Waiting);
     assert!(!env.state.has_run(&report), "a waiting instance is not kept in memory");
-    assert_eq!(env.store.waits[&report], vec![("loads".to_owned(), DAY, DAY + 18 * HOUR)]);
+    // Any failure in the day wakes it; a success only at its sentinel, the
+    // day's last load (nothing can release it before that one ends).
+    assert_eq!(
+        env.store.waits[&report],
+        vec![
+            ("loads".to_owned(), DAY, DAY + 18 * HOUR, true),
+            ("loads".to_owned(), DAY + 18 * HOUR, DAY + 18 * HOUR, false)
+        ]
+    );
     let waiting = env.store.events.iter().rev().find(|e| e.kind == "run.waiting").unwrap();
     assert!(waiting.data.contains("missing"), "it says what it waits for: {}", waiting.data);
 
@@ -54,11 +62,15 @@ fn a_daily_run_waits_for_every_cycle_of_its_day_and_starts_when_the_last_ends() 
     let mut keys = env.in_flight_all("load");
     assert_eq!(keys.len(), 5);
     keys.sort_by_key(|k| env.store.runs[&k.run_id].logical_time);
+    let wakes =
+        |env: &TestEnv| env.store.commands.iter().filter(|(_, run, c)| *run == report && *c == Command::Wake).count();
     for (i, key) in keys.iter().enumerate() {
+        let before = wakes(&env);
         let ended = env.succeed(key, "{}");
         // The wake-up is a command the store wrote with the change, and
         // the engine reads it at once (not at its next poll).
         assert!(ended.batch.wake_command.is_some() && ended.read_commands, "load {i}: the wake-up is read next");
+        assert_eq!(wakes(&env) - before, usize::from(i == 3), "woken by the sentinel's end only (load {i})");
         let effects = env.step(vec![]);
         let released = dispatched_names(&effects).contains(&"sum".to_owned());
         assert_eq!(released, i == 3, "released by the fourth load of its day only (load {i})");
@@ -82,7 +94,14 @@ fn yesterday_s_run_and_a_missing_instance_that_is_skipped() {
     let run = env.trigger_at("daily", DAY + 3 * HOUR, None);
     env.step(vec![]);
     assert_eq!(env.store.runs[&run].state, RunState::Waiting);
-    assert_eq!(env.store.waits[&run], vec![("sales".to_owned(), DAY - 23 * HOUR, DAY - 23 * HOUR)], "yesterday 01:00");
+    assert_eq!(
+        env.store.waits[&run],
+        vec![
+            ("sales".to_owned(), DAY - 23 * HOUR, DAY - 23 * HOUR, true),
+            ("sales".to_owned(), DAY - 23 * HOUR, DAY - 23 * HOUR, false)
+        ],
+        "yesterday 01:00"
+    );
     // Today's sales run does not release it; yesterday's does.
     env.trigger_at("sales", DAY + HOUR, None);
     env.step(vec![]);
@@ -125,6 +144,56 @@ fn a_failed_upstream_fails_or_holds_its_dependents_by_policy_and_a_rerun_release
         let effects = env.step(vec![]);
         assert_eq!(dispatched_names(&effects), ["d"], "the rerun released it");
     }
+}
+
+#[test]
+fn a_failure_before_the_sentinel_still_wakes_and_fails_the_dependent() {
+    let mut env = TestEnv::new();
+    env.apply("name: loads\nschedule: {cron: \"0 */6 * * *\"}\ntasks:\n- {name: load, plugin: echo}\n");
+    env.apply(
+        "name: report\non_upstream_failure: fail\nupstream: [{workflow: loads, cycles: day}]\n\
+         tasks:\n- {name: sum, plugin: echo}\n",
+    );
+    let report = env.trigger_at("report", DAY + 2 * HOUR, None);
+    env.step(vec![]);
+    assert_eq!(env.store.runs[&report].state, RunState::Waiting);
+    // The day's second load fails while its last (the sentinel) has not
+    // even been made: the failure wakes the report, which fails by policy.
+    for h in [0, 6] {
+        env.trigger_at("loads", DAY + h * HOUR, None);
+    }
+    env.step(vec![]);
+    let mut keys = env.in_flight_all("load");
+    keys.sort_by_key(|k| env.store.runs[&k.run_id].logical_time);
+    env.succeed(&keys[0], "{}");
+    env.step(vec![]);
+    assert_eq!(env.store.runs[&report].state, RunState::Waiting, "a success before the sentinel wakes nobody");
+    env.fail(&keys[1], FailureKind::Fatal);
+    env.step(vec![]);
+    assert_eq!(env.store.runs[&report].state, RunState::Failed, "failed by the 06:00 load at once");
+}
+
+#[test]
+fn a_changed_upstream_schedule_moves_the_sentinel() {
+    let mut env = TestEnv::new();
+    env.lead();
+    quarter_daily(&mut env);
+    let report = env.trigger_at("report", DAY + 2 * HOUR, None);
+    env.step(vec![]);
+    assert_eq!(env.store.waits[&report].last(), Some(&("loads".to_owned(), DAY + 18 * HOUR, DAY + 18 * HOUR, false)));
+    // Every eight hours now: no 18:00 load will come. The change wakes the
+    // report, which waits for 16:00 instead.
+    env.apply("name: loads\nschedule: {cron: \"0 */8 * * *\"}\ntasks:\n- {name: load, plugin: echo}\n");
+    env.step(vec![]);
+    env.step(vec![]);
+    assert_eq!(env.store.waits[&report].last(), Some(&("loads".to_owned(), DAY + 16 * HOUR, DAY + 16 * HOUR, false)));
+    for h in [0, 8, 16] {
+        env.trigger_at("loads", DAY + h * HOUR, None);
+    }
+    env.step(vec![]);
+    finish_all(&mut env, "load");
+    let effects = env.step(vec![]);
+    assert_eq!(dispatched_names(&effects), ["sum"], "released by the day's three loads");
 }
 
 #[test]
