@@ -40,6 +40,36 @@ pub(crate) struct Verdict {
     pub spans: Vec<(String, i64, i64)>,
     /// The upstream runs that satisfied it.
     pub satisfied_by: Vec<String>,
+    /// The blocker with the latest logical time, as read.
+    pub sentinel: Option<Sentinel>,
+    /// A blocker has no logical time (a window with no run in it, or a
+    /// dependency whose instances could not be computed): no sentinel.
+    pub timeless: bool,
+}
+
+/// The instance a waiting run is woken by when it succeeds, and its runs
+/// as the judging read them: (id, state, task state), by id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Sentinel {
+    pub query: UpstreamQuery,
+    pub seen: Vec<(String, RunState, Option<TaskState>)>,
+}
+
+/// A sentinel to read again once the waits naming it have committed.
+#[derive(Debug, Clone)]
+pub(crate) struct Confirm {
+    pub run_id: String,
+    pub tenant: String,
+    pub slot: i64,
+    pub sentinel: Sentinel,
+}
+
+/// The runs of `runs` at logical time `at`, as a sentinel records them.
+fn seen_at(runs: &[dagr_store::CycleRun], at: i64) -> Vec<(String, RunState, Option<TaskState>)> {
+    let mut seen: Vec<_> =
+        runs.iter().filter(|r| r.logical_time == at).map(|r| (r.id.clone(), r.state, r.task_state)).collect();
+    seen.sort_by(|a, b| a.0.cmp(&b.0));
+    seen
 }
 
 /// What wakes a waiting run: an end of an instance of `upstream` with a
@@ -51,6 +81,8 @@ pub(crate) struct Listen {
     pub from: i64,
     pub to: i64,
     pub failures_only: bool,
+    /// Set on the sentinel's own listen.
+    pub sentinel: Option<Sentinel>,
 }
 
 impl Verdict {
@@ -65,12 +97,7 @@ impl Verdict {
     /// each time to wait on. A blocker without a time (a window with no
     /// run in it) leaves every range waking on any end, as before.
     pub fn listens(&self) -> Vec<Listen> {
-        let blockers = self.waits.iter().filter(|w| w.standing != Standing::Satisfied);
-        let sentinel = blockers
-            .clone()
-            .map(|w| w.logical_time.map(|t| (t.timestamp_millis(), &w.workflow)))
-            .collect::<Option<Vec<_>>>()
-            .and_then(|times| times.into_iter().max());
+        let sentinel = self.sentinel.as_ref().filter(|_| !self.timeless);
         let mut listens: Vec<Listen> = self
             .spans
             .iter()
@@ -79,10 +106,17 @@ impl Verdict {
                 from: *from,
                 to: *to,
                 failures_only: sentinel.is_some(),
+                sentinel: None,
             })
             .collect();
-        if let Some((at, upstream)) = sentinel {
-            listens.push(Listen { upstream: upstream.clone(), from: at, to: at, failures_only: false });
+        if let Some(s) = sentinel {
+            listens.push(Listen {
+                upstream: s.query.workflow.clone(),
+                from: s.query.from,
+                to: s.query.to,
+                failures_only: false,
+                sentinel: Some(s.clone()),
+            });
         }
         listens
     }
@@ -115,8 +149,14 @@ impl EngineState {
             return None;
         }
         let mut plans: Vec<(&Upstream, Expected, UpstreamQuery)> = Vec::new();
-        let mut verdict =
-            Verdict { standing: Standing::Satisfied, waits: Vec::new(), spans: Vec::new(), satisfied_by: Vec::new() };
+        let mut verdict = Verdict {
+            standing: Standing::Satisfied,
+            waits: Vec::new(),
+            spans: Vec::new(),
+            satisfied_by: Vec::new(),
+            sentinel: None,
+            timeless: false,
+        };
         for dep in deps {
             let upstream = self.definitions.get(&(tenant.to_owned(), dep.workflow.clone())).cloned().flatten();
             let schedule = upstream.as_ref().and_then(|(_, w)| w.schedule.as_ref());
@@ -124,6 +164,7 @@ impl EngineState {
                 Ok(e) => e,
                 Err(message) => {
                     verdict.standing = Standing::Failed;
+                    verdict.timeless = true;
                     verdict.waits.push(Wait {
                         workflow: dep.workflow.clone(),
                         logical_time: None,
@@ -166,6 +207,17 @@ impl EngineState {
             verdict.standing = verdict.standing.max(standing);
             if standing != Standing::Satisfied {
                 verdict.spans.push((dep.workflow.clone(), query.from, query.to));
+            }
+            for wait in waits.iter().filter(|w| w.standing != Standing::Satisfied) {
+                let Some(at) = wait.logical_time.map(|t| t.timestamp_millis()) else {
+                    verdict.timeless = true;
+                    continue;
+                };
+                if verdict.sentinel.as_ref().is_none_or(|s| at > s.query.from) {
+                    let seen = seen_at(&self.upstream_runs[&query], at);
+                    let point = UpstreamQuery { from: at, to: at, ..query.clone() };
+                    verdict.sentinel = Some(Sentinel { query: point, seen });
+                }
             }
             let blocking: Vec<&str> = waits.iter().filter_map(|w| w.run_id.as_deref()).collect();
             verdict.satisfied_by.extend(
@@ -273,6 +325,45 @@ impl EngineState {
         }
     }
 
+    /// Sentinels recorded by the last step, read again now that its waits
+    /// are committed: one that changed since (ended, or made) wakes its run
+    /// — its own wake-up may have committed before the waits did.
+    pub(crate) fn confirm_sentinels(&mut self, effects: &mut Effects, now: i64) {
+        if self.confirming.is_empty() {
+            return;
+        }
+        let wake = dagr_protocol::commands::Command::Wake;
+        for confirm in std::mem::take(&mut self.confirming) {
+            let Some(runs) = self.upstream_runs.get(&confirm.sentinel.query) else {
+                self.confirming.push(confirm);
+                continue;
+            };
+            if seen_at(runs, confirm.sentinel.query.from) != confirm.sentinel.seen {
+                tracing::debug!(run = %confirm.run_id, "its sentinel changed before its waits committed: woken");
+                effects.batch.commands.push(dagr_store::NewCommand {
+                    tenant: confirm.tenant,
+                    run_id: confirm.run_id,
+                    slot: confirm.slot,
+                    command: dagr_store::EncodedCommand::new(wake.kind(), wake.payload()),
+                    created_at: now,
+                });
+                effects.read_commands = true;
+            }
+        }
+    }
+
+    /// At the start of a step: the sentinels the last step recorded are
+    /// read again.
+    pub(crate) fn begin_confirmations(&mut self, effects: &mut Effects) {
+        self.confirming.append(&mut self.unconfirmed);
+        let mut queries: Vec<&UpstreamQuery> = self.confirming.iter().map(|c| &c.sentinel.query).collect();
+        queries.sort();
+        queries.dedup();
+        for query in queries {
+            effects.need(Need::UpstreamRuns(query.clone()));
+        }
+    }
+
     fn keep_evaluating(&mut self, run_id: &Arc<str>) {
         if !self.evaluating.contains(run_id) {
             self.evaluating.push(run_id.clone());
@@ -325,7 +416,16 @@ impl EngineState {
     /// Replaces what a run waits for with `spans`.
     fn record_waits(&mut self, effects: &mut Effects, run_id: &str, tenant: &str, slot: i64, spans: Vec<Listen>) {
         effects.batch.clear_waits.push(run_id.to_owned());
+        // Another master may end the sentinel between this step's read and
+        // its commit, and its wake-up would not find these waits yet: the
+        // sentinel is read again after the commit (unless no other master
+        // can end anything: this one owns every slot).
+        let alone = self.owned.len() == dagr_protocol::SLOTS as usize;
         for listen in spans {
+            if let Some(sentinel) = listen.sentinel.filter(|_| !alone) {
+                let confirm = Confirm { run_id: run_id.to_owned(), tenant: tenant.to_owned(), slot, sentinel };
+                self.unconfirmed.push(confirm);
+            }
             effects.batch.run_waits.push(RunWait {
                 run_id: run_id.to_owned(),
                 tenant: tenant.to_owned(),

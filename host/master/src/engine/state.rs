@@ -152,6 +152,10 @@ pub struct EngineState {
     pub(crate) upstream_runs: Map<UpstreamQuery, Vec<dagr_store::CycleRun>>,
     /// Evaluations of waits that wait for data in this step.
     pub(crate) evaluating: Vec<Arc<str>>,
+    /// Sentinels recorded in this step, to read again after its commit.
+    pub(crate) unconfirmed: Vec<crate::engine::outer::Confirm>,
+    /// Sentinels being read again.
+    pub(crate) confirming: Vec<crate::engine::outer::Confirm>,
     /// Runs rerun or re-flushed with their downstream: (tenant, run) whose
     /// released runs get a re-flush command once they are read.
     pub(crate) reflushing: Vec<(String, String)>,
@@ -209,6 +213,8 @@ impl EngineState {
             definitions: Map::default(),
             upstream_runs: Map::default(),
             evaluating: Vec::new(),
+            unconfirmed: Vec::new(),
+            confirming: Vec::new(),
             reflushing: Vec::new(),
             released: Map::default(),
         }
@@ -232,6 +238,7 @@ impl EngineState {
         if self.watched.is_none() {
             effects.need(Need::Watched);
         }
+        self.begin_confirmations(effects);
     }
 
     /// One pass of a step: absorbs what the shell read, applies the inputs,
@@ -251,6 +258,7 @@ impl EngineState {
             self.apply_input(effects, input, now);
         }
         self.retry_deferred_commands(effects, now);
+        self.confirm_sentinels(effects, now);
         self.continue_evaluations(effects, now);
         self.continue_reflushes(effects, now);
         self.fire_timers(effects, now);
@@ -553,6 +561,10 @@ impl EngineState {
         // Evaluations still waiting for data go again at the next step.
         // The store turns them into commands for whoever waits, this
         // master's runs among them: read them at once, not at the next poll.
+        // Sentinels to read again: at once, in the next step.
+        if !self.unconfirmed.is_empty() {
+            effects.read_commands = true;
+        }
         if !effects.batch.wakes.is_empty() || !effects.batch.wake_all.is_empty() {
             let wake = dagr_protocol::commands::Command::Wake;
             effects.batch.wake_command = Some(dagr_store::EncodedCommand::new(wake.kind(), wake.payload()));

@@ -197,6 +197,32 @@ fn a_changed_upstream_schedule_moves_the_sentinel() {
 }
 
 #[test]
+fn an_upstream_end_committed_before_the_waits_is_found_by_reading_the_sentinel_again() {
+    let mut env = TestEnv::new();
+    env.apply("name: up\ntasks:\n- {name: u, plugin: echo}\n");
+    env.apply("name: down\nupstream: [{workflow: up}]\ntasks:\n- {name: d, plugin: echo}\n");
+    // The upstream run belongs to another master (its slot is not ours).
+    let up = env.trigger_at("up", DAY, None);
+    let theirs = dagr_protocol::slot_of(&up);
+    let mut down = env.trigger_at("down", DAY, None);
+    while dagr_protocol::slot_of(&down) == theirs {
+        down = env.trigger_at("down", DAY, None);
+    }
+    let ours = (0..dagr_protocol::SLOTS).filter(|s| *s != theirs).collect();
+    let effects = env.step(vec![crate::engine::Input::Ownership(ours)]);
+    assert!(effects.read_commands, "the sentinel is read again at once");
+    assert_eq!(env.store.runs[&down].state, RunState::Waiting);
+    // The other master ends it, and its commit lands between this master's
+    // read and its waits: its wake-up found nobody waiting.
+    let run = env.store.runs.get_mut(&up).unwrap();
+    run.state = RunState::Succeeded;
+    run.finished_at = Some(env.now);
+    env.step(vec![]);
+    let effects = env.step(vec![]);
+    assert_eq!(dispatched_names(&effects), ["d"], "woken by reading its sentinel again");
+}
+
+#[test]
 fn a_task_waits_for_a_task_of_another_workflow_while_its_run_goes_on() {
     let mut env = TestEnv::new();
     env.apply(
