@@ -202,6 +202,8 @@ async fn outer_dag(store: &dyn Store, p: &str) -> Result<()> {
         &format!("runs in range with their task: {found:?}"),
     )?;
     check(store.runs_in_range(&tenant, "hourly", 5_000_000, 86_400_000, None).await?.len() == 1, "range bounds")?;
+    let settled = store.runs_in_range_settled(&tenant, "hourly", 0, 86_400_000, Some("load")).await?;
+    check(settled == found, &format!("a settled read reads the same: {settled:?}"))?;
 
     // A waiting daily run; a change of an hourly instance in its range wakes it.
     let daily = format!("{p}day-0");

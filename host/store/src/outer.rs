@@ -58,6 +58,20 @@ pub trait OuterStore: Send + Sync {
         to: i64,
         task: Option<&str>,
     ) -> Result<Vec<CycleRun>>;
+    /// As [`runs_in_range`](Self::runs_in_range), read once every commit
+    /// that is waking runs waiting on `workflow` has ended (PostgreSQL: a
+    /// shared advisory lock on the workflow, which those commits hold
+    /// exclusively from their wake-ups to COMMIT). A waiter whose waits
+    /// are committed reads this way: either the commit that ends an
+    /// instance saw its waits, or this read sees the instance ended.
+    async fn runs_in_range_settled(
+        &self,
+        tenant: &str,
+        workflow: &str,
+        from: i64,
+        to: i64,
+        task: Option<&str>,
+    ) -> Result<Vec<CycleRun>>;
     /// The runs `run` released (directly).
     async fn released_by(&self, run: &str) -> Result<Vec<String>>;
     /// Takes a workflow's schedule offline or back online; back online, its

@@ -318,6 +318,24 @@ impl SqlStore {
             script.rows("INSERT INTO run_links (tenant, upstream, downstream)", "ON CONFLICT DO NOTHING", 3, rows);
         }
         if let Some(wake) = &batch.wake_command {
+            // PostgreSQL: each upstream's wake lock, held to COMMIT, in one
+            // order (no two commits wait on each other); a waiter's settled
+            // read takes it shared (`OuterStore::runs_in_range_settled`).
+            if self.backend == Backend::Postgres {
+                let mut locks: Vec<i64> = batch
+                    .wakes
+                    .iter()
+                    .map(|w| (w.tenant.as_str(), w.workflow.as_str()))
+                    .chain(batch.wake_all.iter().map(|(t, w)| (t.as_str(), w.as_str())))
+                    .map(|(tenant, workflow)| crate::sql_outer::wake_lock(tenant, workflow))
+                    .collect();
+                locks.sort_unstable();
+                locks.dedup();
+                for lock in locks {
+                    script
+                        .push("SELECT count(*) FROM (SELECT pg_advisory_xact_lock(?)) AS woken", vec![Arg::I64(lock)]);
+                }
+            }
             for (tenant, upstream) in &batch.wake_all {
                 script.push(
                     "INSERT INTO commands (tenant, run_id, slot, kind, payload, created_at) \

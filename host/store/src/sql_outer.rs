@@ -7,6 +7,7 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use crate::outer::{CycleRun, EdgeRow, OuterStore};
+use crate::sql::Backend;
 use crate::{Error, Result, RunState, SqlStore, TaskState};
 
 /// The edges of live (not deleted) workflows; callers add the `WHERE`.
@@ -112,49 +113,30 @@ impl OuterStore for SqlStore {
             let now = chrono::Utc::now().timestamp_millis();
             self.restore_range(tenant, workflow, from, to, crate::sql_archive::MAX_RESTORE, now).await?;
         }
-        let rows = match task {
-            None => {
-                sqlx::query(
-                    "SELECT id, logical_time, state, NULL AS task_state FROM runs \
-                     WHERE tenant = $1 AND workflow = $2 AND logical_time >= $3 AND logical_time <= $4 \
-                     ORDER BY logical_time, created_at",
-                )
-                .bind(tenant)
-                .bind(workflow)
-                .bind(from)
-                .bind(to)
-                .fetch_all(&self.read)
-                .await?
-            }
-            Some(task) => {
-                sqlx::query(
-                    "SELECT r.id, r.logical_time, r.state, t.state AS task_state FROM runs r \
-                     LEFT JOIN tasks t ON t.run_id = r.id AND t.name = $5 \
-                     WHERE r.tenant = $1 AND r.workflow = $2 AND r.logical_time >= $3 AND r.logical_time <= $4 \
-                     ORDER BY r.logical_time, r.created_at",
-                )
-                .bind(tenant)
-                .bind(workflow)
-                .bind(from)
-                .bind(to)
-                .bind(task)
-                .fetch_all(&self.read)
-                .await?
-            }
-        };
-        rows.iter()
-            .map(|r| {
-                let state: String = r.try_get("state")?;
-                let task_state: Option<String> = r.try_get("task_state")?;
-                Ok(CycleRun {
-                    id: r.try_get("id")?,
-                    logical_time: r.try_get("logical_time")?,
-                    state: RunState::parse(&state)
-                        .ok_or_else(|| Error::Invalid(format!("unknown run state `{state}` in the database")))?,
-                    task_state: task_state.as_deref().and_then(TaskState::parse),
-                })
-            })
-            .collect()
+        let rows = range_query(tenant, workflow, from, to, task).fetch_all(&self.read).await?;
+        rows.iter().map(cycle_run_from).collect()
+    }
+
+    async fn runs_in_range_settled(
+        &self,
+        tenant: &str,
+        workflow: &str,
+        from: i64,
+        to: i64,
+        task: Option<&str>,
+    ) -> Result<Vec<CycleRun>> {
+        if self.backend != Backend::Postgres {
+            // One writer: every commit has ended before a read begins.
+            return self.runs_in_range(tenant, workflow, from, to, task).await;
+        }
+        let mut tx = self.read.begin().await?;
+        sqlx::query("SELECT count(*) FROM (SELECT pg_advisory_xact_lock_shared($1)) AS settled")
+            .bind(wake_lock(tenant, workflow))
+            .fetch_one(&mut *tx)
+            .await?;
+        let rows = range_query(tenant, workflow, from, to, task).fetch_all(&mut *tx).await?;
+        tx.commit().await?;
+        rows.iter().map(cycle_run_from).collect()
     }
 
     async fn released_by(&self, run: &str) -> Result<Vec<String>> {
@@ -195,4 +177,60 @@ impl OuterStore for SqlStore {
             .await?;
         rows.iter().map(|r| Ok(r.try_get("id")?)).collect()
     }
+}
+
+/// The runs of a workflow in a range of logical times, with one task's
+/// state if a task is named.
+fn range_query<'q>(
+    tenant: &'q str,
+    workflow: &'q str,
+    from: i64,
+    to: i64,
+    task: Option<&'q str>,
+) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
+    let query = sqlx::query(range_sql(task)).bind(tenant).bind(workflow).bind(from).bind(to);
+    match task {
+        Some(task) => query.bind(task),
+        None => query,
+    }
+}
+
+fn range_sql(task: Option<&str>) -> &'static str {
+    match task {
+        None => {
+            "SELECT id, logical_time, state, NULL AS task_state FROM runs \
+             WHERE tenant = $1 AND workflow = $2 AND logical_time >= $3 AND logical_time <= $4 \
+             ORDER BY logical_time, created_at"
+        }
+        Some(_) => {
+            "SELECT r.id, r.logical_time, r.state, t.state AS task_state FROM runs r \
+             LEFT JOIN tasks t ON t.run_id = r.id AND t.name = $5 \
+             WHERE r.tenant = $1 AND r.workflow = $2 AND r.logical_time >= $3 AND r.logical_time <= $4 \
+             ORDER BY r.logical_time, r.created_at"
+        }
+    }
+}
+
+fn cycle_run_from(r: &AnyRow) -> Result<CycleRun> {
+    let state: String = r.try_get("state")?;
+    let task_state: Option<String> = r.try_get("task_state")?;
+    Ok(CycleRun {
+        id: r.try_get("id")?,
+        logical_time: r.try_get("logical_time")?,
+        state: RunState::parse(&state)
+            .ok_or_else(|| Error::Invalid(format!("unknown run state `{state}` in the database")))?,
+        task_state: task_state.as_deref().and_then(TaskState::parse),
+    })
+}
+
+/// The advisory lock (PostgreSQL) that a commit waking the runs waiting on
+/// `workflow` holds from its wake-ups to COMMIT, and a settled read of its
+/// runs takes shared: FNV-1a over tenant and workflow.
+pub(crate) fn wake_lock(tenant: &str, workflow: &str) -> i64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in tenant.bytes().chain([0]).chain(workflow.bytes()) {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash as i64
 }

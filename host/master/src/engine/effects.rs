@@ -146,6 +146,9 @@ pub enum Need {
     Workflows { tenant: String, names: Vec<String> },
     /// The runs of an upstream workflow in a range of cycles.
     UpstreamRuns(UpstreamQuery),
+    /// The same, read once every commit waking the workflow's waiters has
+    /// ended (a sentinel read again after its waits committed).
+    Sentinel(UpstreamQuery),
     /// The runs a run released (to re-flush them after it).
     ReleasedBy(String),
 }

@@ -360,7 +360,7 @@ impl EngineState {
         queries.sort();
         queries.dedup();
         for query in queries {
-            effects.need(Need::UpstreamRuns(query.clone()));
+            effects.need(Need::Sentinel(query.clone()));
         }
     }
 

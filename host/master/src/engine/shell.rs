@@ -385,6 +385,7 @@ impl Engine {
         let mut data = Data::default();
         let mut claims: Vec<String> = Vec::new();
         for need in needs {
+            let settled = matches!(need, Need::Sentinel(_));
             match need {
                 Need::Claim(runs) => claims.extend(runs),
                 Need::Slots(slots) => self.read_slots(&mut data, slots, now).await,
@@ -430,12 +431,14 @@ impl Engine {
                         }
                     }
                 }
-                Need::UpstreamRuns(query) => {
-                    match self
-                        .store
-                        .runs_in_range(&query.tenant, &query.workflow, query.from, query.to, query.task.as_deref())
-                        .await
-                    {
+                Need::UpstreamRuns(query) | Need::Sentinel(query) => {
+                    let (tenant, workflow, task) = (&query.tenant, &query.workflow, query.task.as_deref());
+                    let read = if settled {
+                        self.store.runs_in_range_settled(tenant, workflow, query.from, query.to, task).await
+                    } else {
+                        self.store.runs_in_range(tenant, workflow, query.from, query.to, task).await
+                    };
+                    match read {
                         Ok(runs) => data.upstream_runs.push((query, runs)),
                         Err(e) => tracing::warn!(workflow = %query.workflow, error = %e, "cannot read upstream runs"),
                     }
