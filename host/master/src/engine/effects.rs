@@ -254,6 +254,10 @@ pub struct Effects {
     pub finished: Vec<(String, RunState)>,
     /// What must be read before the step can finish.
     pub needs: Vec<Need>,
+    /// The upstream reads among `needs`, to ask for each once: a burst of
+    /// wake-ups asks for thousands, and looking for each in `needs` was
+    /// quadratic.
+    upstream_asked: HashSet<Need>,
     /// Read the next page of commands at once (more are waiting, or
     /// slots were gained).
     pub read_commands: bool,
@@ -279,13 +283,56 @@ pub struct Transition {
 impl Effects {
     /// Asks for `need` once.
     pub(crate) fn need(&mut self, need: Need) {
-        if !self.needs.contains(&need) {
+        let new = match &need {
+            Need::UpstreamRuns(_) | Need::Sentinel(_) => self.upstream_asked.insert(need.clone()),
+            _ => !self.needs.contains(&need),
+        };
+        if new {
             self.needs.push(need);
         }
     }
 
     /// Takes the needs, leaving none.
     pub fn take_needs(&mut self) -> Vec<Need> {
+        self.upstream_asked.clear();
         std::mem::take(&mut self.needs)
+    }
+
+    /// Drops what is still needed (asked for again by the next step).
+    pub fn clear_needs(&mut self) {
+        self.upstream_asked.clear();
+        self.needs.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_need_is_asked_for_once_until_taken() {
+        let query = |from: i64| UpstreamQuery {
+            tenant: "t".into(),
+            workflow: "hourly".into(),
+            from,
+            to: from + 3_600_000,
+            task: None,
+        };
+        let mut effects = Effects::default();
+        for _ in 0..3 {
+            effects.need(Need::UpstreamRuns(query(0)));
+            effects.need(Need::Sentinel(query(0)));
+            effects.need(Need::UpstreamRuns(query(1)));
+            effects.need(Need::Watched);
+        }
+        assert_eq!(
+            effects.take_needs(),
+            [Need::UpstreamRuns(query(0)), Need::Sentinel(query(0)), Need::UpstreamRuns(query(1)), Need::Watched]
+        );
+        effects.need(Need::UpstreamRuns(query(0)));
+        assert_eq!(effects.needs, [Need::UpstreamRuns(query(0))], "asked again once taken");
+        effects.clear_needs();
+        effects.need(Need::UpstreamRuns(query(0)));
+        assert_eq!(effects.needs.len(), 1, "and once cleared");
     }
 }

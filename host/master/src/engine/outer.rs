@@ -64,6 +64,18 @@ pub(crate) struct Confirm {
     pub sentinel: Sentinel,
 }
 
+/// How far a blocker is from its end: failed (needs a rerun), not made,
+/// waiting upstream itself, queued, started.
+fn behind(wait: &Wait) -> u8 {
+    match (wait.standing, wait.state.as_str()) {
+        (Standing::Failed, _) => 4,
+        (_, "missing") => 3,
+        (_, "waiting") => 2,
+        (_, "queued" | "pending") => 1,
+        _ => 0,
+    }
+}
+
 /// The runs of `runs` at logical time `at`, as a sentinel records them.
 fn seen_at(runs: &[dagr_store::CycleRun], at: i64) -> Vec<(String, RunState, Option<TaskState>)> {
     let mut seen: Vec<_> =
@@ -193,6 +205,9 @@ impl EngineState {
             }
             return None;
         }
+        // The sentinel: the latest logical time; among equals, the one
+        // furthest from its end; then by name, for a stable choice.
+        let mut sentinel_key: Option<(i64, u8, String)> = None;
         for (dep, expectation, query) in plans {
             let runs: Vec<UpstreamRun> = self.upstream_runs[&query]
                 .iter()
@@ -213,10 +228,12 @@ impl EngineState {
                     verdict.timeless = true;
                     continue;
                 };
-                if verdict.sentinel.as_ref().is_none_or(|s| at > s.query.from) {
+                let key = (at, behind(wait), dep.workflow.clone());
+                if sentinel_key.as_ref().is_none_or(|best| key > *best) {
                     let seen = seen_at(&self.upstream_runs[&query], at);
                     let point = UpstreamQuery { from: at, to: at, ..query.clone() };
                     verdict.sentinel = Some(Sentinel { query: point, seen });
+                    sentinel_key = Some(key);
                 }
             }
             let blocking: Vec<&str> = waits.iter().filter_map(|w| w.run_id.as_deref()).collect();

@@ -227,7 +227,7 @@ impl Engine {
             data.tenant_limits = self.limits_changed();
         }
         // What is still needed is asked for again by the next step.
-        effects.needs.clear();
+        effects.clear_needs();
         self.state.seal(&mut effects, now);
         let started = std::time::Instant::now();
         let committed = self.commit(&mut effects).await;

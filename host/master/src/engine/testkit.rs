@@ -665,7 +665,7 @@ impl TestEnv {
             let has_run = |id: &str| state.has_run(id);
             data = self.store.answer(needs, &Reader { node, now, plugins, has_run: &has_run });
         }
-        effects.needs.clear();
+        effects.clear_needs();
         self.state.seal(&mut effects, self.now);
         let (committed, written) = self.store.commit(&effects.batch);
         self.unread.extend(written);

@@ -147,6 +147,21 @@ fn a_failed_upstream_fails_or_holds_its_dependents_by_policy_and_a_rerun_release
 }
 
 #[test]
+fn among_instances_of_one_cycle_the_sentinel_is_the_one_furthest_from_its_end() {
+    let mut env = TestEnv::new();
+    env.apply("name: b\ntasks:\n- {name: b, plugin: echo}\n");
+    env.apply("name: a\ntasks:\n- {name: a, plugin: echo}\n");
+    env.apply("name: down\nupstream: [{workflow: a}, {workflow: b}]\ntasks:\n- {name: d, plugin: echo}\n");
+    env.trigger_at("b", DAY, None);
+    env.step(vec![]);
+    // b runs, a is not even made: a ends last, so a wakes it.
+    let down = env.trigger_at("down", DAY, None);
+    env.step(vec![]);
+    let sentinel: Vec<_> = env.store.waits[&down].iter().filter(|(.., failures_only)| !failures_only).collect();
+    assert_eq!(sentinel, [&("a".to_owned(), DAY, DAY, false)]);
+}
+
+#[test]
 fn a_failure_before_the_sentinel_still_wakes_and_fails_the_dependent() {
     let mut env = TestEnv::new();
     env.apply("name: loads\nschedule: {cron: \"0 */6 * * *\"}\ntasks:\n- {name: load, plugin: echo}\n");

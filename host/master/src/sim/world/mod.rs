@@ -657,7 +657,7 @@ impl World {
             let has_run = |id: &str| state.has_run(id);
             data = self.store.answer(needs, &Reader { node, now: self.now, plugins: &self.plugins, has_run: &has_run });
         }
-        effects.needs.clear();
+        effects.clear_needs();
         state.seal(&mut effects, self.now);
         let next = state.next_wake(self.now).unwrap_or(poll).clamp(self.now + 1, poll);
         self.report.steps += 1;
