@@ -181,40 +181,12 @@ def instances(defs, roots, day=DAY):
 
 
 def trigger_all(url, token, pairs, threads):
-    chunks = [pairs[i::threads] for i in range(threads)]
-    errors = []
-
-    def work(chunk):
-        api = Api(url, token)
-        try:
-            for name, at in chunk:
-                api.call("POST", f"/v1/workflows/{name}/runs", {"logical_time": at})
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-
-    ts = [threading.Thread(target=work, args=(c,)) for c in chunks]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    if errors:
-        raise errors[0]
+    trigger_planned(url, token, [(0, name, at) for name, at in pairs], threads)
 
 
-def trigger_paced(url, token, roots, seconds_per_hour, threads):
-    """Each root when its time in the compressed day comes: an hourly root at
-    its hour, the daily roots (all at 00:00 in the generator) spread evenly
-    over the day, as a day's batches are in practice."""
-    daily = [r for r in roots if r[1].endswith("T00:00:00Z")]
-    hourly_names = {n for n, t in roots if not t.endswith("T00:00:00Z")}
-    daily = [r for r in daily if r[0] not in hourly_names]
-    plan = []
-    for name, at in roots:
-        if name in hourly_names:
-            plan.append((int(at[11:13]) * seconds_per_hour, name, at))
-    for i, (name, at) in enumerate(daily):
-        plan.append((i * 24 * seconds_per_hour / max(len(daily), 1), name, at))
-    plan.sort()
+def trigger_planned(url, token, plan, threads):
+    """Makes a run for each (due, workflow, logical time) of `plan` once
+    `due` seconds have passed, over `threads` connections."""
     start = time.time()
     chunks = [plan[i::threads] for i in range(threads)]
     errors = []
@@ -237,6 +209,19 @@ def trigger_paced(url, token, roots, seconds_per_hour, threads):
         t.join()
     if errors:
         raise errors[0]
+
+
+def trigger_paced(url, token, roots, seconds_per_hour, threads):
+    """Each root when its time in the compressed day comes: an hourly root at
+    its hour, the daily roots (all at 00:00 in the generator) spread evenly
+    over the day, as a day's batches are in practice."""
+    hourly_names = {n for n, t in roots if not t.endswith("T00:00:00Z")}
+    daily = [(n, t) for n, t in roots if n not in hourly_names]
+    plan = [(int(at[11:13]) * seconds_per_hour, name, at) for name, at in roots if name in hourly_names]
+    for i, (name, at) in enumerate(daily):
+        plan.append((i * 24 * seconds_per_hour / max(len(daily), 1), name, at))
+    plan.sort()
+    trigger_planned(url, token, plan, threads)
 
 
 def wait_for(what, check, timeout):

@@ -24,6 +24,7 @@ pub mod alerts;
 pub mod archive;
 pub mod conformance;
 mod conformance_archive;
+mod conformance_outer;
 mod logs;
 #[cfg(test)]
 mod migrations_agree;

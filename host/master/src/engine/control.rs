@@ -10,7 +10,7 @@ use dagr_core::control::{TaskKind, truthy};
 use dagr_core::outer::Standing;
 use dagr_core::run::{Input as RunInput, TaskState};
 use dagr_protocol::commands::Command;
-use dagr_store::{EncodedCommand, NewCommand, NewRun, RunKind, RunOrigin};
+use dagr_store::{EncodedCommand, NewRun, RunKind, RunOrigin};
 use serde_json::{Value, json};
 
 use crate::engine::effects::{Effects, Need};
@@ -207,17 +207,8 @@ impl EngineState {
             if let Some(child) = &extra.child
                 && run.machine.task(task).state == TaskState::Waiting
             {
-                effects.batch.commands.push(NewCommand {
-                    tenant: run.row.tenant.clone(),
-                    run_id: child.clone(),
-                    slot: dagr_protocol::slot_of(child) as i64,
-                    command: EncodedCommand::new(command.kind(), command.payload()),
-                    created_at: now,
-                });
+                effects.command_for(&run.row.tenant, child, command, now);
             }
-        }
-        if !effects.batch.commands.is_empty() {
-            effects.read_commands = true;
         }
     }
 

@@ -292,6 +292,19 @@ impl Effects {
         }
     }
 
+    /// A command for run `run_id` of `tenant`, written with the step; the
+    /// next step reads commands at once (the run may be this master's).
+    pub(crate) fn command_for(&mut self, tenant: &str, run_id: &str, command: &Command, now: i64) {
+        self.batch.commands.push(dagr_store::NewCommand {
+            tenant: tenant.to_owned(),
+            run_id: run_id.to_owned(),
+            slot: i64::from(dagr_protocol::slot_of(run_id)),
+            command: encoded(command),
+            created_at: now,
+        });
+        self.read_commands = true;
+    }
+
     /// Takes the needs, leaving none.
     pub fn take_needs(&mut self) -> Vec<Need> {
         self.upstream_asked.clear();
@@ -303,6 +316,11 @@ impl Effects {
         self.upstream_asked.clear();
         self.needs.clear();
     }
+}
+
+/// A command as the store keeps it.
+pub(crate) fn encoded(command: &Command) -> dagr_store::EncodedCommand {
+    dagr_store::EncodedCommand::new(command.kind(), command.payload())
 }
 
 #[cfg(test)]

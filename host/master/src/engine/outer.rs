@@ -40,11 +40,10 @@ pub(crate) struct Verdict {
     pub spans: Vec<(String, i64, i64)>,
     /// The upstream runs that satisfied it.
     pub satisfied_by: Vec<String>,
-    /// The blocker with the latest logical time, as read.
+    /// The blocker with the latest logical time, as read; none when a
+    /// blocker has no logical time (a window with no run in it, or a
+    /// dependency whose instances could not be computed).
     pub sentinel: Option<Sentinel>,
-    /// A blocker has no logical time (a window with no run in it, or a
-    /// dependency whose instances could not be computed): no sentinel.
-    pub timeless: bool,
 }
 
 /// The instance a waiting run is woken by when it succeeds, and its runs
@@ -60,7 +59,6 @@ pub(crate) struct Sentinel {
 pub(crate) struct Confirm {
     pub run_id: String,
     pub tenant: String,
-    pub slot: i64,
     pub sentinel: Sentinel,
 }
 
@@ -109,7 +107,7 @@ impl Verdict {
     /// each time to wait on. A blocker without a time (a window with no
     /// run in it) leaves every range waking on any end, as before.
     pub fn listens(&self) -> Vec<Listen> {
-        let sentinel = self.sentinel.as_ref().filter(|_| !self.timeless);
+        let sentinel = self.sentinel.as_ref();
         let mut listens: Vec<Listen> = self
             .spans
             .iter()
@@ -167,8 +165,9 @@ impl EngineState {
             spans: Vec::new(),
             satisfied_by: Vec::new(),
             sentinel: None,
-            timeless: false,
         };
+        // A blocker without a logical time: no sentinel.
+        let mut timeless = false;
         for dep in deps {
             let upstream = self.definitions.get(&(tenant.to_owned(), dep.workflow.clone())).cloned().flatten();
             let schedule = upstream.as_ref().and_then(|(_, w)| w.schedule.as_ref());
@@ -176,7 +175,7 @@ impl EngineState {
                 Ok(e) => e,
                 Err(message) => {
                     verdict.standing = Standing::Failed;
-                    verdict.timeless = true;
+                    timeless = true;
                     verdict.waits.push(Wait {
                         workflow: dep.workflow.clone(),
                         logical_time: None,
@@ -207,7 +206,7 @@ impl EngineState {
         }
         // The sentinel: the latest logical time; among equals, the one
         // furthest from its end; then by name, for a stable choice.
-        let mut sentinel_key: Option<(i64, u8, String)> = None;
+        let mut best: Option<((i64, u8, String), UpstreamQuery)> = None;
         for (dep, expectation, query) in plans {
             let runs: Vec<UpstreamRun> = self.upstream_runs[&query]
                 .iter()
@@ -225,15 +224,12 @@ impl EngineState {
             }
             for wait in waits.iter().filter(|w| w.standing != Standing::Satisfied) {
                 let Some(at) = wait.logical_time.map(|t| t.timestamp_millis()) else {
-                    verdict.timeless = true;
+                    timeless = true;
                     continue;
                 };
                 let key = (at, behind(wait), dep.workflow.clone());
-                if sentinel_key.as_ref().is_none_or(|best| key > *best) {
-                    let seen = seen_at(&self.upstream_runs[&query], at);
-                    let point = UpstreamQuery { from: at, to: at, ..query.clone() };
-                    verdict.sentinel = Some(Sentinel { query: point, seen });
-                    sentinel_key = Some(key);
+                if best.as_ref().is_none_or(|(best, _)| key > *best) {
+                    best = Some((key, query.clone()));
                 }
             }
             let blocking: Vec<&str> = waits.iter().filter_map(|w| w.run_id.as_deref()).collect();
@@ -245,6 +241,10 @@ impl EngineState {
             );
             verdict.waits.extend(waits);
         }
+        verdict.sentinel = best.filter(|_| !timeless).map(|((at, ..), range)| Sentinel {
+            seen: seen_at(&self.upstream_runs[&range], at),
+            query: UpstreamQuery { from: at, to: at, ..range },
+        });
         Some(verdict)
     }
 
@@ -349,7 +349,6 @@ impl EngineState {
         if self.confirming.is_empty() {
             return;
         }
-        let wake = dagr_protocol::commands::Command::Wake;
         for confirm in std::mem::take(&mut self.confirming) {
             let Some(runs) = self.upstream_runs.get(&confirm.sentinel.query) else {
                 self.confirming.push(confirm);
@@ -357,14 +356,7 @@ impl EngineState {
             };
             if seen_at(runs, confirm.sentinel.query.from) != confirm.sentinel.seen {
                 tracing::debug!(run = %confirm.run_id, "its sentinel changed before its waits committed: woken");
-                effects.batch.commands.push(dagr_store::NewCommand {
-                    tenant: confirm.tenant,
-                    run_id: confirm.run_id,
-                    slot: confirm.slot,
-                    command: dagr_store::EncodedCommand::new(wake.kind(), wake.payload()),
-                    created_at: now,
-                });
-                effects.read_commands = true;
+                effects.command_for(&confirm.tenant, &confirm.run_id, &dagr_protocol::commands::Command::Wake, now);
             }
         }
     }
@@ -373,11 +365,8 @@ impl EngineState {
     /// read again.
     pub(crate) fn begin_confirmations(&mut self, effects: &mut Effects) {
         self.confirming.append(&mut self.unconfirmed);
-        let mut queries: Vec<&UpstreamQuery> = self.confirming.iter().map(|c| &c.sentinel.query).collect();
-        queries.sort();
-        queries.dedup();
-        for query in queries {
-            effects.need(Need::Sentinel(query.clone()));
+        for confirm in &self.confirming {
+            effects.need(Need::Sentinel(confirm.sentinel.query.clone()));
         }
     }
 
@@ -418,14 +407,7 @@ impl EngineState {
                 continue;
             };
             for downstream in released {
-                effects.batch.commands.push(dagr_store::NewCommand {
-                    tenant: tenant.clone(),
-                    run_id: downstream.clone(),
-                    slot: dagr_protocol::slot_of(downstream) as i64,
-                    command: dagr_store::EncodedCommand::new(command.kind(), command.payload()),
-                    created_at: now,
-                });
-                effects.read_commands = true;
+                effects.command_for(&tenant, downstream, &command, now);
             }
         }
     }
@@ -440,7 +422,7 @@ impl EngineState {
         let alone = self.owned.len() == dagr_protocol::SLOTS as usize;
         for listen in spans {
             if let Some(sentinel) = listen.sentinel.filter(|_| !alone) {
-                let confirm = Confirm { run_id: run_id.to_owned(), tenant: tenant.to_owned(), slot, sentinel };
+                let confirm = Confirm { run_id: run_id.to_owned(), tenant: tenant.to_owned(), sentinel };
                 self.unconfirmed.push(confirm);
             }
             effects.batch.run_waits.push(RunWait {

@@ -116,11 +116,6 @@ pub(crate) struct InFlight {
     pub adopting: bool,
 }
 
-/// A command as the store keeps it.
-pub(crate) fn encoded(command: &Command) -> dagr_store::EncodedCommand {
-    dagr_store::EncodedCommand::new(command.kind(), command.payload())
-}
-
 /// The wake-up a state change of (a task of) a run owes, if anyone waits
 /// for that workflow (or task).
 fn self_wake(
@@ -432,14 +427,7 @@ impl EngineState {
                         && to == TaskState::Killed
                         && let Some(child) = run.extra[task].child.clone()
                     {
-                        effects.batch.commands.push(dagr_store::NewCommand {
-                            tenant: run.row.tenant.clone(),
-                            run_id: child.clone(),
-                            slot: dagr_protocol::slot_of(&child) as i64,
-                            command: encoded(&Command::Kill),
-                            created_at: now,
-                        });
-                        effects.read_commands = true;
+                        effects.command_for(&run.row.tenant, &child, &Command::Kill, now);
                     }
                     if from.is_terminal() || to.is_terminal() {
                         let name = &run.machine.workflow().tasks[task].name;
@@ -481,14 +469,7 @@ impl EngineState {
                                 child: run.row.id.clone(),
                                 succeeded: to == RunState::Succeeded,
                             };
-                            effects.batch.commands.push(dagr_store::NewCommand {
-                                tenant: run.row.tenant.clone(),
-                                run_id: parent.clone(),
-                                slot: dagr_protocol::slot_of(parent) as i64,
-                                command: encoded(&ended),
-                                created_at: now,
-                            });
-                            effects.read_commands = true;
+                            effects.command_for(&run.row.tenant, parent, &ended, now);
                         }
                     }
                     if from.is_terminal() || to.is_terminal() {

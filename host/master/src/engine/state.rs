@@ -566,8 +566,7 @@ impl EngineState {
             effects.read_commands = true;
         }
         if !effects.batch.wakes.is_empty() || !effects.batch.wake_all.is_empty() {
-            let wake = dagr_protocol::commands::Command::Wake;
-            effects.batch.wake_command = Some(dagr_store::EncodedCommand::new(wake.kind(), wake.payload()));
+            effects.batch.wake_command = Some(crate::engine::effects::encoded(&dagr_protocol::commands::Command::Wake));
             effects.read_commands = true;
         }
         let finished: Vec<Arc<str>> = effects.finished.iter().map(|(id, _)| Arc::from(id.as_str())).collect();

@@ -428,34 +428,26 @@ impl FakeStore {
                 w.failures_only,
             ));
         }
+        // The runs some span of which `hit` matches, as the store's wake-up
+        // statements find them.
+        type Span = (String, i64, i64, bool);
+        let woken = |waits: &BTreeMap<String, Vec<Span>>, hit: &dyn Fn(&Span) -> bool| -> Vec<String> {
+            waits.iter().filter(|(_, spans)| spans.iter().any(hit)).map(|(run, _)| run.clone()).collect()
+        };
+        let mut wake_runs = Vec::new();
         for (_, upstream) in &batch.wake_all {
-            let woken: Vec<String> = self
-                .waits
-                .iter()
-                .filter(|(_, spans)| spans.iter().any(|(up, ..)| up == upstream))
-                .map(|(run, _)| run.clone())
-                .collect();
-            for run in woken {
-                written.push(self.command(&run, Command::Wake));
-            }
+            wake_runs.extend(woken(&self.waits, &|(up, ..)| up == upstream));
         }
         for wake in &batch.wakes {
-            let woken: Vec<String> = self
-                .waits
-                .iter()
-                .filter(|(_, spans)| {
-                    spans.iter().any(|(up, from, to, failures_only)| {
-                        *up == wake.workflow
-                            && *from <= wake.logical_time
-                            && wake.logical_time <= *to
-                            && (!failures_only || wake.failed)
-                    })
-                })
-                .map(|(run, _)| run.clone())
-                .collect();
-            for run in woken {
-                written.push(self.command(&run, Command::Wake));
-            }
+            wake_runs.extend(woken(&self.waits, &|(up, from, to, failures_only)| {
+                *up == wake.workflow
+                    && *from <= wake.logical_time
+                    && wake.logical_time <= *to
+                    && (!failures_only || wake.failed)
+            }));
+        }
+        for run in wake_runs {
+            written.push(self.command(&run, Command::Wake));
         }
         self.links.extend(batch.links.iter().cloned());
         for c in &batch.commands {
