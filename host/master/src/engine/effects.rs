@@ -147,8 +147,9 @@ pub enum Need {
     /// The runs of an upstream workflow in a range of cycles.
     UpstreamRuns(UpstreamQuery),
     /// The same, read once every commit waking the workflow's waiters has
-    /// ended (a sentinel read again after its waits committed).
-    Sentinel(UpstreamQuery),
+    /// ended (a range read again after its waits committed); read after
+    /// an unsettled read of the same range in one step, so that it wins.
+    Settled(UpstreamQuery),
     /// The runs a run released (to re-flush them after it).
     ReleasedBy(String),
 }
@@ -284,7 +285,7 @@ impl Effects {
     /// Asks for `need` once.
     pub(crate) fn need(&mut self, need: Need) {
         let new = match &need {
-            Need::UpstreamRuns(_) | Need::Sentinel(_) => self.upstream_asked.insert(need.clone()),
+            Need::UpstreamRuns(_) | Need::Settled(_) => self.upstream_asked.insert(need.clone()),
             _ => !self.needs.contains(&need),
         };
         if new {
@@ -339,13 +340,13 @@ mod tests {
         let mut effects = Effects::default();
         for _ in 0..3 {
             effects.need(Need::UpstreamRuns(query(0)));
-            effects.need(Need::Sentinel(query(0)));
+            effects.need(Need::Settled(query(0)));
             effects.need(Need::UpstreamRuns(query(1)));
             effects.need(Need::Watched);
         }
         assert_eq!(
             effects.take_needs(),
-            [Need::UpstreamRuns(query(0)), Need::Sentinel(query(0)), Need::UpstreamRuns(query(1)), Need::Watched]
+            [Need::UpstreamRuns(query(0)), Need::Settled(query(0)), Need::UpstreamRuns(query(1)), Need::Watched]
         );
         effects.need(Need::UpstreamRuns(query(0)));
         assert_eq!(effects.needs, [Need::UpstreamRuns(query(0))], "asked again once taken");

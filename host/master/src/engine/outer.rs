@@ -36,30 +36,47 @@ pub(crate) struct Verdict {
     pub standing: Standing,
     /// What is still missing or failed.
     pub waits: Vec<Wait>,
-    /// The ranges waited on, per upstream workflow (for `run_waits`).
-    pub spans: Vec<(String, i64, i64)>,
+    /// The ranges waited on, as read (for `run_waits`).
+    pub spans: Vec<UpstreamQuery>,
     /// The upstream runs that satisfied it.
     pub satisfied_by: Vec<String>,
-    /// The blocker with the latest logical time, as read; none when a
-    /// blocker has no logical time (a window with no run in it, or a
-    /// dependency whose instances could not be computed).
-    pub sentinel: Option<Sentinel>,
+    /// The blocker with the latest logical time: the range it was read in
+    /// and its time; none when a blocker has no logical time (a window
+    /// with no run in it, or a dependency whose instances could not be
+    /// computed).
+    pub sentinel: Option<(UpstreamQuery, i64)>,
 }
 
-/// The instance a waiting run is woken by when it succeeds, and its runs
-/// as the judging read them: (id, state, task state), by id.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Sentinel {
-    pub query: UpstreamQuery,
-    pub seen: Vec<(String, RunState, Option<TaskState>)>,
-}
+/// Runs as a judging read saw them: (id, state, task state), by id.
+pub(crate) type Seen = Vec<(String, RunState, Option<TaskState>)>;
 
-/// A sentinel to read again once the waits naming it have committed.
+/// A wait to read again once it has committed: another master may have
+/// ended (or made) an instance in its range between this master's read and
+/// that commit, and its wake-up did not find the wait yet.
 #[derive(Debug, Clone)]
 pub(crate) struct Confirm {
     pub run_id: String,
     pub tenant: String,
-    pub sentinel: Sentinel,
+    /// The range waited on (the sentinel's cycle alone for the sentinel).
+    pub query: UpstreamQuery,
+    pub seen: Seen,
+    pub failures_only: bool,
+}
+
+impl Confirm {
+    /// Whether `now`, the range read again, holds a change the wait would
+    /// have been woken by: any change, or for a wait on failures only, an
+    /// end other than success that was not there before.
+    fn missed(&self, now: &Seen) -> bool {
+        if !self.failures_only {
+            return *now != self.seen;
+        }
+        let failed = |(_, run, task): &(String, RunState, Option<TaskState>)| {
+            (run.is_terminal() && *run != RunState::Succeeded)
+                || task.is_some_and(|t| t.is_terminal() && t != TaskState::Succeeded)
+        };
+        now.iter().filter(|r| failed(r)).any(|r| !self.seen.contains(r))
+    }
 }
 
 /// How far a blocker is from its end: failed (needs a rerun), not made,
@@ -74,25 +91,32 @@ fn behind(wait: &Wait) -> u8 {
     }
 }
 
-/// The runs of `runs` at logical time `at`, as a sentinel records them.
-fn seen_at(runs: &[dagr_store::CycleRun], at: i64) -> Vec<(String, RunState, Option<TaskState>)> {
-    let mut seen: Vec<_> =
-        runs.iter().filter(|r| r.logical_time == at).map(|r| (r.id.clone(), r.state, r.task_state)).collect();
+/// The runs of `runs` with logical times in [`from`, `to`], by id.
+fn seen_in(runs: &[dagr_store::CycleRun], from: i64, to: i64) -> Seen {
+    let mut seen: Seen = runs
+        .iter()
+        .filter(|r| (from..=to).contains(&r.logical_time))
+        .map(|r| (r.id.clone(), r.state, r.task_state))
+        .collect();
     seen.sort_by(|a, b| a.0.cmp(&b.0));
     seen
 }
 
-/// What wakes a waiting run: an end of an instance of `upstream` with a
-/// logical time in [`from`, `to`] — any end, or only one other than
-/// success (`failures_only`).
+/// What wakes a waiting run: an end of an instance in the range `read` was
+/// read for — any end, or only one other than success (`failures_only`);
+/// the sentinel's listens to its cycle `at` alone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Listen {
-    pub upstream: String,
-    pub from: i64,
-    pub to: i64,
+    pub read: UpstreamQuery,
+    pub at: Option<i64>,
     pub failures_only: bool,
-    /// Set on the sentinel's own listen.
-    pub sentinel: Option<Sentinel>,
+}
+
+impl Listen {
+    /// The logical times it listens to.
+    fn span(&self) -> (i64, i64) {
+        self.at.map_or((self.read.from, self.read.to), |at| (at, at))
+    }
 }
 
 impl Verdict {
@@ -111,22 +135,10 @@ impl Verdict {
         let mut listens: Vec<Listen> = self
             .spans
             .iter()
-            .map(|(upstream, from, to)| Listen {
-                upstream: upstream.clone(),
-                from: *from,
-                to: *to,
-                failures_only: sentinel.is_some(),
-                sentinel: None,
-            })
+            .map(|read| Listen { read: read.clone(), at: None, failures_only: sentinel.is_some() })
             .collect();
-        if let Some(s) = sentinel {
-            listens.push(Listen {
-                upstream: s.query.workflow.clone(),
-                from: s.query.from,
-                to: s.query.to,
-                failures_only: false,
-                sentinel: Some(s.clone()),
-            });
+        if let Some((read, at)) = sentinel {
+            listens.push(Listen { read: read.clone(), at: Some(*at), failures_only: false });
         }
         listens
     }
@@ -220,7 +232,7 @@ impl EngineState {
             let (standing, waits) = evaluate(dep, &expectation, &runs);
             verdict.standing = verdict.standing.max(standing);
             if standing != Standing::Satisfied {
-                verdict.spans.push((dep.workflow.clone(), query.from, query.to));
+                verdict.spans.push(query.clone());
             }
             for wait in waits.iter().filter(|w| w.standing != Standing::Satisfied) {
                 let Some(at) = wait.logical_time.map(|t| t.timestamp_millis()) else {
@@ -241,10 +253,7 @@ impl EngineState {
             );
             verdict.waits.extend(waits);
         }
-        verdict.sentinel = best.filter(|_| !timeless).map(|((at, ..), range)| Sentinel {
-            seen: seen_at(&self.upstream_runs[&range], at),
-            query: UpstreamQuery { from: at, to: at, ..range },
-        });
+        verdict.sentinel = best.filter(|_| !timeless).map(|((at, ..), range)| (range, at));
         Some(verdict)
     }
 
@@ -342,31 +351,35 @@ impl EngineState {
         }
     }
 
-    /// Sentinels recorded by the last step, read again now that its waits
-    /// are committed: one that changed since (ended, or made) wakes its run
-    /// — its own wake-up may have committed before the waits did.
-    pub(crate) fn confirm_sentinels(&mut self, effects: &mut Effects, now: i64) {
+    /// Waits recorded by the last step, read again now that they are
+    /// committed: a range that changed since in a way that would have woken
+    /// the run wakes it — the change's own wake-up may have committed
+    /// before the waits did.
+    pub(crate) fn confirm_waits(&mut self, effects: &mut Effects, now: i64) {
         if self.confirming.is_empty() {
             return;
         }
+        let mut woken: Vec<String> = Vec::new();
         for confirm in std::mem::take(&mut self.confirming) {
-            let Some(runs) = self.upstream_runs.get(&confirm.sentinel.query) else {
+            let Some(runs) = self.upstream_runs.get(&confirm.query) else {
                 self.confirming.push(confirm);
                 continue;
             };
-            if seen_at(runs, confirm.sentinel.query.from) != confirm.sentinel.seen {
-                tracing::debug!(run = %confirm.run_id, "its sentinel changed before its waits committed: woken");
+            if !woken.contains(&confirm.run_id) && confirm.missed(&seen_in(runs, confirm.query.from, confirm.query.to))
+            {
+                tracing::debug!(run = %confirm.run_id, "an upstream instance changed before its waits committed: woken");
                 effects.command_for(&confirm.tenant, &confirm.run_id, &dagr_protocol::commands::Command::Wake, now);
+                woken.push(confirm.run_id);
             }
         }
     }
 
-    /// At the start of a step: the sentinels the last step recorded are
-    /// read again.
+    /// At the start of a step: the waits the last step recorded are read
+    /// again, once every commit waking their upstream has ended.
     pub(crate) fn begin_confirmations(&mut self, effects: &mut Effects) {
         self.confirming.append(&mut self.unconfirmed);
         for confirm in &self.confirming {
-            effects.need(Need::Sentinel(confirm.sentinel.query.clone()));
+            effects.need(Need::Settled(confirm.query.clone()));
         }
     }
 
@@ -415,22 +428,28 @@ impl EngineState {
     /// Replaces what a run waits for with `spans`.
     fn record_waits(&mut self, effects: &mut Effects, run_id: &str, tenant: &str, slot: i64, spans: Vec<Listen>) {
         effects.batch.clear_waits.push(run_id.to_owned());
-        // Another master may end the sentinel between this step's read and
-        // its commit, and its wake-up would not find these waits yet: the
-        // sentinel is read again after the commit (unless no other master
-        // can end anything: this one owns every slot).
+        // Another master may end an instance in a range between this
+        // step's read and its commit, and its wake-up would not find these
+        // waits yet: the ranges are read again after the commit (unless no
+        // other master can end anything: this one owns every slot).
         let alone = self.owned.len() == dagr_protocol::SLOTS as usize;
         for listen in spans {
-            if let Some(sentinel) = listen.sentinel.filter(|_| !alone) {
-                let confirm = Confirm { run_id: run_id.to_owned(), tenant: tenant.to_owned(), sentinel };
-                self.unconfirmed.push(confirm);
+            let (from, to) = listen.span();
+            if !alone && let Some(runs) = self.upstream_runs.get(&listen.read) {
+                self.unconfirmed.push(Confirm {
+                    run_id: run_id.to_owned(),
+                    tenant: tenant.to_owned(),
+                    query: UpstreamQuery { from, to, ..listen.read.clone() },
+                    seen: seen_in(runs, from, to),
+                    failures_only: listen.failures_only,
+                });
             }
             effects.batch.run_waits.push(RunWait {
                 run_id: run_id.to_owned(),
                 tenant: tenant.to_owned(),
-                upstream: listen.upstream,
-                from_time: listen.from,
-                to_time: listen.to,
+                upstream: listen.read.workflow,
+                from_time: from,
+                to_time: to,
                 slot,
                 failures_only: listen.failures_only,
             });

@@ -381,11 +381,14 @@ impl Engine {
 
     // Reading what the state needs --------------------------------------------
 
-    async fn read(&mut self, needs: Vec<Need>, now: i64) -> Data {
+    async fn read(&mut self, mut needs: Vec<Need>, now: i64) -> Data {
         let mut data = Data::default();
+        // A settled read must not be overwritten by an unsettled one of the
+        // same range: they are read last.
+        needs.sort_by_key(|need| matches!(need, Need::Settled(_)));
         let mut claims: Vec<String> = Vec::new();
         for need in needs {
-            let settled = matches!(need, Need::Sentinel(_));
+            let settled = matches!(need, Need::Settled(_));
             match need {
                 Need::Claim(runs) => claims.extend(runs),
                 Need::Slots(slots) => self.read_slots(&mut data, slots, now).await,
@@ -431,7 +434,7 @@ impl Engine {
                         }
                     }
                 }
-                Need::UpstreamRuns(query) | Need::Sentinel(query) => {
+                Need::UpstreamRuns(query) | Need::Settled(query) => {
                     let (tenant, workflow, task) = (&query.tenant, &query.workflow, query.task.as_deref());
                     let read = if settled {
                         self.store.runs_in_range_settled(tenant, workflow, query.from, query.to, task).await

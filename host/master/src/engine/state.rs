@@ -152,9 +152,9 @@ pub struct EngineState {
     pub(crate) upstream_runs: Map<UpstreamQuery, Vec<dagr_store::CycleRun>>,
     /// Evaluations of waits that wait for data in this step.
     pub(crate) evaluating: Vec<Arc<str>>,
-    /// Sentinels recorded in this step, to read again after its commit.
+    /// Waits recorded in this step, to read again after its commit.
     pub(crate) unconfirmed: Vec<crate::engine::outer::Confirm>,
-    /// Sentinels being read again.
+    /// Waits being read again.
     pub(crate) confirming: Vec<crate::engine::outer::Confirm>,
     /// Runs rerun or re-flushed with their downstream: (tenant, run) whose
     /// released runs get a re-flush command once they are read.
@@ -258,7 +258,7 @@ impl EngineState {
             self.apply_input(effects, input, now);
         }
         self.retry_deferred_commands(effects, now);
-        self.confirm_sentinels(effects, now);
+        self.confirm_waits(effects, now);
         self.continue_evaluations(effects, now);
         self.continue_reflushes(effects, now);
         self.fire_timers(effects, now);
@@ -561,7 +561,7 @@ impl EngineState {
         // Evaluations still waiting for data go again at the next step.
         // The store turns them into commands for whoever waits, this
         // master's runs among them: read them at once, not at the next poll.
-        // Sentinels to read again: at once, in the next step.
+        // Waits to read again: at once, in the next step.
         if !self.unconfirmed.is_empty() {
             effects.read_commands = true;
         }

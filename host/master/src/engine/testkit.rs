@@ -320,7 +320,7 @@ impl FakeStore {
                         data.workflows.push((tenant.clone(), name, found));
                     }
                 }
-                Need::UpstreamRuns(query) | Need::Sentinel(query) => {
+                Need::UpstreamRuns(query) | Need::Settled(query) => {
                     let runs = self
                         .runs
                         .values()

@@ -5,6 +5,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::collections::HashSet;
+
 use dagr_protocol::commands::Command;
 use dagr_protocol::wire::FailureKind;
 use dagr_store::{RunState, TaskState};
@@ -235,6 +237,79 @@ fn an_upstream_end_committed_before_the_waits_is_found_by_reading_the_sentinel_a
     env.step(vec![]);
     let effects = env.step(vec![]);
     assert_eq!(dispatched_names(&effects), ["d"], "woken by reading its sentinel again");
+}
+
+/// A run of `workflow` at `at` in a slot this master will not own, and one
+/// of `down` at `DAY` in another; the slots the first is not in.
+fn across_masters(env: &mut TestEnv, workflow: &str, at: i64, down: &str) -> (String, String, HashSet<u32>) {
+    let up = env.trigger_at(workflow, at, None);
+    let theirs = dagr_protocol::slot_of(&up);
+    let mut run = env.trigger_at(down, DAY, None);
+    while dagr_protocol::slot_of(&run) == theirs {
+        run = env.trigger_at(down, DAY, None);
+    }
+    (up, run, (0..dagr_protocol::SLOTS).filter(|s| *s != theirs).collect())
+}
+
+#[test]
+fn a_run_made_and_ended_in_an_empty_window_before_the_waits_commit_is_found_by_reading_it_again() {
+    let mut env = TestEnv::new();
+    // No schedule upstream: the dependent waits for any run of its day,
+    // and with none in it yet it has no sentinel.
+    env.apply("name: up\ntasks:\n- {name: u, plugin: echo}\n");
+    env.apply("name: down\nupstream: [{workflow: up, cycles: day}]\ntasks:\n- {name: d, plugin: echo}\n");
+    let (up, down, ours) = across_masters(&mut env, "up", DAY - 2 * 24 * HOUR, "down");
+    let effects = env.step(vec![crate::engine::Input::Ownership(ours)]);
+    assert!(effects.read_commands, "the waits are read again at once");
+    assert_eq!(env.store.runs[&down].state, RunState::Waiting);
+    assert!(env.store.waits[&down].iter().all(|(.., failures_only)| !failures_only), "no sentinel");
+    // The other master makes and ends a run of that day between this
+    // master's read and its commit: its wake-up found nobody waiting.
+    let run = env.store.runs.get_mut(&up).unwrap();
+    run.logical_time = DAY + HOUR;
+    run.state = RunState::Succeeded;
+    run.finished_at = Some(env.now);
+    env.step(vec![]);
+    let effects = env.step(vec![]);
+    assert_eq!(dispatched_names(&effects), ["d"], "woken by reading its window again");
+}
+
+#[test]
+fn a_failure_beside_the_sentinel_committed_before_the_waits_is_found_by_reading_its_range_again() {
+    let mut env = TestEnv::new();
+    env.apply("name: loads\nschedule: {cron: \"0 */6 * * *\"}\ntasks:\n- {name: load, plugin: echo}\n");
+    env.apply(
+        "name: report\non_upstream_failure: fail\nupstream: [{workflow: loads, cycles: day}]\n\
+         tasks:\n- {name: sum, plugin: echo}\n",
+    );
+    // The 06:00 load belongs to another master; the sentinel (18:00) is
+    // not made yet.
+    let (load, report, ours) = across_masters(&mut env, "loads", DAY + 6 * HOUR, "report");
+    env.step(vec![crate::engine::Input::Ownership(ours)]);
+    assert_eq!(env.store.runs[&report].state, RunState::Waiting);
+    // It fails between this master's read and its commit.
+    let run = env.store.runs.get_mut(&load).unwrap();
+    run.state = RunState::Failed;
+    run.finished_at = Some(env.now);
+    env.step(vec![]);
+    env.step(vec![]);
+    assert_eq!(env.store.runs[&report].state, RunState::Failed, "failed by policy, found by reading the day again");
+}
+
+#[test]
+fn a_success_beside_the_sentinel_committed_before_the_waits_wakes_nobody() {
+    let mut env = TestEnv::new();
+    quarter_daily(&mut env);
+    let (load, report, ours) = across_masters(&mut env, "loads", DAY + 6 * HOUR, "report");
+    env.step(vec![crate::engine::Input::Ownership(ours)]);
+    let before = env.store.commands.len();
+    let run = env.store.runs.get_mut(&load).unwrap();
+    run.state = RunState::Succeeded;
+    run.finished_at = Some(env.now);
+    env.step(vec![]);
+    env.step(vec![]);
+    assert_eq!(env.store.commands.len(), before, "a success beside the sentinel is no reason to judge again");
+    assert_eq!(env.store.runs[&report].state, RunState::Waiting);
 }
 
 #[test]
