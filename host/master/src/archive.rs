@@ -143,7 +143,8 @@ pub struct Archiver {
     counted: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
-/// How often the hot tables are counted for `dagr_archive_hot_runs`.
+/// How often the hot tables are counted for `dagr_archive_hot_runs` (and
+/// the storage of dropped partitions swept).
 const COUNT_EVERY: Duration = Duration::from_secs(60);
 
 impl Archiver {
@@ -245,6 +246,12 @@ impl Archiver {
         };
         if due && let Ok(counts) = self.store.hot_counts().await {
             metrics().hot_runs.set(counts.runs);
+        }
+        if due {
+            // Storage of a partition whose drop was cut short by a crash.
+            for orphan in self.store.sweep_orphan_partitions().await? {
+                tracing::info!(storage = orphan, "removed the storage of a dropped cold partition");
+            }
         }
         Ok(busy)
     }

@@ -207,6 +207,11 @@ pub trait ArchiveStore: Send + Sync {
 
     /// Row counts of the hot tables.
     async fn hot_counts(&self) -> Result<HotCounts>;
+
+    /// Removes the storage of partitions the index no longer lists (left
+    /// by a process killed while it dropped a partition: the index row
+    /// goes first); what went, by name.
+    async fn sweep_orphan_partitions(&self) -> Result<Vec<String>>;
 }
 
 #[cfg(test)]

@@ -6,12 +6,12 @@ use crate::conformance::{check, run};
 use crate::*;
 
 /// 2026-10-05 and 2026-11-05, 00:00 UTC: two months, two partitions.
-const OCT: i64 = 1_791_158_400_000;
-const NOV: i64 = 1_793_836_800_000;
+pub(crate) const OCT: i64 = 1_791_158_400_000;
+pub(crate) const NOV: i64 = 1_793_836_800_000;
 
 /// A finished run of `tenant` with one task that succeeded, its output,
 /// its attempt, two log lines and an event.
-async fn finished(store: &dyn Store, tenant: &str, id: &str, at: i64) -> Result<()> {
+pub(crate) async fn finished(store: &dyn Store, tenant: &str, id: &str, at: i64) -> Result<()> {
     let mut row = run(id, tenant, "nightly", RunKind::Schedule, at);
     row.slot = 11;
     store.create_runs(vec![NewRun { run: row, tasks: vec!["load".into()], sla_at: None }], None).await?;

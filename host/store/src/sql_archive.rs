@@ -794,7 +794,8 @@ impl ArchiveStore for SqlStore {
                 continue;
             }
             // The index row first: a partition is never listed without its
-            // storage; storage left by a crash here is only unreachable.
+            // storage; storage left by a crash here is only unreachable,
+            // and the next sweep removes it (`sweep_orphan_partitions`).
             sqlx::query("DELETE FROM archive_partitions WHERE id = $1").bind(part.id).execute(&self.write).await?;
             self.drop_storage(&part).await?;
             dropped.push(part);
@@ -887,5 +888,9 @@ impl ArchiveStore for SqlStore {
             logs: count("logs").await?,
             commands: count("commands").await?,
         })
+    }
+
+    async fn sweep_orphan_partitions(&self) -> Result<Vec<String>> {
+        self.sweep_orphans().await
     }
 }
