@@ -48,6 +48,8 @@ pub enum Refusal {
 struct MasterEntry {
     holding: BTreeMap<String, u32>,
     want: u32,
+    /// The groups it wants slots of.
+    groups: Vec<Option<String>>,
     at: i64,
 }
 
@@ -142,6 +144,7 @@ impl ResourceBook {
         let entry = self.masters.entry(request.master.clone()).or_default();
         entry.holding = holding;
         entry.want = want;
+        entry.groups = request.want.iter().filter(|w| w.slots > 0).map(|w| w.group.clone()).collect();
         entry.at = now;
         let share = self.share_of(&request.master, now);
         let mut held = self.masters[&request.master].holding.clone();
@@ -191,14 +194,31 @@ impl ResourceBook {
     /// `master`'s max-min fair share of all workers' capacity, when the
     /// masters' demands (what they hold and what they recently asked for)
     /// exceed it and its own is above its share; `None`: not limited.
+    ///
+    /// A demand counts only up to the capacity of the workers that can
+    /// meet it (those it holds slots on, and those serving a group it
+    /// wants): a master waiting for 50 slots of a group of 2 competes for
+    /// 2, and does not hold the others below what the rest of the workers
+    /// could give them. (Where groups overlap — ungrouped tasks run on any
+    /// worker — this is an approximation: a master may be held slightly
+    /// below what a per-group split would give it.)
     fn share_of(&self, master: &str, now: i64) -> Option<u32> {
         let capacity: u32 = self.workers.values().map(|w| w.capacity).sum();
         let mut demands: Vec<(u32, &str)> = self
             .masters
             .iter()
             .map(|(id, m)| {
-                let want = if id == master || now - m.at <= WANT_FRESH_MS { m.want } else { 0 };
-                (m.holding.values().sum::<u32>().saturating_add(want), id.as_str())
+                let fresh = id == master || now - m.at <= WANT_FRESH_MS;
+                let want = if fresh { m.want } else { 0 };
+                let usable: u32 = self
+                    .workers
+                    .values()
+                    .filter(|w| {
+                        m.holding.contains_key(&w.id) || (fresh && m.groups.iter().any(|g| w.serves(g.as_deref())))
+                    })
+                    .map(|w| w.capacity)
+                    .sum();
+                (m.holding.values().sum::<u32>().saturating_add(want).min(usable), id.as_str())
             })
             .collect();
         demands.sort();
@@ -292,7 +312,7 @@ mod tests {
     fn a_busy_master_gets_its_fair_share_when_others_wait() {
         let mut book = book(vec![worker("w1", 6, None)]);
         let m1 = book.exchange(&ask("m1", &[], 100), 0).unwrap();
-        assert_eq!((total(&m1), m1.share), (6, Some(6)), "alone, all of it");
+        assert_eq!((total(&m1), m1.share), (6, None), "alone, all of it, and no limit");
         // m2 wants 3 and finds nothing free (its share covers what it wants);
         // m1 now has a share of 3.
         let m2 = book.exchange(&ask("m2", &[], 3), 0).unwrap();
@@ -320,6 +340,25 @@ mod tests {
             ResourceRequest { want: vec![GroupWant { group: Some("gpu".into()), slots: 5 }], ..ask("m1", &[], 0) };
         let a = book.exchange(&request, 0).unwrap();
         assert_eq!(a.held, vec![WorkerSlots { worker: "gpu".into(), slots: 2 }]);
+    }
+
+    #[test]
+    fn a_master_waiting_for_a_small_group_does_not_hold_others_below_the_rest() {
+        let mut book = book(vec![worker("cpu", 10, Some("cpu")), worker("gpu", 2, Some("gpu"))]);
+        let want = |group: &str, slots: u32| vec![GroupWant { group: Some(group.into()), slots }];
+        let gpu = |holding: &[(&str, u32)]| ResourceRequest { want: want("gpu", 50), ..ask("g", holding, 0) };
+        let cpu = |m: &str, holding: &[(&str, u32)]| ResourceRequest { want: want("cpu", 40), ..ask(m, holding, 0) };
+        assert_eq!(total(&book.exchange(&gpu(&[]), 0).unwrap()), 2);
+        // 50 gpu slots wanted, 2 exist: the cpu master competes with 2, not
+        // 52, and keeps every cpu slot.
+        let c1 = book.exchange(&cpu("c1", &[]), 0).unwrap();
+        assert_eq!((total(&c1), c1.share), (10, None));
+        let g = book.exchange(&gpu(&[("gpu", 2)]), 1).unwrap();
+        assert_eq!(g.share, None, "all of its group is all it can have");
+        // A second cpu master: the cpu workers are split between the two.
+        book.exchange(&cpu("c2", &[]), 2).unwrap();
+        let c1 = book.exchange(&cpu("c1", &[("cpu", 10)]), 3).unwrap();
+        assert_eq!(c1.share, Some(5));
     }
 
     #[test]
