@@ -646,10 +646,7 @@ impl Store for SqlStore {
             && let Some(run_id) = run_id
             && let Some(part) = self.cold_home(run_id).await?
         {
-            let sql = "SELECT * FROM {c}events WHERE tenant = ? AND run_id = ? AND seq > ? ORDER BY seq LIMIT ?";
-            let args = vec![Arg::Text(tenant.into()), Arg::Text(run_id.into()), Arg::I64(after_seq), Arg::I64(limit)];
-            let rows = self.cold_fetch(&part, sql, args).await?;
-            return rows.iter().map(crate::sql_events::event_from).collect();
+            return self.cold_events(&part, tenant, run_id, after_seq, limit).await;
         }
         Ok(events)
     }

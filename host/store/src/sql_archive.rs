@@ -15,17 +15,19 @@ use crate::archive::{ArchiveStore, CarryOver, HotCounts, PartitionRow, Period, R
 use crate::sql::{Arg, Backend, RUN_COLUMNS, Writer, bind_all, in_list, log_from, run_filter_sql, run_from};
 use crate::{Error, LogRow, Result, RunFilter, RunRow, RunState, SqlStore};
 
+mod events;
+
 const TASK_COLUMNS: &str =
     "run_id, idx, name, state, attempts, failures, lost, forced, retry_at, error, started_at, finished_at, child_run";
 const ATTEMPT_COLUMNS: &str = crate::sql::ATTEMPT_COLUMNS;
 
 /// The tables a run owns that move with it as they are: (table, columns,
-/// the column naming the run). Logs move too, compressed (`logs`).
-const OWNED: [(&str, &str, &str); 5] = [
+/// the column naming the run). Logs and events move too, compressed
+/// (`logs`, `event_packs`).
+const OWNED: [(&str, &str, &str); 4] = [
     ("tasks", TASK_COLUMNS, "run_id"),
     ("task_outputs", "run_id, idx, output", "run_id"),
     ("attempts", ATTEMPT_COLUMNS, "run_id"),
-    ("events", "seq, tenant, at, kind, workflow, run_id, task, data", "run_id"),
     ("run_links", "tenant, upstream, downstream", "upstream"),
 ];
 
@@ -174,6 +176,12 @@ impl ColdConn {
                  at BIGINT NOT NULL, kind TEXT NOT NULL, workflow TEXT, run_id TEXT, task TEXT, data TEXT NOT NULL)"
             ),
             index("by_run", "events", "run_id, seq"),
+            // Events since packing: one row per run, JSON lines, zstd
+            // (`events` keeps what partitions held before).
+            format!(
+                "CREATE TABLE IF NOT EXISTS {c}event_packs (run_id TEXT NOT NULL PRIMARY KEY, \
+                 events BIGINT NOT NULL, bytes {blob} NOT NULL)"
+            ),
             format!(
                 "CREATE TABLE IF NOT EXISTS {c}run_links (tenant TEXT NOT NULL, upstream TEXT NOT NULL, \
                  downstream TEXT NOT NULL, PRIMARY KEY (upstream, downstream))"
@@ -414,8 +422,11 @@ impl SqlStore {
             )
             .await?;
         }
-        // Logs, one run at a time (a run's logs are capped; a batch's are not).
+        cold.delete_events(&list, &args).await?;
+        // Logs and events, one run at a time (a run's logs are capped; a
+        // batch's are not).
         for id in ids {
+            cold.pack_events(id).await?;
             let rows = cold
                 .fetch(
                     "SELECT * FROM {h}logs WHERE run_id = ? ORDER BY task_idx, attempt, seq",
@@ -473,7 +484,8 @@ impl SqlStore {
             (lo_l, hi_l, lo_c, hi_c) = (lo_l.min(logical), hi_l.max(logical), lo_c.min(created), hi_c.max(created));
         }
         if !went.is_empty() {
-            let tables = OWNED.iter().map(|(t, _, k)| (*t, *k)).chain([("logs", "run_id")]).chain(DROPPED);
+            let tables =
+                OWNED.iter().map(|(t, _, k)| (*t, *k)).chain([("logs", "run_id"), ("events", "run_id")]).chain(DROPPED);
             for (table, key) in tables {
                 let sql = format!("DELETE FROM {table} WHERE {key} IN ({})", in_list(1, went.len()));
                 let args = went.iter().map(|id| Arg::Text(id.clone())).collect();
@@ -512,6 +524,7 @@ impl SqlStore {
         for (table, _, key) in OWNED {
             cold.run(&format!("DELETE FROM {{c}}{table} WHERE {key} IN ({list})"), args.clone()).await?;
         }
+        cold.delete_events(&list, &args).await?;
         cold.commit().await?;
         cold.close().await;
         Ok(())
@@ -528,6 +541,10 @@ impl SqlStore {
         {
             lines.extend(unpack_logs(&row.try_get::<Vec<u8>, _>("bytes")?)?);
         }
+        let mut reader = ColdConn::open(self, &self.read, part, false).await?;
+        let events = reader.events_of(&list, &args).await;
+        reader.close().await;
+        let events = events?;
         let mut cold = ColdConn::open(self, &self.write, part, false).await?;
         cold.begin(true).await?;
         let missing = cold
@@ -559,6 +576,8 @@ impl SqlStore {
                 )
                 .await?;
             }
+            let events = events.into_iter().filter(|e| e.run_id.as_ref().is_some_and(|r| back.contains(r)));
+            cold.restore_events(events.collect()).await?;
             for line in lines.into_iter().filter(|l| back.contains(&l.run_id)) {
                 cold.run(
                     "INSERT INTO {h}logs (run_id, task_idx, attempt, seq, at, source, level, message) \
@@ -592,7 +611,8 @@ impl SqlStore {
     async fn drop_storage(&self, part: &PartitionRow) -> Result<()> {
         match self.backend {
             Backend::Postgres => {
-                for table in ["runs", "tasks", "task_outputs", "attempts", "events", "run_links", "logs"] {
+                for table in ["runs", "tasks", "task_outputs", "attempts", "events", "event_packs", "run_links", "logs"]
+                {
                     sqlx::query(&format!("DROP TABLE IF EXISTS cold_p{}_{table}", part.id))
                         .execute(&self.write)
                         .await?;
@@ -855,6 +875,9 @@ impl ArchiveStore for SqlStore {
                         .await?;
                     object.insert(table.into(), rows.iter().map(row_json).collect());
                 }
+                let (list, args) = ids_args(std::slice::from_ref(&id));
+                let events = cold.events_of(&list, &args).await?;
+                object.insert("events".into(), events.iter().map(events::event_json).collect());
                 let mut logs = Vec::new();
                 for row in cold
                     .fetch(
