@@ -57,7 +57,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::alerts::{AlertRow, AlertRuleRow, AlertStore, DueSla, NewAlert};
 pub use crate::archive::{ArchiveStore, CarryOver, HotCounts, PartitionRow, Period, Restored};
 pub use crate::logs::NUL_STORED_AS;
-pub use crate::outer::{CycleRun, EdgeRow, OuterStore};
+pub use crate::outer::{CycleRange, CycleRun, EdgeRow, OuterStore};
 pub use crate::reads::ReadStore;
 pub use crate::registry::{PluginInsert, PluginRow, RegistryStore};
 pub use crate::sql::{SqlStore, Synchronous};

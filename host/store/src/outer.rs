@@ -33,6 +33,16 @@ pub struct CycleRun {
     pub task_state: Option<TaskState>,
 }
 
+/// A range of cycles of a workflow, and the task asked about, if any.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CycleRange {
+    pub tenant: String,
+    pub workflow: String,
+    pub from: i64,
+    pub to: i64,
+    pub task: Option<String>,
+}
+
 /// The outer DAG's queries.
 #[async_trait]
 pub trait OuterStore: Send + Sync {
@@ -58,20 +68,14 @@ pub trait OuterStore: Send + Sync {
         to: i64,
         task: Option<&str>,
     ) -> Result<Vec<CycleRun>>;
-    /// As [`runs_in_range`](Self::runs_in_range), read once every commit
-    /// that is waking runs waiting on `workflow` has ended (PostgreSQL: a
-    /// shared advisory lock on the workflow, which those commits hold
-    /// exclusively from their wake-ups to COMMIT). A waiter whose waits
-    /// are committed reads this way: either the commit that ends an
+    /// As [`runs_in_range`](Self::runs_in_range) for each of `ranges`,
+    /// read once every commit that is waking runs waiting on their
+    /// workflows has ended (PostgreSQL: a shared advisory lock on each
+    /// workflow, taken in one order in one transaction, which those commits
+    /// hold exclusively from their wake-ups to COMMIT). A waiter whose
+    /// waits are committed reads this way: either the commit that ends an
     /// instance saw its waits, or this read sees the instance ended.
-    async fn runs_in_range_settled(
-        &self,
-        tenant: &str,
-        workflow: &str,
-        from: i64,
-        to: i64,
-        task: Option<&str>,
-    ) -> Result<Vec<CycleRun>>;
+    async fn runs_in_ranges_settled(&self, ranges: &[CycleRange]) -> Result<Vec<Vec<CycleRun>>>;
     /// The runs `run` released (directly).
     async fn released_by(&self, run: &str) -> Result<Vec<String>>;
     /// Takes a workflow's schedule offline or back online; back online, its

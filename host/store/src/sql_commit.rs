@@ -320,7 +320,7 @@ impl SqlStore {
         if let Some(wake) = &batch.wake_command {
             // PostgreSQL: each upstream's wake lock, held to COMMIT, in one
             // order (no two commits wait on each other); a waiter's settled
-            // read takes it shared (`OuterStore::runs_in_range_settled`).
+            // read takes it shared (`OuterStore::runs_in_ranges_settled`).
             if self.backend == Backend::Postgres {
                 let mut locks: Vec<i64> = batch
                     .wakes

@@ -6,7 +6,7 @@ use crate::archive::ArchiveStore;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use crate::outer::{CycleRun, EdgeRow, OuterStore};
+use crate::outer::{CycleRange, CycleRun, EdgeRow, OuterStore};
 use crate::sql::Backend;
 use crate::{Error, Result, RunState, SqlStore, TaskState};
 
@@ -117,26 +117,31 @@ impl OuterStore for SqlStore {
         rows.iter().map(cycle_run_from).collect()
     }
 
-    async fn runs_in_range_settled(
-        &self,
-        tenant: &str,
-        workflow: &str,
-        from: i64,
-        to: i64,
-        task: Option<&str>,
-    ) -> Result<Vec<CycleRun>> {
+    async fn runs_in_ranges_settled(&self, ranges: &[CycleRange]) -> Result<Vec<Vec<CycleRun>>> {
+        let mut found = Vec::with_capacity(ranges.len());
         if self.backend != Backend::Postgres {
             // One writer: every commit has ended before a read begins.
-            return self.runs_in_range(tenant, workflow, from, to, task).await;
+            for r in ranges {
+                found.push(self.runs_in_range(&r.tenant, &r.workflow, r.from, r.to, r.task.as_deref()).await?);
+            }
+            return Ok(found);
         }
+        let mut locks: Vec<i64> = ranges.iter().map(|r| wake_lock(&r.tenant, &r.workflow)).collect();
+        locks.sort_unstable();
+        locks.dedup();
         let mut tx = self.read.begin().await?;
-        sqlx::query("SELECT count(*) FROM (SELECT pg_advisory_xact_lock_shared($1)) AS settled")
-            .bind(wake_lock(tenant, workflow))
-            .fetch_one(&mut *tx)
-            .await?;
-        let rows = range_query(tenant, workflow, from, to, task).fetch_all(&mut *tx).await?;
+        for lock in locks {
+            sqlx::query("SELECT count(*) FROM (SELECT pg_advisory_xact_lock_shared($1)) AS settled")
+                .bind(lock)
+                .fetch_one(&mut *tx)
+                .await?;
+        }
+        for r in ranges {
+            let rows = range_query(&r.tenant, &r.workflow, r.from, r.to, r.task.as_deref()).fetch_all(&mut *tx).await?;
+            found.push(rows.iter().map(cycle_run_from).collect::<Result<Vec<_>>>()?);
+        }
         tx.commit().await?;
-        rows.iter().map(cycle_run_from).collect()
+        Ok(found)
     }
 
     async fn released_by(&self, run: &str) -> Result<Vec<String>> {

@@ -158,15 +158,9 @@ pub enum Need {
 pub type Versioned = (i64, Arc<Workflow>);
 
 /// The runs of `workflow` with logical times in [from, to] (ms), with the
-/// state of `task` in each if given.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct UpstreamQuery {
-    pub tenant: String,
-    pub workflow: String,
-    pub from: i64,
-    pub to: i64,
-    pub task: Option<String>,
-}
+/// state of `task` in each if given: the store's range, as the state asks
+/// for it.
+pub type UpstreamQuery = dagr_store::CycleRange;
 
 /// What the shell read for the state's [`Need`]s.
 #[derive(Debug, Default, Clone)]

@@ -381,15 +381,13 @@ impl Engine {
 
     // Reading what the state needs --------------------------------------------
 
-    async fn read(&mut self, mut needs: Vec<Need>, now: i64) -> Data {
+    async fn read(&mut self, needs: Vec<Need>, now: i64) -> Data {
         let mut data = Data::default();
-        // A settled read must not be overwritten by an unsettled one of the
-        // same range: they are read last.
-        needs.sort_by_key(|need| matches!(need, Need::Settled(_)));
         let mut claims: Vec<String> = Vec::new();
+        let mut settled: Vec<dagr_store::CycleRange> = Vec::new();
         for need in needs {
-            let settled = matches!(need, Need::Settled(_));
             match need {
+                Need::Settled(query) => settled.push(query),
                 Need::Claim(runs) => claims.extend(runs),
                 Need::Slots(slots) => self.read_slots(&mut data, slots, now).await,
                 Need::Owners(slots) => {
@@ -434,14 +432,9 @@ impl Engine {
                         }
                     }
                 }
-                Need::UpstreamRuns(query) | Need::Settled(query) => {
+                Need::UpstreamRuns(query) => {
                     let (tenant, workflow, task) = (&query.tenant, &query.workflow, query.task.as_deref());
-                    let read = if settled {
-                        self.store.runs_in_range_settled(tenant, workflow, query.from, query.to, task).await
-                    } else {
-                        self.store.runs_in_range(tenant, workflow, query.from, query.to, task).await
-                    };
-                    match read {
+                    match self.store.runs_in_range(tenant, workflow, query.from, query.to, task).await {
                         Ok(runs) => data.upstream_runs.push((query, runs)),
                         Err(e) => tracing::warn!(workflow = %query.workflow, error = %e, "cannot read upstream runs"),
                     }
@@ -450,6 +443,15 @@ impl Engine {
                     Ok(released) => data.released.push((run, released)),
                     Err(e) => tracing::warn!(run = %run, error = %e, "cannot read the runs a run released"),
                 },
+            }
+        }
+        // Ranges read again after their waits committed: in one
+        // transaction, after every unsettled read of this step (so that a
+        // settled read of a range is the one the state keeps).
+        if !settled.is_empty() {
+            match self.store.runs_in_ranges_settled(&settled).await {
+                Ok(found) => data.upstream_runs.extend(settled.into_iter().zip(found)),
+                Err(e) => tracing::warn!(error = %e, "cannot read upstream runs again"),
             }
         }
         claims.sort();
