@@ -114,8 +114,16 @@ export DAGR_TEST_SMTP="127.0.0.1:$SMTP_PORT" DAGR_TEST_MAILDIR="$WORK/mail"
 # -p dagr` (tests/all/support.rs) must see the same flags, or it rebuilds
 # every crate with other flags (a second full build, ~15 minutes cold).
 if [ "${DAGR_DENY_WARNINGS:-}" = 1 ]; then export CARGO_BUILD_RUSTFLAGS="-D warnings"; fi
-log "cargo test --workspace $* ${CARGO_BUILD_RUSTFLAGS:+(CARGO_BUILD_RUSTFLAGS=$CARGO_BUILD_RUSTFLAGS)}"
-cargo test --workspace "$@"
+# The whole workspace, unless the arguments name packages (`-p X`).
+scope=(--workspace)
+for arg in "$@"; do
+  case "$arg" in
+    --) break ;;
+    -p | -p* | --package | --package=*) scope=() ;;
+  esac
+done
+log "cargo test ${scope[*]} $* ${CARGO_BUILD_RUSTFLAGS:+(CARGO_BUILD_RUSTFLAGS=$CARGO_BUILD_RUSTFLAGS)}"
+cargo test "${scope[@]}" "$@"
 
 if [ $# -eq 0 ] && [ -n "${DAGR_FUZZ_SECONDS:-}" ]; then
   # Coverage-guided fuzzing of the parsers, DAGR_FUZZ_SECONDS per target.
