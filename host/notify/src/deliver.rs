@@ -374,29 +374,79 @@ impl Deliverer {
     }
 }
 
+/// An event as a request carries it (the Standard Webhooks envelope),
+/// serialized straight from its row: `data` is the event's stored JSON,
+/// checked but not parsed into a tree and printed again (building that
+/// tree for every event and subscription was a fifth of a busy server's
+/// CPU).
+#[derive(serde::Serialize)]
+struct Envelope<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    timestamp: String,
+    data: View<'a>,
+}
+
+/// [`EventView`] borrowed from the row (the same fields, the same JSON).
+#[derive(serde::Serialize)]
+struct View<'a> {
+    seq: i64,
+    at: String,
+    kind: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tenant: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    workflow: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    run_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    task: Option<&'a str>,
+    /// `null` if the stored text is not JSON (as [`event_view`] has it).
+    data: Option<&'a serde_json::value::RawValue>,
+}
+
+impl<'a> Envelope<'a> {
+    fn of(e: &'a EventRow) -> Envelope<'a> {
+        let at = time(e.at);
+        Envelope {
+            kind: &e.kind,
+            timestamp: at.clone(),
+            data: View {
+                seq: e.seq,
+                at,
+                kind: &e.kind,
+                tenant: Some(&e.tenant),
+                workflow: e.workflow.as_deref(),
+                run_id: e.run_id.as_deref(),
+                task: e.task.as_deref(),
+                data: serde_json::from_str(&e.data).ok(),
+            },
+        }
+    }
+}
+
+#[derive(serde::Serialize)]
+struct Batch<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    timestamp: String,
+    data: Vec<Envelope<'a>>,
+}
+
 /// A request's `webhook-id` and body: one event as the Standard Webhooks
 /// specification has it, or (`batch`) several, consecutive in the log,
 /// each as it would be alone.
 fn message(batch: bool, events: &[&EventRow]) -> (String, String) {
-    let one = |e: &EventRow| {
-        serde_json::json!({
-            "type": e.kind,
-            "timestamp": time(e.at),
-            "data": event_view(e),
-        })
-    };
+    let text = |body: Result<String, serde_json::Error>| body.unwrap_or_else(|_| "{}".to_owned());
     match events {
-        [event] if !batch => (format!("evt_{}", event.seq), one(event).to_string()),
+        [event] if !batch => (format!("evt_{}", event.seq), text(serde_json::to_string(&Envelope::of(event)))),
         _ => {
             let first = events.first().map_or(0, |e| e.seq);
             let last = events.last().map_or(0, |e| e.seq);
             let at = events.last().map_or(0, |e| e.at);
-            let body = serde_json::json!({
-                "type": "batch",
-                "timestamp": time(at),
-                "data": events.iter().map(|e| one(e)).collect::<Vec<_>>(),
-            });
-            (format!("evt_{first}-{last}"), body.to_string())
+            let body =
+                Batch { kind: "batch", timestamp: time(at), data: events.iter().map(|e| Envelope::of(e)).collect() };
+            (format!("evt_{first}-{last}"), text(serde_json::to_string(&body)))
         }
     }
 }
@@ -444,6 +494,20 @@ mod tests {
         let (id, single) = message(true, &[&b]);
         assert_eq!(id, "evt_9-9", "a batching subscription always gets batches");
         assert!(single.contains(r#""type":"batch""#));
+    }
+
+    #[test]
+    fn an_event_is_sent_as_its_view_and_data_that_is_not_json_as_null() {
+        let mut quiet = event(3);
+        quiet.workflow = None;
+        let mut broken = event(4);
+        broken.data = "{not json".into();
+        for e in [event(2), quiet, broken] {
+            let (_, body) = message(false, &[&e]);
+            let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+            assert_eq!(body["data"], serde_json::to_value(event_view(&e)).unwrap(), "{body}");
+            assert_eq!(body["timestamp"], body["data"]["at"]);
+        }
     }
 
     #[test]
