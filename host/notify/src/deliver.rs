@@ -91,6 +91,8 @@ pub struct Deliverer {
     key: SecretKey,
     /// Changes when an engine in this process committed events.
     nudge: Option<watch::Receiver<u64>>,
+    /// The newest events, read once for every subscription.
+    recent: crate::recent::Recent,
 }
 
 /// What a page of events delivered so far.
@@ -125,7 +127,8 @@ impl Deliverer {
             .redirect(reqwest::redirect::Policy::none())
             .build()
             .unwrap_or_default();
-        let deliverer = Arc::new(Deliverer { store, config, http, key, nudge });
+        let recent = crate::recent::Recent::new(store.clone(), crate::recent::WINDOW);
+        let deliverer = Arc::new(Deliverer { store, config, http, key, nudge, recent });
         tokio::spawn(deliverer.supervise(active))
     }
 
@@ -193,7 +196,7 @@ impl Deliverer {
                     continue;
                 }
             };
-            let events = match self.store.event_page(&scope, hook.cursor, page_size(hook.batch)).await {
+            let events = match self.recent.page(&scope, hook.cursor, page_size(hook.batch)).await {
                 Ok(events) => events,
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot read events; will retry");

@@ -20,6 +20,7 @@
 pub mod alerts;
 mod deliver;
 pub mod nats;
+mod recent;
 mod sign;
 
 use std::net::IpAddr;
