@@ -133,6 +133,25 @@ async fn webhooks(store: &dyn Store, p: &str) -> Result<()> {
     }
     let log = store.deliveries(&row.id, 10).await?;
     check(log.iter().map(|d| d.attempt).collect::<Vec<_>>() == [5, 4, 3], "the newest deliveries, newest first")?;
+    // A page's deliveries at once (one of them a failure without a status).
+    let page: Vec<DeliveryRow> = (0..4)
+        .map(|i| DeliveryRow {
+            webhook_id: row.id.clone(),
+            seq: 20 + i,
+            attempt: 1,
+            at: 200 + i,
+            status: (i != 2).then_some(200),
+            error: (i == 2).then(|| "connection refused".to_owned()),
+            duration_ms: i,
+        })
+        .collect();
+    store.record_deliveries(&page, 3).await?;
+    let log = store.deliveries(&row.id, 10).await?;
+    check(
+        log.iter().map(|d| (d.seq, d.status)).collect::<Vec<_>>() == [(23, Some(200)), (22, None), (21, Some(200))]
+            && log[1].error.as_deref() == Some("connection refused"),
+        &format!("a page of deliveries, trimmed to the newest: {log:?}"),
+    )?;
     check(store.list_webhooks(&tenant).await?.len() == 1, "a tenant's webhooks")?;
     check(store.delete_webhook(&tenant, &row.id).await?, "deleted")?;
     check(store.deliveries(&row.id, 10).await?.is_empty(), "with its deliveries")?;

@@ -1,9 +1,10 @@
 //! [`WebhookStore`] on [`SqlStore`].
 
 use async_trait::async_trait;
-use sqlx::Row;
 use sqlx::any::AnyRow;
+use sqlx::{Executor, Row};
 
+use crate::sql::{Arg, Backend, Script, Writer};
 use crate::webhooks::{DeliveryRow, WebhookRow, WebhookState, WebhookStore};
 use crate::{Error, Result, SqlStore};
 
@@ -114,32 +115,41 @@ impl WebhookStore for SqlStore {
 
     async fn record_deliveries(&self, rows: &[DeliveryRow], keep: i64) -> Result<()> {
         let Some(first) = rows.first() else { return Ok(()) };
-        let mut tx = self.write.begin().await?;
-        for d in rows {
-            sqlx::query(
-                "INSERT INTO webhook_deliveries (webhook_id, seq, attempt, at, status, error, duration_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
-            )
-            .bind(&d.webhook_id)
-            .bind(d.seq)
-            .bind(d.attempt)
-            .bind(d.at)
-            .bind(d.status)
-            .bind(&d.error)
-            .bind(d.duration_ms)
-            .execute(&mut *tx)
-            .await?;
-        }
+        // One multi-row insert and the trim in one script: a page of a
+        // hundred deliveries was a hundred round trips to the database.
+        let mut script = Script::new(self.backend);
+        let values = rows
+            .iter()
+            .map(|d| {
+                vec![
+                    Arg::Text(d.webhook_id.clone()),
+                    Arg::I64(d.seq),
+                    Arg::I64(d.attempt),
+                    Arg::I64(d.at),
+                    Arg::OptI64(d.status),
+                    Arg::OptText(d.error.clone()),
+                    Arg::I64(d.duration_ms),
+                ]
+            })
+            .collect();
+        script.rows(
+            "INSERT INTO webhook_deliveries (webhook_id, seq, attempt, at, status, error, duration_ms)",
+            "",
+            7,
+            values,
+        );
         // Keep the newest: drop what is older than the keep-th newest.
-        sqlx::query(
-            "DELETE FROM webhook_deliveries WHERE webhook_id = $1 AND at < (SELECT MIN(at) FROM \
-             (SELECT at FROM webhook_deliveries WHERE webhook_id = $1 ORDER BY at DESC LIMIT $2) AS newest)",
-        )
-        .bind(&first.webhook_id)
-        .bind(keep)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
+        script.push(
+            "DELETE FROM webhook_deliveries WHERE webhook_id = ? AND at < (SELECT MIN(at) FROM \
+             (SELECT at FROM webhook_deliveries WHERE webhook_id = ? ORDER BY at DESC LIMIT ?) AS newest)",
+            vec![Arg::Text(first.webhook_id.clone()), Arg::Text(first.webhook_id.clone()), Arg::I64(keep)],
+        );
+        let mut conn = Writer::acquire(&self.write).await?;
+        let tx = conn.get();
+        tx.execute(if self.backend == Backend::Sqlite { "BEGIN IMMEDIATE" } else { "BEGIN" }).await?;
+        script.run(&mut *tx).await?;
+        tx.execute("COMMIT").await?;
+        conn.release();
         Ok(())
     }
 
