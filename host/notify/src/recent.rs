@@ -47,12 +47,17 @@ impl Window {
     /// Up to `limit` events of `scope` after `after`; `None` if `after` is
     /// before the window.
     fn page(&self, scope: &EventScope, after: i64, limit: usize) -> Option<Vec<EventRow>> {
-        let (from, _) = self.span?;
-        if after < from {
+        if !self.holds(after) {
             return None;
         }
         let start = self.events.partition_point(|e| e.seq <= after);
         Some(self.events.range(start..).filter(|e| covers(scope, e)).take(limit).map(|e| (**e).clone()).collect())
+    }
+
+    /// Whether every event after `after` that the window could have is
+    /// in it.
+    fn holds(&self, after: i64) -> bool {
+        self.span.is_some_and(|(from, _)| after >= from)
     }
 
     /// Appends what the log has after the window (read as one scope-less
@@ -92,7 +97,7 @@ impl Recent {
         {
             return Ok(page);
         }
-        if window.page(scope, after, 0).is_none() {
+        if !window.holds(after) {
             drop(window);
             return self.store.event_page(scope, after, limit).await;
         }

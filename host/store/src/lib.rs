@@ -35,7 +35,6 @@ mod sql;
 mod sql_alerts;
 mod sql_api;
 mod sql_archive;
-mod sql_archive_sweep;
 mod sql_commit;
 mod sql_events;
 mod sql_outer;

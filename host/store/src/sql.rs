@@ -691,6 +691,17 @@ impl Store for SqlStore {
     }
 }
 
+/// The PostgreSQL server of the test run (`DAGR_TEST_POSTGRES_URL`), or
+/// none outside CI (where it must be given).
+#[cfg(test)]
+pub(crate) async fn postgres_for_tests() -> Option<SqlStore> {
+    let Ok(url) = std::env::var("DAGR_TEST_POSTGRES_URL") else {
+        assert!(std::env::var("CI").is_err(), "CI must set DAGR_TEST_POSTGRES_URL");
+        return None;
+    };
+    Some(SqlStore::open_postgres(&url, 2).await.expect("the test PostgreSQL opens"))
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -744,11 +755,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_failed_script_rolls_back_on_postgres() {
-        let Ok(url) = std::env::var("DAGR_TEST_POSTGRES_URL") else {
-            assert!(std::env::var("CI").is_err(), "CI must set DAGR_TEST_POSTGRES_URL");
-            return;
-        };
-        let store = SqlStore::open_postgres(&url, 2).await.unwrap();
+        let Some(store) = super::postgres_for_tests().await else { return };
         sqlx::query("DELETE FROM events WHERE tenant = 'script-test'").execute(&store.write).await.unwrap();
         a_failed_script_rolls_back(&store).await;
     }

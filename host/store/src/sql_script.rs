@@ -129,6 +129,22 @@ impl Script {
         }
     }
 
+    /// Runs the statements in a transaction of their own on a connection
+    /// of `pool` (on SQLite, BEGIN and COMMIT travel with them: one round
+    /// trip); nothing is left behind if one fails.
+    pub(crate) async fn commit(mut self, pool: &AnyPool) -> Result<()> {
+        let begin = match self.backend {
+            Backend::Sqlite => "BEGIN IMMEDIATE",
+            Backend::Postgres => "BEGIN",
+        };
+        self.statements.insert(0, (begin.to_owned(), Vec::new()));
+        self.push("COMMIT", Vec::new());
+        let mut writer = Writer::acquire(pool).await?;
+        self.run(writer.get()).await?;
+        writer.release();
+        Ok(())
+    }
+
     pub(crate) async fn run(self, conn: &mut sqlx::AnyConnection) -> Result<()> {
         match self.backend {
             Backend::Sqlite => {

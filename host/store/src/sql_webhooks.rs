@@ -1,10 +1,10 @@
 //! [`WebhookStore`] on [`SqlStore`].
 
 use async_trait::async_trait;
+use sqlx::Row;
 use sqlx::any::AnyRow;
-use sqlx::{Executor, Row};
 
-use crate::sql::{Arg, Backend, Script, Writer};
+use crate::sql::{Arg, Script};
 use crate::webhooks::{DeliveryRow, WebhookRow, WebhookState, WebhookStore};
 use crate::{Error, Result, SqlStore};
 
@@ -144,13 +144,7 @@ impl WebhookStore for SqlStore {
              (SELECT at FROM webhook_deliveries WHERE webhook_id = ? ORDER BY at DESC LIMIT ?) AS newest)",
             vec![Arg::Text(first.webhook_id.clone()), Arg::Text(first.webhook_id.clone()), Arg::I64(keep)],
         );
-        let mut conn = Writer::acquire(&self.write).await?;
-        let tx = conn.get();
-        tx.execute(if self.backend == Backend::Sqlite { "BEGIN IMMEDIATE" } else { "BEGIN" }).await?;
-        script.run(&mut *tx).await?;
-        tx.execute("COMMIT").await?;
-        conn.release();
-        Ok(())
+        script.commit(&self.write).await
     }
 
     async fn webhook_secrets_page(&self, after: Option<&str>, limit: i64) -> Result<Vec<(String, String, String)>> {

@@ -231,12 +231,18 @@ fn an_upstream_end_committed_before_the_waits_is_found_by_reading_the_sentinel_a
     assert_eq!(env.store.runs[&down].state, RunState::Waiting);
     // The other master ends it, and its commit lands between this master's
     // read and its waits: its wake-up found nobody waiting.
-    let run = env.store.runs.get_mut(&up).unwrap();
-    run.state = RunState::Succeeded;
-    run.finished_at = Some(env.now);
+    ended_elsewhere(&mut env, &up, RunState::Succeeded);
     env.step(vec![]);
     let effects = env.step(vec![]);
     assert_eq!(dispatched_names(&effects), ["d"], "woken by reading its sentinel again");
+}
+
+/// Another master ends `run` (its commit found no waits yet).
+fn ended_elsewhere(env: &mut TestEnv, run: &str, state: RunState) {
+    let now = env.now;
+    let row = env.store.runs.get_mut(run).unwrap();
+    row.state = state;
+    row.finished_at = Some(now);
 }
 
 /// A run of `workflow` at `at` in a slot this master will not own, and one
@@ -265,10 +271,8 @@ fn a_run_made_and_ended_in_an_empty_window_before_the_waits_commit_is_found_by_r
     assert!(env.store.waits[&down].iter().all(|(.., failures_only)| !failures_only), "no sentinel");
     // The other master makes and ends a run of that day between this
     // master's read and its commit: its wake-up found nobody waiting.
-    let run = env.store.runs.get_mut(&up).unwrap();
-    run.logical_time = DAY + HOUR;
-    run.state = RunState::Succeeded;
-    run.finished_at = Some(env.now);
+    env.store.runs.get_mut(&up).unwrap().logical_time = DAY + HOUR;
+    ended_elsewhere(&mut env, &up, RunState::Succeeded);
     env.step(vec![]);
     let effects = env.step(vec![]);
     assert_eq!(dispatched_names(&effects), ["d"], "woken by reading its window again");
@@ -288,9 +292,7 @@ fn a_failure_beside_the_sentinel_committed_before_the_waits_is_found_by_reading_
     env.step(vec![crate::engine::Input::Ownership(ours)]);
     assert_eq!(env.store.runs[&report].state, RunState::Waiting);
     // It fails between this master's read and its commit.
-    let run = env.store.runs.get_mut(&load).unwrap();
-    run.state = RunState::Failed;
-    run.finished_at = Some(env.now);
+    ended_elsewhere(&mut env, &load, RunState::Failed);
     env.step(vec![]);
     env.step(vec![]);
     assert_eq!(env.store.runs[&report].state, RunState::Failed, "failed by policy, found by reading the day again");
@@ -303,9 +305,7 @@ fn a_success_beside_the_sentinel_committed_before_the_waits_wakes_nobody() {
     let (load, report, ours) = across_masters(&mut env, "loads", DAY + 6 * HOUR, "report");
     env.step(vec![crate::engine::Input::Ownership(ours)]);
     let before = env.store.commands.len();
-    let run = env.store.runs.get_mut(&load).unwrap();
-    run.state = RunState::Succeeded;
-    run.finished_at = Some(env.now);
+    ended_elsewhere(&mut env, &load, RunState::Succeeded);
     env.step(vec![]);
     env.step(vec![]);
     assert_eq!(env.store.commands.len(), before, "a success beside the sentinel is no reason to judge again");

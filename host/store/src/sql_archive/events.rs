@@ -149,22 +149,33 @@ impl ColdConn {
         Ok(())
     }
 
-    /// Writes `events` into the hot table (a restore), keeping any there.
-    pub(super) async fn restore_events(&mut self, events: Vec<EventRow>) -> Result<()> {
-        for e in events {
+    /// Writes `events` into `table` (`{h}events`: a restore), keeping
+    /// any there, a multi-row insert per chunk.
+    pub(super) async fn insert_events(&mut self, table: &str, events: &[EventRow]) -> Result<()> {
+        const COLUMNS: usize = 8;
+        for chunk in events.chunks(64) {
+            let args = chunk
+                .iter()
+                .flat_map(|e| {
+                    [
+                        Arg::I64(e.seq),
+                        Arg::Text(e.tenant.clone()),
+                        Arg::I64(e.at),
+                        Arg::Text(e.kind.clone()),
+                        Arg::OptText(e.workflow.clone()),
+                        Arg::OptText(e.run_id.clone()),
+                        Arg::OptText(e.task.clone()),
+                        Arg::Text(e.data.clone()),
+                    ]
+                })
+                .collect();
+            let values = crate::sql_script::placeholders(chunk.len(), COLUMNS);
             self.run(
-                "INSERT INTO {h}events (seq, tenant, at, kind, workflow, run_id, task, data) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                vec![
-                    Arg::I64(e.seq),
-                    Arg::Text(e.tenant),
-                    Arg::I64(e.at),
-                    Arg::Text(e.kind),
-                    Arg::OptText(e.workflow),
-                    Arg::OptText(e.run_id),
-                    Arg::OptText(e.task),
-                    Arg::Text(e.data),
-                ],
+                &format!(
+                    "INSERT INTO {table} (seq, tenant, at, kind, workflow, run_id, task, data) VALUES {values} \
+                     ON CONFLICT DO NOTHING"
+                ),
+                args,
             )
             .await?;
         }
@@ -219,23 +230,7 @@ mod tests {
         // Make it look like an older partition: rows, no packs.
         let part = store.partitions(Some("t")).await.unwrap().remove(0);
         let mut cold = ColdConn::open(&store, &store.write, &part, false).await.unwrap();
-        for e in &hot {
-            cold.run(
-                "INSERT INTO {c}events (seq, tenant, at, kind, workflow, run_id, task, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                vec![
-                    Arg::I64(e.seq),
-                    Arg::Text(e.tenant.clone()),
-                    Arg::I64(e.at),
-                    Arg::Text(e.kind.clone()),
-                    Arg::OptText(e.workflow.clone()),
-                    Arg::OptText(e.run_id.clone()),
-                    Arg::OptText(e.task.clone()),
-                    Arg::Text(e.data.clone()),
-                ],
-            )
-            .await
-            .unwrap();
-        }
+        cold.insert_events("{c}events", &hot).await.unwrap();
         cold.run("DROP TABLE {c}event_packs", vec![]).await.unwrap();
         assert!(!cold.has_table("event_packs").await.unwrap());
         cold.close().await;

@@ -155,11 +155,7 @@ mod tests {
 
     #[tokio::test]
     async fn postgres_storage_left_by_a_crash_is_swept() {
-        let Ok(url) = std::env::var("DAGR_TEST_POSTGRES_URL") else {
-            assert!(std::env::var("CI").is_err(), "CI must set DAGR_TEST_POSTGRES_URL");
-            return;
-        };
-        let store = SqlStore::open_postgres(&url, 2).await.unwrap();
+        let Some(store) = crate::sql::postgres_for_tests().await else { return };
         a_partition_left_by_a_crash_is_swept(&store, &format!("s{}-", std::process::id())).await;
     }
 
