@@ -97,22 +97,43 @@ async fn network_without_allowlist(lang: Lang) {
     exec.network = NetworkPolicy::deny_all();
     let report = runtime.execute(&plugin, exec).await;
     let output = output_json(&report);
+    // `dagr_sdk.http` and `fetch` go through wasi:http and dagr's allowlist.
+    let dagr = log_from(&report, LogSource::Dagr).join("\n");
+    assert!(dagr.contains("its allowlist is empty"), "{lang:?}: {}", log_text(&report));
     match lang {
-        // componentize-py's CPython has no `socket` module (so no urllib
-        // either); were there one, wasi:sockets is refused by dagr.
         Lang::Python => {
+            assert_eq!(output["http"]["ok"], false, "{output}");
+            assert_eq!(output["http"]["code"], "HTTP-request-denied", "{output}");
+            // componentize-py's CPython has no `socket` module (so no urllib
+            // either); were there one, wasi:sockets is refused by dagr.
             assert_eq!(output["connected"], false, "{output}");
             assert!(output["error"].as_str().is_some_and(|e| !e.is_empty()), "{output}");
         }
-        // `fetch` goes through wasi:http and dagr's allowlist.
-        Lang::Js => {
-            assert_eq!(output["fetch"]["ok"], false, "{output}");
-            let dagr = log_from(&report, LogSource::Dagr).join("\n");
-            assert!(dagr.contains("its allowlist is empty"), "{}", log_text(&report));
-        }
+        Lang::Js => assert_eq!(output["fetch"]["ok"], false, "{output}"),
     }
     assert_eq!(server.requests(), 0, "{lang:?}: a request reached the server");
     assert_echo_works(&runtime).await;
+}
+
+/// The other side of the allowlist: `dagr_sdk.http` reaches a host that is on it.
+#[tokio::test]
+async fn python_http_reaches_a_host_on_the_allowlist() {
+    let server = TestServer::start().await;
+    let runtime = runtime();
+    let plugin = hostile(&runtime, Lang::Python);
+    let mut exec = execution(json!({"case": "fetch", "url": server.url("")}));
+    exec.network = NetworkPolicy::allow([server.host()]).unwrap();
+    let report = runtime.execute(&plugin, exec).await;
+    let output = output_json(&report);
+    assert_eq!(output["status"], 200, "{output}\n{}", log_text(&report));
+    assert_eq!(output["header"], "yes", "{output}");
+    assert_eq!(output["json"], json!({"hello": "world", "n": 42}), "{output}");
+    let echo = &output["echo"];
+    assert_eq!(echo["content_type"], "application/json", "{output}");
+    assert_eq!(echo["headers"]["x-sdk"], "dagr-python", "{output}");
+    assert_eq!(echo["body"], json!({"from": "python"}), "{output}");
+    assert_eq!(output["too_big"], "HTTP-response-body-size", "{output}");
+    assert_eq!(server.requests(), 3);
 }
 
 #[tokio::test]

@@ -83,11 +83,32 @@ fn generated(dir: &Path) -> Vec<(String, String)> {
     files
 }
 
-fn check_contract(lang: &str, generate: impl FnOnce(&Path, &Path) -> Command, kept: &str, comment: (&str, &str)) {
+/// Where the bindings are generated from: `wit/plugin.wit` alone, or (for
+/// Python, which needs wasi:http in its world) the SDK's world with the
+/// contract as a dependency, laid out as `dagr plugin build` lays it out.
+enum World {
+    Contract,
+    PythonSdk,
+}
+
+fn check_contract(
+    lang: &str,
+    world: World,
+    generate: impl FnOnce(&Path, &Path) -> Command,
+    kept: &str,
+    comment: (&str, &str),
+) {
     let work = tempfile::tempdir().unwrap();
     let wit = work.path().join("wit");
-    std::fs::create_dir_all(&wit).unwrap();
-    std::fs::copy(workspace_root().join("wit/plugin.wit"), wit.join("plugin.wit")).unwrap();
+    let contract = match world {
+        World::Contract => wit.join("plugin.wit"),
+        World::PythonSdk => {
+            copy_tree(&workspace_root().join("sdk/python/wit"), &wit);
+            wit.join("deps/dagr-plugin.wit")
+        }
+    };
+    std::fs::create_dir_all(contract.parent().unwrap()).unwrap();
+    std::fs::copy(workspace_root().join("wit/plugin.wit"), contract).unwrap();
     let out = work.path().join("out");
     expect(generate(&wit, &out), 0, &format!("generating the {lang} bindings"));
     let shape = shape(&generated(&out.join(kept)), comment);
@@ -109,6 +130,7 @@ fn check_contract(lang: &str, generate: impl FnOnce(&Path, &Path) -> Command, ke
 fn the_python_sdk_matches_the_wit_contract() {
     check_contract(
         "python",
+        World::PythonSdk,
         |wit, out| {
             let mut command = Command::new(toolchains_dir().join("py/bin/componentize-py"));
             command.arg("-d").arg(wit).args(["-w", "plugin", "bindings"]).arg(out);
@@ -123,6 +145,7 @@ fn the_python_sdk_matches_the_wit_contract() {
 fn the_javascript_sdk_matches_the_wit_contract() {
     check_contract(
         "js",
+        World::Contract,
         |wit, out| {
             let mut command = Command::new(toolchains_dir().join("js/node_modules/.bin/jco"));
             command.arg("types").arg(wit).args(["--world-name", "plugin", "-o"]).arg(out).env("PATH", toolchain_path());

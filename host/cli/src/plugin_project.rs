@@ -298,7 +298,9 @@ fn build_python(project: &Project, out: &Path) -> anyhow::Result<()> {
     };
     eprintln!("building with {}…", tool.display());
     let mut cmd = Command::new(&tool);
-    cmd.args(["-d", ".dagr/sdk/wit", "-w", "plugin", "componentize", "app", "-p", ".", "-p", ".dagr/sdk/python", "-o"])
+    cmd.arg("-d")
+        .arg(Path::new(".dagr/sdk").join(templates::PYTHON_WIT))
+        .args(["-w", "plugin", "componentize", "app", "-p", ".", "-p", ".dagr/sdk/python", "-o"])
         .arg(out)
         .current_dir(&project.dir);
     run_quietly(cmd, "componentize-py")

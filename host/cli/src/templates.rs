@@ -61,11 +61,25 @@ const SDK_RUST: [File; 3] = [
     file("rust/src/testing.rs", include_str!("../../../sdk/src/testing.rs")),
 ];
 
-const SDK_PYTHON: [File; 4] = [
+/// Where a Python project's world lives in `.dagr/sdk/` (componentize-py's `-d`).
+pub const PYTHON_WIT: &str = "python/wit";
+
+const SDK_PYTHON: [File; 14] = [
     file("python/dagr_sdk/__init__.py", include_str!("../../../sdk/python/dagr_sdk/__init__.py")),
     file("python/dagr_sdk/_host.py", include_str!("../../../sdk/python/dagr_sdk/_host.py")),
     file("python/dagr_sdk/_params.py", include_str!("../../../sdk/python/dagr_sdk/_params.py")),
+    file("python/dagr_sdk/http.py", include_str!("../../../sdk/python/dagr_sdk/http.py")),
     file("python/dagr_sdk/testing.py", include_str!("../../../sdk/python/dagr_sdk/testing.py")),
+    // The world componentize-py builds: the contract plus wasi:http.
+    file("python/wit/world.wit", include_str!("../../../sdk/python/wit/world.wit")),
+    file("python/wit/deps/dagr-plugin.wit", WIT.text),
+    file("python/wit/deps/cli.wit", include_str!("../../../sdk/python/wit/deps/cli.wit")),
+    file("python/wit/deps/clocks.wit", include_str!("../../../sdk/python/wit/deps/clocks.wit")),
+    file("python/wit/deps/filesystem.wit", include_str!("../../../sdk/python/wit/deps/filesystem.wit")),
+    file("python/wit/deps/http.wit", include_str!("../../../sdk/python/wit/deps/http.wit")),
+    file("python/wit/deps/io.wit", include_str!("../../../sdk/python/wit/deps/io.wit")),
+    file("python/wit/deps/random.wit", include_str!("../../../sdk/python/wit/deps/random.wit")),
+    file("python/wit/deps/sockets.wit", include_str!("../../../sdk/python/wit/deps/sockets.wit")),
 ];
 
 const SDK_JS: [File; 6] = [

@@ -17,7 +17,7 @@ use dagr_store::{
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::{WebhookConfig, check_destination, sign};
+use crate::{SigningKey, WebhookConfig, check_destination};
 
 /// The most events one request carries.
 const MAX_BATCH: i64 = 100;
@@ -104,6 +104,24 @@ struct Page {
     upto: i64,
 }
 
+/// A subscription's signing key, opened from its sealed secret once (not
+/// once per request: opening decrypts), or why it does not open.
+struct Signer {
+    /// The sealed secret it was opened from.
+    sealed: String,
+    key: Result<SigningKey, String>,
+}
+
+impl Signer {
+    fn open(key: &SecretKey, hook: &WebhookRow) -> Signer {
+        let opened = key
+            .open(&hook.tenant, &webhook_secret_name(&hook.id), &hook.secret)
+            .map_err(|e| format!("the signing secret does not open with this node's secrets key ([secrets] key): {e}"))
+            .and_then(|secret| SigningKey::decode(&secret));
+        Signer { sealed: hook.secret.clone(), key: opened }
+    }
+}
+
 /// Why a subscription's loop stopped.
 enum Stop {
     /// Deleted, disabled, or this node stopped delivering.
@@ -182,6 +200,7 @@ impl Deliverer {
         let mut nudge = self.nudge.clone();
         let kinds = KindFilter::parse(&hook.kinds).unwrap_or_default();
         let scope = EventScope { tenant: Some(hook.tenant.clone()), workflow: hook.workflow.clone(), run_id: None };
+        let mut signer: Option<Signer> = None;
         loop {
             if !*active.borrow() {
                 return Err(Stop::Gone);
@@ -207,10 +226,15 @@ impl Deliverer {
                 self.idle(&mut nudge).await;
                 continue;
             };
+            // Opened once, and again only if the subscription's secret changed.
+            let signer = match signer.take() {
+                Some(s) if s.sealed == hook.secret => signer.insert(s),
+                _ => signer.insert(Signer::open(&self.key, &hook)),
+            };
             let mut page = Page { failing_since: hook.failing_since, delivered: Vec::new(), upto: hook.cursor };
             let wanted: Vec<&EventRow> = events.iter().filter(|e| kinds.wants(&e.kind)).collect();
             for batch in wanted.chunks(hook.batch.clamp(1, MAX_BATCH) as usize) {
-                let outcome = self.deliver(&hook, batch, &mut page, &active).await;
+                let outcome = self.deliver(&hook, signer, batch, &mut page, &active).await;
                 if outcome.is_err() {
                     self.settle(&hook, &mut page).await;
                     return outcome;
@@ -248,6 +272,7 @@ impl Deliverer {
     async fn deliver(
         &self,
         hook: &WebhookRow,
+        signer: &Signer,
         events: &[&EventRow],
         page: &mut Page,
         active: &watch::Receiver<bool>,
@@ -260,7 +285,7 @@ impl Deliverer {
         loop {
             attempt += 1;
             let started = Instant::now();
-            let outcome = self.send(&url, hook, &id, &body).await;
+            let outcome = self.send(&url, signer, &id, &body).await;
             let took = started.elapsed();
             m.request.observe_duration(took);
             let row = DeliveryRow {
@@ -321,16 +346,14 @@ impl Deliverer {
     async fn send(
         &self,
         url: &reqwest::Url,
-        hook: &WebhookRow,
+        signer: &Signer,
         id: &str,
         body: &str,
     ) -> Result<i64, (Option<i64>, String)> {
         check_destination(url, self.config.allow_private).await.map_err(|e| (None, e))?;
         let timestamp = Utc::now().timestamp();
-        let secret = self.key.open(&hook.tenant, &webhook_secret_name(&hook.id), &hook.secret).map_err(|e| {
-            (None, format!("the signing secret does not open with this node's secrets key ([secrets] key): {e}"))
-        })?;
-        let signature = sign(&secret, id, timestamp, body.as_bytes()).map_err(|e| (None, e))?;
+        let key = signer.key.as_ref().map_err(|e| (None, e.clone()))?;
+        let signature = key.sign(id, timestamp, body.as_bytes());
         let response = self
             .http
             .post(url.clone())

@@ -27,7 +27,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 pub use crate::deliver::{Deliverer, event_view};
-pub use crate::sign::{new_secret, sign};
+pub use crate::sign::{SigningKey, new_secret, sign};
 
 /// The longest URL a subscription may have.
 pub const MAX_URL_BYTES: usize = 2048;

@@ -14,16 +14,32 @@ pub fn new_secret() -> String {
 /// The `webhook-signature` header's value for a message: `v1,` and the
 /// base64 HMAC-SHA256, keyed by the secret's bytes, of `id.timestamp.body`.
 pub fn sign(secret: &str, id: &str, timestamp: i64, body: &[u8]) -> Result<String, String> {
-    let key = STANDARD
-        .decode(secret.strip_prefix("whsec_").unwrap_or(secret))
-        .map_err(|e| format!("the signing secret is not base64: {e}"))?;
-    let mut mac = Hmac::<Sha256>::new_from_slice(&key).map_err(|e| e.to_string())?;
-    mac.update(id.as_bytes());
-    mac.update(b".");
-    mac.update(timestamp.to_string().as_bytes());
-    mac.update(b".");
-    mac.update(body);
-    Ok(format!("v1,{}", STANDARD.encode(mac.finalize().into_bytes())))
+    Ok(SigningKey::decode(secret)?.sign(id, timestamp, body))
+}
+
+/// A signing secret, decoded and keyed once for every message it signs.
+#[derive(Clone)]
+pub struct SigningKey(Hmac<Sha256>);
+
+impl SigningKey {
+    /// Decodes a `whsec_…` secret (the prefix is optional).
+    pub fn decode(secret: &str) -> Result<SigningKey, String> {
+        let key = STANDARD
+            .decode(secret.strip_prefix("whsec_").unwrap_or(secret))
+            .map_err(|e| format!("the signing secret is not base64: {e}"))?;
+        Hmac::<Sha256>::new_from_slice(&key).map(SigningKey).map_err(|e| e.to_string())
+    }
+
+    /// The `webhook-signature` header's value for a message (see [`sign`]).
+    pub fn sign(&self, id: &str, timestamp: i64, body: &[u8]) -> String {
+        let mut mac = self.0.clone();
+        mac.update(id.as_bytes());
+        mac.update(b".");
+        mac.update(timestamp.to_string().as_bytes());
+        mac.update(b".");
+        mac.update(body);
+        format!("v1,{}", STANDARD.encode(mac.finalize().into_bytes()))
+    }
 }
 
 #[cfg(test)]

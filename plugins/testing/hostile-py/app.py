@@ -5,6 +5,7 @@ that dagr contains each one exactly as it contains the Rust components."""
 import os
 
 import dagr_sdk as dagr
+from dagr_sdk import http
 
 
 def escape(params):
@@ -27,11 +28,16 @@ def escape(params):
 
 
 def network(params):
-    """Tries to reach a server with no allowlist. componentize-py's CPython
-    has no `socket` module (and so no urllib, http.client or DNS); if a
-    later one has, the connection must still fail: dagr refuses
-    wasi:sockets."""
+    """Tries to reach a server with no allowlist, through every door Python
+    has: `dagr_sdk.http` (wasi:http, which dagr's allowlist guards) and raw
+    sockets (componentize-py's CPython has no `socket` module, so no
+    urllib or DNS either; were there one, dagr refuses wasi:sockets)."""
     outcome = {}
+    try:
+        response = http.get(params["url"], timeout=5)
+        outcome["http"] = {"ok": True, "status": response.status}
+    except http.HttpError as e:
+        outcome["http"] = {"ok": False, "code": e.code, "error": str(e)}
     try:
         import socket
     except ImportError as e:
@@ -45,6 +51,25 @@ def network(params):
         outcome["connected"] = False
         outcome["error"] = f"{type(e).__name__}: {e}"
     return outcome
+
+
+def fetch(params):
+    """A well-behaved request, to a host on the allowlist: GET a JSON
+    document, POST a JSON body, and a body larger than `max_bytes`."""
+    got = http.get(params["url"] + "/json", headers={"accept": "application/json"})
+    echoed = http.post(params["url"] + "/echo", body={"from": "python"}, headers={"x-sdk": "dagr-python"})
+    try:
+        http.get(params["url"] + "/bytes/5000", max_bytes=1000)
+        too_big = None
+    except http.HttpError as e:
+        too_big = e.code
+    return {
+        "status": got.status,
+        "header": got.headers.get("x-test"),
+        "json": got.json(),
+        "echo": echoed.json(),
+        "too_big": too_big,
+    }
 
 
 def recurse(n):
@@ -69,6 +94,8 @@ class Hostile(dagr.Task):
             return escape(params)
         if case == "network":
             return network(params)
+        if case == "fetch":
+            return fetch(params)
         if case == "bigoutput":
             return {"data": "x" * (4 << 20)}
         if case == "biglog":

@@ -38,12 +38,10 @@ What a task can do, as in the Rust SDK:
 - fail with `Retryable` (dagr retries) or `Fatal` (it does not); any other
   exception traps the attempt, and its traceback is in the attempt's log;
 - files in the scratch directory (`/scratch`, also the working directory,
-  `scratch_dir()`), clocks, random numbers.
-
-Outgoing HTTP is not offered to Python plugins by this SDK yet: dagr grants
-`wasi:http` per allowlist, but componentize-py needs the wasi:http WIT in the
-world and an event loop to use it (see docs/plugins/python.md); its CPython
-has no `socket` module, and dagr's sandbox refuses sockets anyway.
+  `scratch_dir()`), clocks, random numbers;
+- outgoing HTTP through wasi:http, to the hosts on the task's allowlist
+  (`from dagr_sdk import http`; `http.get(url).json()`); componentize-py's
+  CPython has no `socket` module, and dagr's sandbox refuses sockets anyway.
 """
 
 import dataclasses
@@ -52,6 +50,7 @@ from collections.abc import Mapping
 from typing import Any, Optional
 
 from . import _host
+from . import http  # `dagr.http`, imported with the SDK (see http.py: a component imports nothing later)
 from ._params import ParamsError, convert, schema_of
 
 __all__ = [
@@ -67,6 +66,7 @@ __all__ = [
     "error",
     "export",
     "grade",
+    "http",
     "info",
     "log",
     "progress",
@@ -260,7 +260,7 @@ def export(task_cls):
         return task_cls
     from componentize_py_types import Err
     from wit_world import exports
-    from wit_world.imports import types as wit
+    from wit_world.imports import dagr_plugin_types as wit
 
     class _Export(exports.Task):
         def describe(self):

@@ -17,7 +17,8 @@ LEVELS = ("trace", "debug", "info", "warn", "error")
 class TestHost:
     """What a native test run records and serves."""
 
-    def __init__(self, secrets=None, cancel_after=None, scratch=None, grade=0):
+    def __init__(self, secrets=None, cancel_after=None, scratch=None, grade=0, http=None):
+        self.http = http  # a callable(http.Request) -> http.Response, or None for real requests
         self.secrets = dict(secrets or {})
         self.grade = grade
         self.cancel_after = cancel_after
@@ -32,7 +33,7 @@ current = None  # the TestHost of the running native test, if any
 
 if IN_WASM:
     from wit_world.imports import host as _wit
-    from wit_world.imports.types import Level as _WitLevel
+    from wit_world.imports.dagr_plugin_types import Level as _WitLevel
 
     _WIT_LEVELS = {
         "trace": _WitLevel.TRACE,

@@ -50,6 +50,7 @@ class TestRun:
         self._cancel_after = None
         self._scratch = None
         self._grade = 0
+        self._http = None
 
     def context(self, **fields) -> "TestRun":
         """Changes fields of the context (tenant, workflow, run_id, task, …)."""
@@ -87,13 +88,20 @@ class TestRun:
         self._scratch = path
         return self
 
+    def http(self, handler) -> "TestRun":
+        """Answers the task's `dagr_sdk.http` requests with `handler`, a
+        callable taking an `http.Request` and returning an `http.Response`
+        (or raising `http.HttpError`). Without one, requests go out for real."""
+        self._http = handler
+        return self
+
     def run(self, task_cls, params=None) -> Outcome:
         """Runs the task with these params (any JSON-serialisable value)."""
         return self.run_raw(task_cls, json.dumps({} if params is None else params))
 
     def run_raw(self, task_cls, params: str) -> Outcome:
         """Runs the task with params given as JSON text, exactly as dagr passes them."""
-        host = _host.TestHost(self._secrets, self._cancel_after, self._scratch, self._grade)
+        host = _host.TestHost(self._secrets, self._cancel_after, self._scratch, self._grade, self._http)
         previous, _host.current = _host.current, host
         outcome = Outcome()
         try:
