@@ -188,7 +188,7 @@ fn metrics() -> &'static Metrics {
 pub struct Alerter {
     store: Arc<dyn Store>,
     config: AlertConfig,
-    http: reqwest::Client,
+    http: crate::Destinations,
 }
 
 impl Alerter {
@@ -196,11 +196,7 @@ impl Alerter {
     /// cluster).
     pub fn start(store: Arc<dyn Store>, config: AlertConfig, active: watch::Receiver<bool>) -> JoinHandle<()> {
         metrics();
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(10))
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .unwrap_or_default();
+        let http = crate::Destinations::new(Duration::from_secs(10), config.allow_private);
         let alerter = Alerter { store, config, http };
         tokio::spawn(async move { alerter.run(active).await })
     }
@@ -431,8 +427,8 @@ impl Alerter {
 
     async fn post(&self, url: &str, body: Value) -> Result<(), String> {
         let url = reqwest::Url::parse(url).map_err(|e| e.to_string())?;
-        crate::check_destination(&url, self.config.allow_private).await?;
-        let response = self.http.post(url).json(&body).send().await.map_err(|e| e.to_string())?;
+        self.http.check(&url).await?;
+        let response = self.http.http.post(url).json(&body).send().await.map_err(|e| crate::dest::with_causes(&e))?;
         if response.status().is_success() {
             Ok(())
         } else {

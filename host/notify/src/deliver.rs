@@ -17,7 +17,8 @@ use dagr_store::{
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::{SigningKey, WebhookConfig, check_destination};
+use crate::dest::with_causes;
+use crate::{Destinations, SigningKey, WebhookConfig};
 
 /// The most events one request carries.
 const MAX_BATCH: i64 = 100;
@@ -86,7 +87,7 @@ fn metrics() -> &'static Metrics {
 pub struct Deliverer {
     store: Arc<dyn Store>,
     config: WebhookConfig,
-    http: reqwest::Client,
+    http: Destinations,
     /// Opens the subscriptions' signing secrets.
     key: SecretKey,
     /// Changes when an engine in this process committed events.
@@ -140,11 +141,7 @@ impl Deliverer {
         nudge: Option<watch::Receiver<u64>>,
     ) -> JoinHandle<()> {
         metrics();
-        let http = reqwest::Client::builder()
-            .timeout(config.timeout)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .unwrap_or_default();
+        let http = Destinations::new(config.timeout, config.allow_private);
         let recent = crate::recent::Recent::new(store.clone(), crate::recent::WINDOW);
         let deliverer = Arc::new(Deliverer { store, config, http, key, nudge, recent });
         tokio::spawn(deliverer.supervise(active))
@@ -350,11 +347,12 @@ impl Deliverer {
         id: &str,
         body: &str,
     ) -> Result<i64, (Option<i64>, String)> {
-        check_destination(url, self.config.allow_private).await.map_err(|e| (None, e))?;
+        self.http.check(url).await.map_err(|e| (None, e))?;
         let timestamp = Utc::now().timestamp();
         let key = signer.key.as_ref().map_err(|e| (None, e.clone()))?;
         let signature = key.sign(id, timestamp, body.as_bytes());
         let response = self
+            .http
             .http
             .post(url.clone())
             .header("content-type", "application/json")
@@ -365,7 +363,7 @@ impl Deliverer {
             .body(body.to_owned())
             .send()
             .await
-            .map_err(|e| (None, format!("{e}")))?;
+            .map_err(|e| (None, with_causes(&e)))?;
         let status = response.status();
         if status.is_success() {
             Ok(status.as_u16() as i64)

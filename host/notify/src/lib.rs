@@ -19,6 +19,7 @@
 
 pub mod alerts;
 mod deliver;
+mod dest;
 pub mod nats;
 mod recent;
 mod sign;
@@ -27,6 +28,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 pub use crate::deliver::{Deliverer, event_view};
+pub use crate::dest::{Destinations, PublicOnly};
 pub use crate::sign::{SigningKey, new_secret, sign};
 
 /// The longest URL a subscription may have.
@@ -88,27 +90,12 @@ pub fn check_url(url: &str, allow_private: bool) -> Result<reqwest::Url, String>
     Ok(parsed)
 }
 
-fn refuse_address(ip: IpAddr, allow_private: bool) -> Result<(), String> {
+pub(crate) fn refuse_address(ip: IpAddr, allow_private: bool) -> Result<(), String> {
     if allow_private || dagr_core::net::is_public(ip) {
         Ok(())
     } else {
         Err(format!("{ip} is not a public address; webhooks go to public addresses ([webhooks] allow_private)"))
     }
-}
-
-/// Resolves the URL's host and checks every address it has (at delivery:
-/// a name may point elsewhere than when it was subscribed).
-pub async fn check_destination(url: &reqwest::Url, allow_private: bool) -> Result<(), String> {
-    if allow_private {
-        return Ok(());
-    }
-    let host = url.host_str().unwrap_or_default().trim_start_matches('[').trim_end_matches(']');
-    let port = url.port_or_known_default().unwrap_or(443);
-    let addrs = tokio::net::lookup_host((host, port)).await.map_err(|e| format!("cannot resolve `{host}`: {e}"))?;
-    for addr in addrs {
-        refuse_address(addr.ip(), false)?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]
