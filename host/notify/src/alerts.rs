@@ -188,7 +188,7 @@ fn metrics() -> &'static Metrics {
 pub struct Alerter {
     store: Arc<dyn Store>,
     config: AlertConfig,
-    http: crate::Destinations,
+    http: crate::dest::Destinations,
 }
 
 impl Alerter {
@@ -196,7 +196,7 @@ impl Alerter {
     /// cluster).
     pub fn start(store: Arc<dyn Store>, config: AlertConfig, active: watch::Receiver<bool>) -> JoinHandle<()> {
         metrics();
-        let http = crate::Destinations::new(Duration::from_secs(10), config.allow_private);
+        let http = crate::dest::Destinations::new(Duration::from_secs(10), config.allow_private);
         let alerter = Alerter { store, config, http };
         tokio::spawn(async move { alerter.run(active).await })
     }
@@ -428,7 +428,7 @@ impl Alerter {
     async fn post(&self, url: &str, body: Value) -> Result<(), String> {
         let url = reqwest::Url::parse(url).map_err(|e| e.to_string())?;
         self.http.check(&url).await?;
-        let response = self.http.http.post(url).json(&body).send().await.map_err(|e| crate::dest::with_causes(&e))?;
+        let response = self.http.post(url).json(&body).send().await.map_err(|e| crate::dest::with_causes(&e))?;
         if response.status().is_success() {
             Ok(())
         } else {

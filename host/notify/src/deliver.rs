@@ -17,8 +17,8 @@ use dagr_store::{
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::dest::with_causes;
-use crate::{Destinations, SigningKey, WebhookConfig};
+use crate::dest::{Destinations, with_causes};
+use crate::{SigningKey, WebhookConfig};
 
 /// The most events one request carries.
 const MAX_BATCH: i64 = 100;
@@ -352,7 +352,6 @@ impl Deliverer {
         let key = signer.key.as_ref().map_err(|e| (None, e.clone()))?;
         let signature = key.sign(id, timestamp, body.as_bytes());
         let response = self
-            .http
             .http
             .post(url.clone())
             .header("content-type", "application/json")

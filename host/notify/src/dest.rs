@@ -10,6 +10,7 @@
 //! addresses it checks are the ones the connection uses.
 
 use std::net::SocketAddr;
+use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,7 +42,7 @@ impl Resolve for PublicOnly {
 /// The client deliveries are sent with, and how its destinations are checked.
 #[derive(Debug, Clone)]
 pub struct Destinations {
-    pub http: reqwest::Client,
+    http: reqwest::Client,
     allow_private: bool,
     /// The client resolves names through [`PublicOnly`].
     names_checked: bool,
@@ -77,12 +78,13 @@ impl Destinations {
         if self.names_checked {
             return Ok(());
         }
-        let port = url.port_or_known_default().unwrap_or(443);
-        let addrs = tokio::net::lookup_host((host, port)).await.map_err(|e| format!("cannot resolve `{host}`: {e}"))?;
-        for addr in addrs {
-            refuse_address(addr.ip(), false)?;
-        }
-        Ok(())
+        let name = Name::from_str(host).map_err(|e| format!("`{host}` is not a host name: {e}"))?;
+        PublicOnly.resolve(name).await.map(drop).map_err(|e| e.to_string())
+    }
+
+    /// A POST to `url` (checked with [`Destinations::check`] first).
+    pub fn post(&self, url: reqwest::Url) -> reqwest::RequestBuilder {
+        self.http.post(url)
     }
 }
 
@@ -106,7 +108,6 @@ pub(crate) fn with_causes(error: &dyn std::error::Error) -> String {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use std::str::FromStr;
 
     #[tokio::test]
     async fn a_name_of_a_loopback_address_is_refused_by_the_resolver() {
@@ -122,7 +123,7 @@ mod tests {
         let destinations = Destinations::new(Duration::from_secs(5), false);
         let url = reqwest::Url::parse(&format!("http://localhost:{port}/hook")).unwrap();
         assert!(destinations.check(&url).await.is_ok(), "names are left to the resolver");
-        let error = destinations.http.post(url).send().await.unwrap_err();
+        let error = destinations.post(url).send().await.unwrap_err();
         let text = with_causes(&error);
         assert!(text.contains("not a public address"), "{text}");
         // Nothing connected.

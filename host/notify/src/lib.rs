@@ -28,7 +28,6 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 pub use crate::deliver::{Deliverer, event_view};
-pub use crate::dest::{Destinations, PublicOnly};
 pub use crate::sign::{SigningKey, new_secret, sign};
 
 /// The longest URL a subscription may have.

@@ -143,8 +143,8 @@ def _send_native(req: Request, timeout: float, max_bytes: int) -> Response:
     native = urllib.request.Request(req.url, data=req.body or None, headers=req.headers, method=req.method)
     try:
         with urllib.request.urlopen(native, timeout=timeout) as answer:
-            status, headers, stream = answer.status, answer.headers, answer
-            body = stream.read(max_bytes + 1)
+            status, headers = answer.status, answer.headers
+            body = answer.read(max_bytes + 1)
     except urllib.error.HTTPError as answer:
         status, headers = answer.code, answer.headers
         body = answer.read(max_bytes + 1)
