@@ -155,12 +155,19 @@ impl CodeCache {
     }
 }
 
-/// Compiles a component, through the cache when there is one.
+/// Compiles a component, through the cache when there is one, and builds its
+/// memory images.
 pub(crate) fn compile(
     engine: &Engine,
     cache: Option<&CodeCache>,
     bytes: &[u8],
 ) -> wasmtime::Result<(Component, CodeSource)> {
+    let (component, source) = compile_code(engine, cache, bytes)?;
+    initialize_memory_images(&component)?;
+    Ok((component, source))
+}
+
+fn compile_code(engine: &Engine, cache: Option<&CodeCache>, bytes: &[u8]) -> wasmtime::Result<(Component, CodeSource)> {
     let sha256 = sha256_hex(bytes);
     if let Some(cache) = cache {
         if let Some(component) = cache.get(engine, &sha256) {
@@ -175,6 +182,37 @@ pub(crate) fn compile(
         return Ok((component, CodeSource::Compiled));
     }
     Ok((Component::new(engine, bytes)?, CodeSource::Compiled))
+}
+
+/// How often building a component's memory images is tried before loading
+/// fails, and the pause before the first retry (doubled each time).
+const IMAGE_TRIES: u32 = 5;
+const IMAGE_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// Builds the copy-on-write images of the component's linear memories now,
+/// at load, instead of at its first instantiation (wasmtime would do it
+/// lazily, so a failure there fails a task).
+///
+/// On Linux each image is a sealed memfd, and sealing it fails with `EBUSY`
+/// while the kernel still holds a transient reference to one of its pages
+/// (a page written on one CPU sits in that CPU's LRU batch, which sealing on
+/// another CPU does not drain). That is not the component's fault and passes
+/// in milliseconds, so it is retried; wasmtime keeps nothing of a failed try.
+fn initialize_memory_images(component: &Component) -> wasmtime::Result<()> {
+    let mut pause = IMAGE_RETRY_PAUSE;
+    let mut tries = 1;
+    loop {
+        match component.initialize_copy_on_write_image() {
+            Ok(()) => return Ok(()),
+            Err(e) if tries < IMAGE_TRIES => {
+                tracing::debug!(error = %format!("{e:#}"), tries, "building the memory images failed; retrying");
+                std::thread::sleep(pause);
+                pause *= 2;
+                tries += 1;
+            }
+            Err(e) => return Err(e.context(format!("building the memory images failed {IMAGE_TRIES} times"))),
+        }
+    }
 }
 
 pub fn sha256_hex(bytes: &[u8]) -> String {

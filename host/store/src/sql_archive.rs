@@ -413,23 +413,7 @@ impl SqlStore {
             let events: Vec<EventRow> =
                 events.into_iter().filter(|e| e.run_id.as_ref().is_some_and(|r| back.contains(r))).collect();
             cold.insert_events("{h}events", &events).await?;
-            for line in lines.into_iter().filter(|l| back.contains(&l.run_id)) {
-                cold.run(
-                    "INSERT INTO {h}logs (run_id, task_idx, attempt, seq, at, source, level, message) \
-                     VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                    vec![
-                        Arg::Text(line.run_id),
-                        Arg::I64(line.task_idx),
-                        Arg::I64(line.attempt),
-                        Arg::I64(line.seq),
-                        Arg::I64(line.at),
-                        Arg::Text(line.source),
-                        Arg::Text(line.level),
-                        Arg::Text(line.message),
-                    ],
-                )
-                .await?;
-            }
+            cold.insert_logs(lines.into_iter().filter(|l| back.contains(&l.run_id))).await?;
             cold.run(
                 "UPDATE {h}archive_partitions SET runs = runs - ? WHERE id = ?",
                 vec![Arg::I64(back.len() as i64), Arg::I64(part.id)],

@@ -6,7 +6,7 @@ use sqlx::{Any, AnyPool, Executor};
 
 use crate::archive::PartitionRow;
 use crate::sql::{Arg, Backend, bind_all};
-use crate::{Error, Result, SqlStore};
+use crate::{Error, LogRow, Result, SqlStore};
 
 /// A connection that sees one cold partition: on SQLite, its file attached
 /// as `cold_p<id>` (detached before the connection goes back to the pool;
@@ -135,6 +135,42 @@ impl ColdConn {
     pub(super) async fn run(&mut self, sql: &str, args: Vec<Arg>) -> Result<u64> {
         let sql = crate::sql::numbered_if(self.alias.is_none(), &self.sql(sql));
         Ok(bind_all(sqlx::query(&sql), args).execute(&mut *self.conn).await?.rows_affected())
+    }
+
+    /// Writes log lines back into the hot `logs` table, many rows per
+    /// statement (a run's logs can be thousands of lines).
+    pub(super) async fn insert_logs(&mut self, lines: impl IntoIterator<Item = LogRow>) -> Result<()> {
+        const COLUMNS: usize = 8;
+        const ROWS: usize = 64;
+        let mut lines = lines.into_iter().peekable();
+        while lines.peek().is_some() {
+            let chunk: Vec<LogRow> = lines.by_ref().take(ROWS).collect();
+            let values = crate::sql_script::placeholders(chunk.len(), COLUMNS);
+            let args = chunk
+                .into_iter()
+                .flat_map(|line| {
+                    [
+                        Arg::Text(line.run_id),
+                        Arg::I64(line.task_idx),
+                        Arg::I64(line.attempt),
+                        Arg::I64(line.seq),
+                        Arg::I64(line.at),
+                        Arg::Text(line.source),
+                        Arg::Text(line.level),
+                        Arg::Text(line.message),
+                    ]
+                })
+                .collect();
+            self.run(
+                &format!(
+                    "INSERT INTO {{h}}logs (run_id, task_idx, attempt, seq, at, source, level, message) \
+                     VALUES {values} ON CONFLICT DO NOTHING"
+                ),
+                args,
+            )
+            .await?;
+        }
+        Ok(())
     }
 
     pub(super) async fn fetch(&mut self, sql: &str, args: Vec<Arg>) -> Result<Vec<AnyRow>> {
