@@ -186,8 +186,8 @@ fn compile_code(engine: &Engine, cache: Option<&CodeCache>, bytes: &[u8]) -> was
 
 /// How often building a component's memory images is tried before loading
 /// fails, and the pause before the first retry (doubled each time).
-const IMAGE_TRIES: u32 = 5;
-const IMAGE_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(5);
+const IMAGE_TRIES: u32 = 8;
+const IMAGE_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// Builds the copy-on-write images of the component's linear memories now,
 /// at load, instead of at its first instantiation (wasmtime would do it
@@ -196,8 +196,10 @@ const IMAGE_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(
 /// On Linux each image is a sealed memfd, and sealing it fails with `EBUSY`
 /// while the kernel still holds a transient reference to one of its pages
 /// (a page written on one CPU sits in that CPU's LRU batch, which sealing on
-/// another CPU does not drain). That is not the component's fault and passes
-/// in milliseconds, so it is retried; wasmtime keeps nothing of a failed try.
+/// another CPU does not drain, or a page being migrated). The kernel waits
+/// ~150 ms for such references before it gives up; it is not the
+/// component's fault and passes, so it is retried (for ~2.5 s at most);
+/// wasmtime keeps nothing of a failed try.
 fn initialize_memory_images(component: &Component) -> wasmtime::Result<()> {
     let mut pause = IMAGE_RETRY_PAUSE;
     let mut tries = 1;
