@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::projects::{component, dagr_in, expect, files, text, toolchain_path};
 use crate::server::DagrServer;
-use crate::support::{serial_blocking, workspace_root};
+use crate::support::{busy_blocking, workspace_root};
 
 /// Server settings for these tests: compiling an 18 MB Python component
 /// takes 13-16 s of CPU, much longer on a machine busy with the rest of the
@@ -18,7 +18,7 @@ use crate::support::{serial_blocking, workspace_root};
 const SERVER_ENV: &[(&str, &str)] = &[("DAGR_PLUGINS__COMPILE_TIMEOUT", "600s"), ("DAGR_PLUGINS__COMPILE_CPU", "300s")];
 
 fn lifecycle(lang: &str, unit_test: &[&str]) {
-    let _serial = serial_blocking();
+    let _busy = busy_blocking();
     let home = tempfile::tempdir().unwrap();
     let name = format!("greet-{lang}");
     expect(dagr_in(home.path(), &["plugin", "new", &name, "--lang", lang]), 0, "dagr plugin new");
@@ -144,7 +144,7 @@ fn same_json(a: &Value, b: &Value) -> bool {
 
 #[test]
 fn the_examples_pass_the_same_cases_in_three_languages() {
-    let _serial = serial_blocking();
+    let _busy = busy_blocking();
     let examples = workspace_root().join("plugins/examples");
     // The same cases, word for word.
     let cases = |lang: &str| -> Vec<(String, String)> {
@@ -167,13 +167,15 @@ fn the_examples_pass_the_same_cases_in_three_languages() {
 
 #[test]
 fn python_and_javascript_plugins_run_beside_rust_ones_in_one_dag() {
-    let _serial = serial_blocking();
+    let _busy = busy_blocking();
     let (python, _) = component("examples/python");
     let (js, _) = component("examples/js");
     let rust = Path::new(dagr_builtins::CSV_SUMMARY_RS_PATH);
     let server = DagrServer::start_with(SERVER_ENV);
     for file in [&python, &js, &rust.to_path_buf()] {
-        let out = server.cli(&["plugin", "push", file.to_str().unwrap()]);
+        // The upload check compiles it: long for Python on a busy machine.
+        let push = server.cli_command(&["plugin", "push", file.to_str().unwrap()]);
+        let out = crate::server::output_within(push, crate::projects::BUILD_TIMEOUT);
         assert!(out.status.success(), "push {}: {}", file.display(), String::from_utf8_lossy(&out.stderr));
     }
     // Rust (script) -> Python -> Rust (script) -> JavaScript -> Rust

@@ -58,6 +58,8 @@ pub fn dagr_in(dir: &Path, args: &[&str]) -> Command {
         .current_dir(dir)
         .env("PATH", toolchain_path())
         .env("DAGR_CODE_CACHE", shared_cache_dir())
+        // The servers' cache too: the CLI must not prune their artifacts.
+        .env("DAGR_CODE_CACHE_KEEP", "0")
         .env_remove("DAGR_LOG");
     command
 }

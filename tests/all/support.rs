@@ -116,18 +116,27 @@ pub async fn assert_echo_works(runtime: &Runtime) {
 }
 
 /// Held by tests that measure time or keep every core busy, so that two of
-/// them never run at once. A tokio mutex, because it is held across awaits
-/// (each test has its own tokio runtime; this mutex needs none).
-pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().await
+/// them never run at once. A tokio lock, because it is held across awaits
+/// (each test has its own tokio runtime; this lock needs none).
+pub async fn serial() -> tokio::sync::RwLockWriteGuard<'static, ()> {
+    SERIAL.write().await
 }
 
 /// [`serial`] for tests that are not async.
-pub fn serial_blocking() -> tokio::sync::MutexGuard<'static, ()> {
-    SERIAL.blocking_lock()
+pub fn serial_blocking() -> tokio::sync::RwLockWriteGuard<'static, ()> {
+    SERIAL.blocking_write()
 }
 
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// Held by tests that only burn CPU (building and compiling Python and
+/// JavaScript components), measure no time and allow long for it: they keep
+/// out of [`serial`] tests' way but may run beside each other. (Before,
+/// they were serial, and as libtest runs tests in name order, a run of them
+/// kept one of the two test threads waiting for the other for minutes.)
+pub fn busy_blocking() -> tokio::sync::RwLockReadGuard<'static, ()> {
+    SERIAL.blocking_read()
+}
+
+static SERIAL: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
 /// Sends the request `make` builds, whose body the server may refuse (401,
 /// 413) before it has read it: the server then answers and closes the

@@ -387,9 +387,23 @@ pub fn load(path: &Path) -> anyhow::Result<(Plugin, Runtime)> {
     })?;
     let plugin = runtime.load_file(path).with_context(|| format!("cannot load {}", path.display()))?;
     if let Some(dir) = cache {
-        prune_cache(&dir, 16);
+        prune_cache(&dir, code_cache_keep()?);
     }
     Ok((plugin, runtime))
+}
+
+/// How many artifacts [`code_cache_dir`] keeps: `DAGR_CODE_CACHE_KEEP`, 0
+/// for every one (a cache shared with a node's `[worker] cache_dir`, whose
+/// artifacts the CLI must not remove); 16 by default.
+fn code_cache_keep() -> anyhow::Result<usize> {
+    const VAR: &str = "DAGR_CODE_CACHE_KEEP";
+    match std::env::var(VAR) {
+        Err(_) => Ok(16),
+        Ok(value) => value
+            .trim()
+            .parse()
+            .map_err(|_| anyhow::anyhow!("{VAR}={value:?} is not a number of artifacts to keep (0 keeps every one)")),
+    }
 }
 
 /// `DAGR_CODE_CACHE`, else `$XDG_CACHE_HOME/dagr/code`, else
@@ -405,8 +419,11 @@ pub fn code_cache_dir() -> Option<PathBuf> {
 }
 
 /// Keeps the `keep` most recently written artifacts (a Python component's
-/// machine code is ~35 MB).
+/// machine code is ~35 MB); 0 keeps them all.
 fn prune_cache(dir: &Path, keep: usize) {
+    if keep == 0 {
+        return;
+    }
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     let mut artifacts: Vec<(SystemTime, PathBuf)> = entries
         .flatten()
@@ -462,5 +479,25 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
         std::fs::write(dir.path().join("app.py"), "x = 1").unwrap();
         assert!(!up_to_date(dir.path(), &out));
+    }
+
+    #[test]
+    fn the_cache_keeps_the_newest_artifacts_or_all_of_them() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["a", "b", "c"] {
+            std::fs::write(dir.path().join(format!("{name}.cwasm")), name).unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::fs::write(dir.path().join("cache.key"), "k").unwrap();
+        let left = || {
+            let mut names: Vec<String> =
+                std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+            names.sort();
+            names
+        };
+        prune_cache(dir.path(), 0);
+        assert_eq!(left(), ["a.cwasm", "b.cwasm", "c.cwasm", "cache.key"]);
+        prune_cache(dir.path(), 2);
+        assert_eq!(left(), ["b.cwasm", "c.cwasm", "cache.key"]);
     }
 }
