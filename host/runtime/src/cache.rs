@@ -46,19 +46,7 @@ impl CodeCache {
     pub(crate) fn open(dir: &Path, engine: &Engine) -> Result<Self> {
         let io = |e: std::io::Error| Error::Cache { path: dir.to_path_buf(), message: e.to_string() };
         fs::create_dir_all(dir).map_err(io)?;
-        let key_path = dir.join(KEY_FILE);
-        let key = match fs::read(&key_path) {
-            Ok(bytes) if bytes.len() == 32 => {
-                let mut key = [0u8; 32];
-                key.copy_from_slice(&bytes);
-                key
-            }
-            _ => {
-                let key: [u8; 32] = rand::random();
-                write_atomically(&key_path, &key, true).map_err(io)?;
-                key
-            }
-        };
+        let key = open_key(&dir.join(KEY_FILE)).map_err(io)?;
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut hasher);
         let fingerprint = format!("{:016x}", hasher.finish());
@@ -139,7 +127,7 @@ impl CodeCache {
         let mut mac = self.mac(&contents);
         mac.update(sha256.as_bytes());
         contents.extend_from_slice(&mac.finalize().into_bytes());
-        if let Err(e) = write_atomically(&self.info_path(sha256), &contents, false) {
+        if let Err(e) = write_atomically(&self.info_path(sha256), &contents) {
             tracing::warn!(dir = %self.dir.display(), error = %e, "cannot write a plugin's description to the cache");
         }
     }
@@ -148,7 +136,7 @@ impl CodeCache {
         let mut contents = Vec::with_capacity(artifact.len() + MAC_LEN);
         contents.extend_from_slice(artifact);
         contents.extend_from_slice(&self.mac(artifact).finalize().into_bytes());
-        if let Err(e) = write_atomically(&self.artifact_path(sha256), &contents, false) {
+        if let Err(e) = write_atomically(&self.artifact_path(sha256), &contents) {
             // A cache that cannot be written only costs time.
             tracing::warn!(dir = %self.dir.display(), error = %e, "cannot write the compiled-code cache");
         }
@@ -221,15 +209,87 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
-fn write_atomically(path: &Path, contents: &[u8], private: bool) -> std::io::Result<()> {
+/// The cache's key: the one on disk, or a new one. Processes that share a
+/// cache directory (nodes, the CLI) and start together must agree on it, or
+/// each would take the others' artifacts for strangers and compile them
+/// again: a new key is written only if no key file exists (the first writer
+/// wins, the others read its key). A key file of the wrong length (torn by
+/// a crash before writes were atomic) is replaced.
+fn open_key(path: &Path) -> std::io::Result<[u8; 32]> {
+    // None: no key file; Some(None): one of the wrong length.
+    let read = |path: &Path| -> std::io::Result<Option<Option<[u8; 32]>>> {
+        match fs::read(path) {
+            Ok(bytes) => Ok(Some(<[u8; 32]>::try_from(bytes.as_slice()).ok())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    };
+    let found = read(path)?;
+    if let Some(Some(key)) = found {
+        return Ok(key);
+    }
+    let key: [u8; 32] = rand::random();
     let dir = path.parent().unwrap_or(Path::new("."));
     let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    if private {
+    {
         use std::os::unix::fs::PermissionsExt;
         tmp.as_file().set_permissions(fs::Permissions::from_mode(0o600))?;
     }
+    tmp.write_all(&key)?;
+    tmp.as_file().sync_all()?;
+    let replace = |tmp: tempfile::NamedTempFile| -> std::io::Result<[u8; 32]> {
+        // Whoever else found it torn replaces it too: the last rename wins,
+        // and a loser only compiles again.
+        tmp.persist(path).map_err(|e| e.error)?;
+        Ok(read(path)?.flatten().unwrap_or(key))
+    };
+    if found.is_some() {
+        return replace(tmp);
+    }
+    match tmp.persist_noclobber(path) {
+        Ok(_) => Ok(key),
+        Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => match read(path)? {
+            Some(Some(theirs)) => Ok(theirs),
+            _ => replace(e.file),
+        },
+        Err(e) => Err(e.error),
+    }
+}
+
+fn write_atomically(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
     tmp.write_all(contents)?;
     tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|e| e.error)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn processes_starting_together_agree_on_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(KEY_FILE);
+        let keys: Vec<[u8; 32]> = std::thread::scope(|scope| {
+            let opens: Vec<_> = (0..8).map(|_| scope.spawn(|| open_key(&path).unwrap())).collect();
+            opens.into_iter().map(|open| open.join().unwrap()).collect()
+        });
+        assert!(keys.iter().all(|key| *key == keys[0]), "every opener got the key on disk");
+        assert_eq!(fs::read(&path).unwrap(), keys[0]);
+        assert_eq!(open_key(&path).unwrap(), keys[0], "and it stays");
+        let mode = std::os::unix::fs::PermissionsExt::mode(&fs::metadata(&path).unwrap().permissions());
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[test]
+    fn a_torn_key_is_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(KEY_FILE);
+        fs::write(&path, b"short").unwrap();
+        let key = open_key(&path).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), key);
+    }
 }
