@@ -427,8 +427,7 @@ impl Alerter {
 
     async fn post(&self, url: &str, body: Value) -> Result<(), String> {
         let url = reqwest::Url::parse(url).map_err(|e| e.to_string())?;
-        self.http.check(&url).await?;
-        let response = self.http.post(url).json(&body).send().await.map_err(|e| crate::dest::with_causes(&e))?;
+        let response = self.http.post(url).await?.json(&body).send().await.map_err(|e| crate::dest::with_causes(&e))?;
         if response.status().is_success() {
             Ok(())
         } else {

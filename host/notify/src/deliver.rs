@@ -347,13 +347,11 @@ impl Deliverer {
         id: &str,
         body: &str,
     ) -> Result<i64, (Option<i64>, String)> {
-        self.http.check(url).await.map_err(|e| (None, e))?;
+        let request = self.http.post(url.clone()).await.map_err(|e| (None, e))?;
         let timestamp = Utc::now().timestamp();
         let key = signer.key.as_ref().map_err(|e| (None, e.clone()))?;
         let signature = key.sign(id, timestamp, body.as_bytes());
-        let response = self
-            .http
-            .post(url.clone())
+        let response = request
             .header("content-type", "application/json")
             .header("user-agent", "dagr-webhooks")
             .header("webhook-id", id)

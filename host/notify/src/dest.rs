@@ -67,7 +67,7 @@ impl Destinations {
     /// Refuses a URL whose host is a non-public address (a literal, which
     /// no resolver sees) or, when the client does not check names itself,
     /// a name with one.
-    pub async fn check(&self, url: &reqwest::Url) -> Result<(), String> {
+    async fn check(&self, url: &reqwest::Url) -> Result<(), String> {
         if self.allow_private {
             return Ok(());
         }
@@ -82,9 +82,10 @@ impl Destinations {
         PublicOnly.resolve(name).await.map(drop).map_err(|e| e.to_string())
     }
 
-    /// A POST to `url` (checked with [`Destinations::check`] first).
-    pub fn post(&self, url: reqwest::Url) -> reqwest::RequestBuilder {
-        self.http.post(url)
+    /// A POST to `url`, once [`Destinations::check`] allows it.
+    pub async fn post(&self, url: reqwest::Url) -> Result<reqwest::RequestBuilder, String> {
+        self.check(&url).await?;
+        Ok(self.http.post(url))
     }
 }
 
@@ -123,7 +124,7 @@ mod tests {
         let destinations = Destinations::new(Duration::from_secs(5), false);
         let url = reqwest::Url::parse(&format!("http://localhost:{port}/hook")).unwrap();
         assert!(destinations.check(&url).await.is_ok(), "names are left to the resolver");
-        let error = destinations.post(url).send().await.unwrap_err();
+        let error = destinations.post(url).await.unwrap().send().await.unwrap_err();
         let text = with_causes(&error);
         assert!(text.contains("not a public address"), "{text}");
         // Nothing connected.

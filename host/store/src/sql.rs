@@ -590,31 +590,9 @@ impl Store for SqlStore {
         if lines.is_empty() {
             return Ok(());
         }
-        let rows = lines
-            .into_iter()
-            .map(|l| {
-                vec![
-                    Arg::Text(l.run_id),
-                    Arg::I64(l.task_idx),
-                    Arg::I64(l.attempt),
-                    Arg::I64(l.seq),
-                    Arg::I64(l.at),
-                    Arg::Text(l.source),
-                    Arg::Text(l.level),
-                    Arg::Text(crate::logs::storable(l.message)),
-                ]
-            })
-            .collect();
+        let rows = lines.into_iter().map(log_args).collect();
         let mut tx = self.write.begin().await?;
-        insert_rows(
-            &mut tx,
-            self.backend,
-            "INSERT INTO logs (run_id, task_idx, attempt, seq, at, source, level, message)",
-            "ON CONFLICT DO NOTHING",
-            8,
-            rows,
-        )
-        .await?;
+        insert_rows(&mut tx, self.backend, &log_insert(""), "ON CONFLICT DO NOTHING", 8, rows).await?;
         tx.commit().await?;
         Ok(())
     }

@@ -100,6 +100,26 @@ pub(crate) fn run_args(r: &RunRow) -> Vec<Arg> {
     ]
 }
 
+/// The head of a multi-row insert into `{table}logs`, [`log_args`] its rows.
+pub(crate) fn log_insert(table_prefix: &str) -> String {
+    format!("INSERT INTO {table_prefix}logs (run_id, task_idx, attempt, seq, at, source, level, message)")
+}
+
+/// A log line's values in [`log_insert`]'s column order, its message made
+/// storable.
+pub(crate) fn log_args(l: LogRow) -> Vec<Arg> {
+    vec![
+        Arg::Text(l.run_id),
+        Arg::I64(l.task_idx),
+        Arg::I64(l.attempt),
+        Arg::I64(l.seq),
+        Arg::I64(l.at),
+        Arg::Text(l.source),
+        Arg::Text(l.level),
+        Arg::Text(crate::logs::storable(l.message)),
+    ]
+}
+
 pub(crate) fn log_from(r: &AnyRow) -> Result<LogRow> {
     Ok(LogRow {
         run_id: r.try_get("run_id")?,

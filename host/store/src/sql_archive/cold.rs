@@ -140,37 +140,10 @@ impl ColdConn {
     /// Writes log lines back into the hot `logs` table, many rows per
     /// statement (a run's logs can be thousands of lines).
     pub(super) async fn insert_logs(&mut self, lines: impl IntoIterator<Item = LogRow>) -> Result<()> {
-        const COLUMNS: usize = 8;
-        const ROWS: usize = 64;
-        let mut lines = lines.into_iter().peekable();
-        while lines.peek().is_some() {
-            let chunk: Vec<LogRow> = lines.by_ref().take(ROWS).collect();
-            let values = crate::sql_script::placeholders(chunk.len(), COLUMNS);
-            let args = chunk
-                .into_iter()
-                .flat_map(|line| {
-                    [
-                        Arg::Text(line.run_id),
-                        Arg::I64(line.task_idx),
-                        Arg::I64(line.attempt),
-                        Arg::I64(line.seq),
-                        Arg::I64(line.at),
-                        Arg::Text(line.source),
-                        Arg::Text(line.level),
-                        Arg::Text(line.message),
-                    ]
-                })
-                .collect();
-            self.run(
-                &format!(
-                    "INSERT INTO {{h}}logs (run_id, task_idx, attempt, seq, at, source, level, message) \
-                     VALUES {values} ON CONFLICT DO NOTHING"
-                ),
-                args,
-            )
-            .await?;
-        }
-        Ok(())
+        let backend = if self.alias.is_some() { Backend::Sqlite } else { Backend::Postgres };
+        let rows = lines.into_iter().map(crate::sql::log_args).collect();
+        let head = crate::sql::log_insert(self.hot);
+        crate::sql::insert_rows(&mut self.conn, backend, &head, "ON CONFLICT DO NOTHING", 8, rows).await
     }
 
     pub(super) async fn fetch(&mut self, sql: &str, args: Vec<Arg>) -> Result<Vec<AnyRow>> {
