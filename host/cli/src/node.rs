@@ -445,16 +445,8 @@ fn start_sinks(settings: &Settings, store: Arc<dyn dagr_store::Store>, active: t
 
 /// Starts the alerter; it raises and sends alerts while `active`.
 fn start_alerts(settings: &Settings, store: Arc<dyn dagr_store::Store>, active: tokio::sync::watch::Receiver<bool>) {
-    let smtp = dagr_notify::alerts::SmtpConfig {
-        host: settings.smtp_host.clone(),
-        port: settings.smtp_port,
-        security: settings.smtp_security.clone(),
-        username: settings.smtp_username.clone(),
-        password: settings.smtp_password.clone(),
-        from: settings.smtp_from.clone(),
-    };
     let config = dagr_notify::alerts::AlertConfig {
-        smtp,
+        smtp: settings.smtp.clone(),
         base_url: settings.alerts_base_url.clone(),
         allow_private: settings.webhooks_allow_private,
         poll: std::time::Duration::from_millis(200),

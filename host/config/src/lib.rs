@@ -192,12 +192,9 @@ pub struct Settings {
     pub metrics_public: bool,
     pub webhooks_allow_private: bool,
     pub nats_url: String,
-    pub smtp_host: String,
-    pub smtp_port: u16,
-    pub smtp_security: String,
-    pub smtp_username: String,
-    pub smtp_password: String,
-    pub smtp_from: String,
+    /// `[smtp]`, checked: the host trimmed, the security one of
+    /// `starttls`, `tls`, `none`, the sender a mailbox.
+    pub smtp: SmtpConfig,
     pub alerts_base_url: String,
     pub nats_prefix: String,
     /// Where spans go (OTLP/HTTP); empty: nowhere.
@@ -398,19 +395,23 @@ impl Config {
             ui_secure_cookie: self.api.ui_secure_cookie,
             metrics_public: self.metrics.public,
             webhooks_allow_private: self.webhooks.allow_private,
-            smtp_host: self.smtp.host.trim().to_owned(),
-            smtp_port: self.smtp.port,
-            smtp_security: match self.smtp.security.as_str() {
-                s @ ("starttls" | "tls" | "none") => s.to_owned(),
-                other => {
-                    return Err(err("smtp.security", format!("`{other}` is not one of starttls, tls, none")));
-                }
-            },
-            smtp_username: self.smtp.username.clone(),
-            smtp_password: self.smtp.password.clone(),
-            smtp_from: match self.smtp.from.as_str() {
-                f if f.contains('@') && !f.contains(['\r', '\n']) => f.to_owned(),
-                f => return Err(err("smtp.from", format!("`{f}` is not a mailbox like `dagr <dagr@example.org>`"))),
+            smtp: SmtpConfig {
+                host: self.smtp.host.trim().to_owned(),
+                port: self.smtp.port,
+                security: match self.smtp.security.as_str() {
+                    s @ ("starttls" | "tls" | "none") => s.to_owned(),
+                    other => {
+                        return Err(err("smtp.security", format!("`{other}` is not one of starttls, tls, none")));
+                    }
+                },
+                username: self.smtp.username.clone(),
+                password: self.smtp.password.clone(),
+                from: match self.smtp.from.as_str() {
+                    f if f.contains('@') && !f.contains(['\r', '\n']) => f.to_owned(),
+                    f => {
+                        return Err(err("smtp.from", format!("`{f}` is not a mailbox like `dagr <dagr@example.org>`")));
+                    }
+                },
             },
             alerts_base_url: self.alerts.base_url.trim_end_matches('/').to_owned(),
             nats_url: match self.nats.url.trim() {

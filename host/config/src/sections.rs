@@ -9,8 +9,11 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SmtpConfig {
+    /// Empty: no mail (rules with the email channel fail to send, saying so).
     pub host: String,
     pub port: u16,
+    /// `starttls` (upgrade, required), `tls` (implicit, port 465) or `none`
+    /// (loopback relays and tests only).
     pub security: String,
     pub username: String,
     pub password: String,

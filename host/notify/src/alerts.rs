@@ -41,19 +41,8 @@ const PAGE: i64 = 500;
 /// The cursor's name in the store.
 const SINK: &str = "alerts";
 
-/// Where mail goes out (`[smtp]`).
-#[derive(Debug, Clone, Default)]
-pub struct SmtpConfig {
-    /// Empty: no mail (rules with the email channel fail to send, saying so).
-    pub host: String,
-    pub port: u16,
-    /// `starttls` (upgrade, required), `tls` (implicit, port 465) or `none`
-    /// (loopback relays and tests only).
-    pub security: String,
-    pub username: String,
-    pub password: String,
-    pub from: String,
-}
+/// Where mail goes out: `[smtp]` as the configuration checked it.
+pub use dagr_config::SmtpConfig;
 
 /// `[alerts]`.
 #[derive(Debug, Clone)]
