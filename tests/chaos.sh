@@ -12,4 +12,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 minutes=${1:-10}
 export DAGR_CHAOS_SECS=$((minutes * 60))
-exec cargo test -p dagr-tests --test all cluster::chaos_soak -- --nocapture
+exec cargo test -p dagr-tests --test all cluster::failover::chaos_soak -- --nocapture
