@@ -26,6 +26,7 @@ pub mod conformance;
 mod conformance_archive;
 mod conformance_outer;
 mod logs;
+mod migrations;
 #[cfg(test)]
 mod migrations_agree;
 pub mod outer;

@@ -119,7 +119,7 @@ impl SqlStore {
                 .connect_with(options.clone())
         };
         let write = connect(1).await?;
-        sqlx::migrate!("./migrations/sqlite").run(&write).await?;
+        crate::migrations::SQLITE.migrator().await?.run(&write).await?;
         let read = connect(4).await?;
         let archive_dir = Some(path.parent().unwrap_or(Path::new(".")).join("archive"));
         Ok(SqlStore { write, read, backend: Backend::Sqlite, archive_dir })
@@ -133,7 +133,7 @@ impl SqlStore {
             .acquire_timeout(Duration::from_secs(30))
             .connect_with(quiet(url)?)
             .await?;
-        sqlx::migrate!("./migrations/postgres").run(&pool).await?;
+        crate::migrations::POSTGRES.migrator().await?.run(&pool).await?;
         Ok(SqlStore { write: pool.clone(), read: pool, backend: Backend::Postgres, archive_dir: None })
     }
 
