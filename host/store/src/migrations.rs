@@ -74,7 +74,14 @@ mod tests {
             let view = |m: &Migrator| {
                 m.iter()
                     .map(|m| {
-                        (m.version, m.description.to_string(), m.migration_type, m.checksum.to_vec(), m.no_tx, m.sql.to_string())
+                        (
+                            m.version,
+                            m.description.to_string(),
+                            m.migration_type,
+                            m.checksum.to_vec(),
+                            m.no_tx,
+                            m.sql.to_string(),
+                        )
                     })
                     .collect::<Vec<_>>()
             };
