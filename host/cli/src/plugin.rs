@@ -269,21 +269,7 @@ fn test_hog() {
 /// `dagr plugin list|push|delete`: the verbs that talk to a server. Like
 /// every client verb, a failure prints `error: …` and exits 1.
 fn server_verb(server: &str, verb: PluginCommand) -> ExitCode {
-    let result = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(anyhow::Error::from)
-        .and_then(|rt| rt.block_on(server_verb_async(server, verb)));
-    match result {
-        Ok(code) => code,
-        Err(e) if e.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) => {
-            ExitCode::FAILURE
-        }
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    crate::client::finish(crate::client::block_on(server_verb_async(server, verb)))
 }
 
 async fn server_verb_async(server: &str, verb: PluginCommand) -> anyhow::Result<ExitCode> {

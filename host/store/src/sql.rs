@@ -590,9 +590,8 @@ impl Store for SqlStore {
         if lines.is_empty() {
             return Ok(());
         }
-        let rows = lines.into_iter().map(log_args).collect();
         let mut tx = self.write.begin().await?;
-        insert_rows(&mut tx, self.backend, &log_insert(""), "ON CONFLICT DO NOTHING", 8, rows).await?;
+        insert_logs(&mut tx, self.backend, "", lines).await?;
         tx.commit().await?;
         Ok(())
     }

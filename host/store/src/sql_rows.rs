@@ -4,7 +4,7 @@
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use crate::sql::Arg;
+use crate::sql::{Arg, Backend, insert_rows};
 use crate::*;
 
 /// The query of a page of runs from `table` (hot or a partition's) as
@@ -100,24 +100,32 @@ pub(crate) fn run_args(r: &RunRow) -> Vec<Arg> {
     ]
 }
 
-/// The head of a multi-row insert into `{table}logs`, [`log_args`] its rows.
-pub(crate) fn log_insert(table_prefix: &str) -> String {
-    format!("INSERT INTO {table_prefix}logs (run_id, task_idx, attempt, seq, at, source, level, message)")
-}
-
-/// A log line's values in [`log_insert`]'s column order, its message made
-/// storable.
-pub(crate) fn log_args(l: LogRow) -> Vec<Arg> {
-    vec![
-        Arg::Text(l.run_id),
-        Arg::I64(l.task_idx),
-        Arg::I64(l.attempt),
-        Arg::I64(l.seq),
-        Arg::I64(l.at),
-        Arg::Text(l.source),
-        Arg::Text(l.level),
-        Arg::Text(crate::logs::storable(l.message)),
-    ]
+/// Inserts log lines into `{table_prefix}logs` (the hot table, or a cold
+/// partition's), many rows per statement, each message made storable; a
+/// line already there is left as it is.
+pub(crate) async fn insert_logs(
+    conn: &mut sqlx::AnyConnection,
+    backend: Backend,
+    table_prefix: &str,
+    lines: impl IntoIterator<Item = LogRow>,
+) -> Result<()> {
+    let rows = lines
+        .into_iter()
+        .map(|l| {
+            vec![
+                Arg::Text(l.run_id),
+                Arg::I64(l.task_idx),
+                Arg::I64(l.attempt),
+                Arg::I64(l.seq),
+                Arg::I64(l.at),
+                Arg::Text(l.source),
+                Arg::Text(l.level),
+                Arg::Text(crate::logs::storable(l.message)),
+            ]
+        })
+        .collect();
+    let head = format!("INSERT INTO {table_prefix}logs (run_id, task_idx, attempt, seq, at, source, level, message)");
+    insert_rows(conn, backend, &head, "ON CONFLICT DO NOTHING", 8, rows).await
 }
 
 pub(crate) fn log_from(r: &AnyRow) -> Result<LogRow> {

@@ -127,27 +127,30 @@ impl ColdConn {
         ]
     }
 
+    /// The database: a partition attached under an alias is SQLite's.
+    fn backend(&self) -> Backend {
+        if self.alias.is_some() { Backend::Sqlite } else { Backend::Postgres }
+    }
+
     /// `sql` with `{c}` and `{h}` naming the cold and hot tables.
     fn sql(&self, sql: &str) -> String {
         sql.replace("{c}", &self.cold).replace("{h}", self.hot)
     }
 
     pub(super) async fn run(&mut self, sql: &str, args: Vec<Arg>) -> Result<u64> {
-        let sql = crate::sql::numbered_if(self.alias.is_none(), &self.sql(sql));
+        let sql = crate::sql::numbered_if(self.backend() == Backend::Postgres, &self.sql(sql));
         Ok(bind_all(sqlx::query(&sql), args).execute(&mut *self.conn).await?.rows_affected())
     }
 
     /// Writes log lines back into the hot `logs` table, many rows per
     /// statement (a run's logs can be thousands of lines).
     pub(super) async fn insert_logs(&mut self, lines: impl IntoIterator<Item = LogRow>) -> Result<()> {
-        let backend = if self.alias.is_some() { Backend::Sqlite } else { Backend::Postgres };
-        let rows = lines.into_iter().map(crate::sql::log_args).collect();
-        let head = crate::sql::log_insert(self.hot);
-        crate::sql::insert_rows(&mut self.conn, backend, &head, "ON CONFLICT DO NOTHING", 8, rows).await
+        let backend = self.backend();
+        crate::sql::insert_logs(&mut self.conn, backend, self.hot, lines).await
     }
 
     pub(super) async fn fetch(&mut self, sql: &str, args: Vec<Arg>) -> Result<Vec<AnyRow>> {
-        let sql = crate::sql::numbered_if(self.alias.is_none(), &self.sql(sql));
+        let sql = crate::sql::numbered_if(self.backend() == Backend::Postgres, &self.sql(sql));
         Ok(bind_all(sqlx::query(&sql), args).fetch_all(&mut *self.conn).await?)
     }
 
@@ -156,7 +159,7 @@ impl ColdConn {
     /// (a restore); a copy into the partition begins deferred and so
     /// locks only the partition's file when it first writes there.
     pub(super) async fn begin(&mut self, immediate: bool) -> Result<()> {
-        let begin = if immediate && self.alias.is_some() { "BEGIN IMMEDIATE" } else { "BEGIN" };
+        let begin = if immediate && self.backend() == Backend::Sqlite { "BEGIN IMMEDIATE" } else { "BEGIN" };
         self.conn.execute(begin).await?;
         Ok(())
     }
