@@ -192,6 +192,19 @@ pub fn dagr_binary() -> &'static Path {
             .arg(workspace_root().join("Cargo.toml"))
             .arg("--target-dir")
             .arg(target_dir);
+        // `cargo test` runs this executable with the test package's own
+        // variables (CARGO_MANIFEST_DIR, CARGO_PKG_NAME, …). Some build
+        // scripts watch those (ring's: `rerun-if-env-changed`), and cargo
+        // compares them with the environment of the build that ran them: with
+        // them set, this build would run ring's build script again and
+        // rebuild ring, rustls and every crate above them up to dagr (about
+        // two minutes of both cores), and the next `cargo test` would do the
+        // same the other way round.
+        for (key, _) in std::env::vars_os() {
+            if key.to_str().is_some_and(is_package_variable) {
+                build.env_remove(key);
+            }
+        }
         match profile {
             "debug" => {}
             "release" => {
@@ -207,6 +220,22 @@ pub fn dagr_binary() -> &'static Path {
         assert!(binary.exists(), "cargo built dagr, but {} does not exist", binary.display());
         binary
     })
+}
+
+/// Whether `cargo test` sets `name` for the package under test (rather than
+/// the person running it: CARGO_HOME, CARGO_TARGET_DIR, CARGO_BUILD_* stay).
+fn is_package_variable(name: &str) -> bool {
+    name.starts_with("CARGO_PKG_")
+        || name.starts_with("CARGO_MANIFEST_")
+        || name.starts_with("CARGO_BIN_")
+        || matches!(
+            name,
+            "CARGO_CRATE_NAME"
+                | "CARGO_PRIMARY_PACKAGE"
+                | "CARGO_TARGET_TMPDIR"
+                | "CARGO_RUSTC_CURRENT_DIR"
+                | "OUT_DIR"
+        )
 }
 
 /// A local HTTP server on 127.0.0.1 with a few fixed routes, for the `http`
