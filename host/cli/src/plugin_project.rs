@@ -341,7 +341,12 @@ fn run_quietly(mut cmd: Command, what: &str) -> anyhow::Result<()> {
 }
 
 /// Whether `artifact` is newer than every file of the project outside
-/// build/, .dagr/, node_modules/, .venv/ and dot-directories.
+/// build/, cases/, .dagr/, node_modules/, .venv/ and dot-directories.
+///
+/// cases/ holds `dagr plugin test`'s inputs and expectations, which are not
+/// part of the component: editing a case must not build it again. (A Python
+/// or JavaScript build is not reproducible, so a rebuild also means new
+/// bytes and compiling them for dagr again: tens of seconds.)
 fn up_to_date(dir: &Path, artifact: &Path) -> bool {
     let Ok(built) = std::fs::metadata(artifact).and_then(|m| m.modified()) else { return false };
     newest_source(dir, 0).is_some_and(|newest| newest <= built)
@@ -354,7 +359,8 @@ fn newest_source(dir: &Path, depth: u32) -> Option<SystemTime> {
         let name = name.to_string_lossy();
         let meta = entry.metadata().ok()?;
         if meta.is_dir() {
-            let skip = name.starts_with('.') || ["build", "node_modules", "target", "__pycache__"].contains(&&*name);
+            let skip =
+                name.starts_with('.') || ["build", "cases", "node_modules", "target", "__pycache__"].contains(&&*name);
             if !skip && depth < 16 {
                 newest = newest.max(newest_source(&entry.path(), depth + 1)?);
             }
@@ -477,6 +483,9 @@ mod tests {
         std::fs::write(&out, "").unwrap();
         assert!(up_to_date(dir.path(), &out));
         std::thread::sleep(Duration::from_millis(20));
+        std::fs::create_dir_all(dir.path().join("cases")).unwrap();
+        std::fs::write(dir.path().join("cases/greets.json"), "{}").unwrap();
+        assert!(up_to_date(dir.path(), &out), "a test case is not a source");
         std::fs::write(dir.path().join("app.py"), "x = 1").unwrap();
         assert!(!up_to_date(dir.path(), &out));
     }
