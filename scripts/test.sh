@@ -70,6 +70,7 @@ PGPORT=$(free_port)
 cleanup() {
   set +e
   if [ -n "${PLUGINS_PID:-}" ]; then kill "$PLUGINS_PID" 2>/dev/null; wait "$PLUGINS_PID" 2>/dev/null; fi
+  if [ -n "${CLUSTER_PID:-}" ]; then kill "$CLUSTER_PID" 2>/dev/null; wait "$CLUSTER_PID" 2>/dev/null; fi
   if [ -n "${ETCD_PID:-}" ]; then kill "$ETCD_PID" 2>/dev/null; wait "$ETCD_PID" 2>/dev/null; fi
   if [ -n "${SMTP_PID:-}" ]; then kill "$SMTP_PID" 2>/dev/null; wait "$SMTP_PID" 2>/dev/null; fi
   as_pg "$PGBIN/pg_ctl" -D "$WORK/pg" -m immediate stop >/dev/null 2>&1
@@ -143,8 +144,33 @@ if [ $# -eq 0 ]; then
   PLUGINS_PID=$!
 fi
 
-log "cargo test ${scope[*]} $* ${CARGO_BUILD_RUSTFLAGS:+(CARGO_BUILD_RUSTFLAGS=$CARGO_BUILD_RUSTFLAGS)}"
-cargo test "${scope[@]}" "$@"
+if [ $# -eq 0 ]; then
+  # The tests that start a whole cluster (tests/all: each starts masters,
+  # workers and an API process) run one at a time, under their own lock
+  # (cluster::exclusive). In one test process, the second test thread
+  # waited on that lock behind them and the machine sat mostly idle for
+  # minutes. So they run in a second process of the same test binary (built
+  # once; this one waits on cargo's lock for the build below, then only
+  # runs), beside the rest, which skips them.
+  CLUSTER_TESTS=(cluster::failover:: cluster_resources:: tls::a_cluster_over_mutual_tls traces::a_run_in_a_cluster)
+  CLUSTER_LOG="${CARGO_TARGET_DIR:-$PWD/target}/cluster-tests.log"
+  log "the cluster tests (${CLUSTER_TESTS[*]}): a second cargo test, in the background"
+  cargo test --workspace --test all -- "${CLUSTER_TESTS[@]}" >"$CLUSTER_LOG" 2>&1 &
+  CLUSTER_PID=$!
+  skips=()
+  for t in "${CLUSTER_TESTS[@]}"; do skips+=(--skip "$t"); done
+  log "cargo test ${scope[*]} -- ${skips[*]} ${CARGO_BUILD_RUSTFLAGS:+(CARGO_BUILD_RUSTFLAGS=$CARGO_BUILD_RUSTFLAGS)}"
+  cargo test "${scope[@]}" -- "${skips[@]}"
+  log "the cluster tests: waiting for them (log: $CLUSTER_LOG)"
+  status=0
+  wait "$CLUSTER_PID" || status=$?
+  CLUSTER_PID=
+  grep -E '^test |^test result|panicked|^failures|^---- ' "$CLUSTER_LOG" || true
+  [ "$status" = 0 ] || { cat "$CLUSTER_LOG"; log "the cluster tests failed (exit $status)"; exit "$status"; }
+else
+  log "cargo test ${scope[*]} $* ${CARGO_BUILD_RUSTFLAGS:+(CARGO_BUILD_RUSTFLAGS=$CARGO_BUILD_RUSTFLAGS)}"
+  cargo test "${scope[@]}" "$@"
+fi
 
 if [ $# -eq 0 ] && [ -n "${DAGR_FUZZ_SECONDS:-}" ]; then
   # Coverage-guided fuzzing of the parsers, DAGR_FUZZ_SECONDS per target.
