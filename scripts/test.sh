@@ -69,8 +69,10 @@ chmod 755 "$WORK"
 PGPORT=$(free_port)
 cleanup() {
   set +e
-  if [ -n "${PLUGINS_PID:-}" ]; then kill "$PLUGINS_PID" 2>/dev/null; wait "$PLUGINS_PID" 2>/dev/null; fi
-  if [ -n "${CLUSTER_PID:-}" ]; then kill "$CLUSTER_PID" 2>/dev/null; wait "$CLUSTER_PID" 2>/dev/null; fi
+  # The background parts (below), each a process group of its own.
+  for pid in "${PLUGINS_PID:-}" "${CLUSTER_PID:-}"; do
+    if [ -n "$pid" ]; then kill -- "-$pid" 2>/dev/null; wait "$pid" 2>/dev/null; fi
+  done
   if [ -n "${ETCD_PID:-}" ]; then kill "$ETCD_PID" 2>/dev/null; wait "$ETCD_PID" 2>/dev/null; fi
   if [ -n "${SMTP_PID:-}" ]; then kill "$SMTP_PID" 2>/dev/null; wait "$SMTP_PID" 2>/dev/null; fi
   as_pg "$PGBIN/pg_ctl" -D "$WORK/pg" -m immediate stop >/dev/null 2>&1
@@ -124,75 +126,109 @@ for arg in "$@"; do
     -p | -p* | --package | --package=*) scope=() ;;
   esac
 done
-if [ $# -eq 0 ]; then
-  # The plugins' own workspace (built to wasm32-wasip2 by dagr-builtins):
-  # its native unit tests and its lints, on the host target, in its own
-  # target directory. It runs beside `cargo test` below, from the start: on
-  # a cold machine it fills the moments the main build leaves a core idle
-  # (about two minutes of work that used to come after the whole suite).
-  HOST=$(rustc -vV | sed -n 's/^host: //p')
-  PLUGINS_LOG="${CARGO_TARGET_DIR:-$PWD/target}/plugins-native.log"
-  mkdir -p "$(dirname "$PLUGINS_LOG")"
-  log "plugins/: cargo test, clippy and fmt on $HOST, in the background"
-  (
-    cd plugins
-    export CARGO_TARGET_DIR="$PWD/../target/plugins-native"
-    cargo fmt --all -- --check
-    cargo clippy --target "$HOST" --workspace --all-targets -- -D warnings
-    cargo test --target "$HOST" --workspace
-  ) >"$PLUGINS_LOG" 2>&1 &
-  PLUGINS_PID=$!
-fi
 
-if [ $# -eq 0 ]; then
-  # The tests that start a whole cluster (tests/all: each starts masters,
-  # workers and an API process) run one at a time, under their own lock
-  # (cluster::exclusive). In one test process, the second test thread
-  # waited on that lock behind them and the machine sat mostly idle for
-  # minutes. So they run in a second process of the same test binary (built
-  # once; this one waits on cargo's lock for the build below, then only
-  # runs), beside the rest, which skips them.
-  CLUSTER_TESTS=(cluster::failover:: cluster_resources:: tls::a_cluster_over_mutual_tls traces::a_run_in_a_cluster)
-  CLUSTER_LOG="${CARGO_TARGET_DIR:-$PWD/target}/cluster-tests.log"
-  log "the cluster tests (${CLUSTER_TESTS[*]}): a second cargo test, in the background"
-  cargo test --workspace --test all -- "${CLUSTER_TESTS[@]}" >"$CLUSTER_LOG" 2>&1 &
-  CLUSTER_PID=$!
-  skips=()
-  for t in "${CLUSTER_TESTS[@]}"; do skips+=(--skip "$t"); done
-  log "cargo test ${scope[*]} -- ${skips[*]} ${CARGO_BUILD_RUSTFLAGS:+(CARGO_BUILD_RUSTFLAGS=$CARGO_BUILD_RUSTFLAGS)}"
-  cargo test "${scope[@]}" -- "${skips[@]}"
-  log "the cluster tests: waiting for them (log: $CLUSTER_LOG)"
-  status=0
-  wait "$CLUSTER_PID" || status=$?
-  CLUSTER_PID=
-  grep -E '^test |^test result|panicked|^failures|^---- ' "$CLUSTER_LOG" || true
-  [ "$status" = 0 ] || { cat "$CLUSTER_LOG"; log "the cluster tests failed (exit $status)"; exit "$status"; }
-else
+if [ $# -gt 0 ]; then
   log "cargo test ${scope[*]} $* ${CARGO_BUILD_RUSTFLAGS:+(CARGO_BUILD_RUSTFLAGS=$CARGO_BUILD_RUSTFLAGS)}"
   cargo test "${scope[@]}" "$@"
+  exit 0
 fi
 
-if [ $# -eq 0 ] && [ -n "${DAGR_FUZZ_SECONDS:-}" ]; then
+# The whole suite. Two parts run in the background beside the main
+# `cargo test`, each in a process group of its own (`set -m` while it
+# starts), so that `cleanup` stops the whole group: cargo does not pass a
+# signal on to what it runs. Every part runs to its end, every part's
+# result is shown, and the script exits with the first failure's status.
+failed=0
+note_status() { # WHAT STATUS
+  if [ "$2" != 0 ]; then
+    log "$1: failed (exit $2)"
+    if [ "$failed" = 0 ]; then failed=$2; fi
+  fi
+}
+in_background() { # LOG COMMAND...: starts it in its own process group; its pid in $!
+  local out=$1
+  shift
+  set -m
+  "$@" >"$out" 2>&1 &
+  set +m
+}
+logs="${CARGO_TARGET_DIR:-$PWD/target}"
+mkdir -p "$logs"
+
+# The plugins' own workspace (built to wasm32-wasip2 by dagr-builtins): its
+# native unit tests and its lints, on the host target, in its own target
+# directory. From the start: on a cold machine it fills the moments the
+# main build leaves a core idle (about two minutes of work that used to
+# come after the whole suite).
+plugins_step() {
+  local host
+  host=$(rustc -vV | sed -n 's/^host: //p')
+  cd plugins
+  export CARGO_TARGET_DIR="$PWD/../target/plugins-native"
+  cargo fmt --all -- --check
+  cargo clippy --target "$host" --workspace --all-targets -- -D warnings
+  cargo test --target "$host" --workspace
+}
+PLUGINS_LOG="$logs/plugins-native.log"
+log "plugins/: cargo test, clippy and fmt on the host target, in the background (log: $PLUGINS_LOG)"
+in_background "$PLUGINS_LOG" plugins_step
+PLUGINS_PID=$!
+
+# The tests that start a whole cluster (tests/all: each starts masters,
+# workers and an API process) run one at a time, under their own lock
+# (cluster::exclusive). In one test process, the second test thread waited
+# on that lock behind them and the machine sat mostly idle for minutes. So
+# they run in a second process of the same test binary (built once: this
+# one waits on cargo's lock for the build, then only runs), beside the
+# rest, which skips them.
+CLUSTER_TESTS=(cluster::failover:: cluster_resources:: tls::a_cluster_over_mutual_tls traces::a_run_in_a_cluster)
+CLUSTER_LOG="$logs/cluster-tests.log"
+log "the cluster tests (${CLUSTER_TESTS[*]}): a second cargo test, in the background (log: $CLUSTER_LOG)"
+in_background "$CLUSTER_LOG" cargo test --workspace --test all -- "${CLUSTER_TESTS[@]}"
+CLUSTER_PID=$!
+
+skips=()
+for t in "${CLUSTER_TESTS[@]}"; do skips+=(--skip "$t"); done
+log "cargo test ${scope[*]} -- ${skips[*]} ${CARGO_BUILD_RUSTFLAGS:+(CARGO_BUILD_RUSTFLAGS=$CARGO_BUILD_RUSTFLAGS)}"
+status=0
+cargo test "${scope[@]}" -- "${skips[@]}" || status=$?
+note_status "cargo test" "$status"
+
+log "the cluster tests: waiting for them"
+status=0
+wait "$CLUSTER_PID" || status=$?
+CLUSTER_PID=
+if [ "$status" = 0 ]; then
+  grep -E '^test result' "$CLUSTER_LOG" || true
+else
+  cat "$CLUSTER_LOG"
+fi
+note_status "the cluster tests" "$status"
+
+if [ -n "${DAGR_FUZZ_SECONDS:-}" ]; then
   # Coverage-guided fuzzing of the parsers, DAGR_FUZZ_SECONDS per target.
   # Not by default: its inputs are random, so it could fail a run on a bug
   # the change at hand did not make; `cargo test` above already checks the
   # same properties on the seeds and a bounded, seeded set of mutations.
   log "libFuzzer over tests/props' targets (scripts/fuzz.sh --ci)"
-  scripts/fuzz.sh --ci
-fi
-
-if [ $# -eq 0 ]; then
-  # The web UI's pure modules (layout, diff, line splitting, routes, the
-  # hygiene checks): node's own test runner, no dependencies.
-  log "web UI: node --test host/api/ui/test/"
-  node --test host/api/ui/test/
-
-  # The plugins' step (started above) ends here: its output, and its
-  # exit status as this script's.
-  log "plugins/: waiting for its cargo test, clippy and fmt (log: $PLUGINS_LOG)"
   status=0
-  wait "$PLUGINS_PID" || status=$?
-  PLUGINS_PID=
-  cat "$PLUGINS_LOG"
-  [ "$status" = 0 ] || { log "plugins/: failed (exit $status)"; exit "$status"; }
+  scripts/fuzz.sh --ci || status=$?
+  note_status "scripts/fuzz.sh --ci" "$status"
 fi
+
+# The web UI's pure modules (layout, diff, line splitting, routes, the
+# hygiene checks): node's own test runner, no dependencies.
+log "web UI: node --test host/api/ui/test/"
+status=0
+node --test host/api/ui/test/ || status=$?
+note_status "node --test host/api/ui/test/" "$status"
+
+log "plugins/: waiting for its cargo test, clippy and fmt"
+status=0
+wait "$PLUGINS_PID" || status=$?
+PLUGINS_PID=
+cat "$PLUGINS_LOG"
+note_status "plugins/" "$status"
+
+if [ "$failed" = 0 ]; then log "all passed"; fi
+exit "$failed"

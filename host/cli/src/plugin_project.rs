@@ -341,9 +341,10 @@ fn run_quietly(mut cmd: Command, what: &str) -> anyhow::Result<()> {
 }
 
 /// Whether `artifact` is newer than every file of the project outside
-/// build/, cases/, .dagr/, node_modules/, .venv/ and dot-directories.
+/// build/, the top cases/, .dagr/, node_modules/, .venv/ and
+/// dot-directories.
 ///
-/// cases/ holds `dagr plugin test`'s inputs and expectations, which are not
+/// The top cases/ holds `dagr plugin test`'s inputs and expectations, which are not
 /// part of the component: editing a case must not build it again. (A Python
 /// or JavaScript build is not reproducible, so a rebuild also means new
 /// bytes and compiling them for dagr again: tens of seconds.)
@@ -359,8 +360,9 @@ fn newest_source(dir: &Path, depth: u32) -> Option<SystemTime> {
         let name = name.to_string_lossy();
         let meta = entry.metadata().ok()?;
         if meta.is_dir() {
-            let skip =
-                name.starts_with('.') || ["build", "cases", "node_modules", "target", "__pycache__"].contains(&&*name);
+            let skip = name.starts_with('.')
+                || ["build", "node_modules", "target", "__pycache__"].contains(&&*name)
+                || (depth == 0 && name == "cases");
             if !skip && depth < 16 {
                 newest = newest.max(newest_source(&entry.path(), depth + 1)?);
             }
@@ -486,6 +488,13 @@ mod tests {
         std::fs::create_dir_all(dir.path().join("cases")).unwrap();
         std::fs::write(dir.path().join("cases/greets.json"), "{}").unwrap();
         assert!(up_to_date(dir.path(), &out), "a test case is not a source");
+        std::fs::create_dir_all(dir.path().join("lib/cases")).unwrap();
+        std::fs::write(dir.path().join("lib/cases/table.py"), "").unwrap();
+        assert!(!up_to_date(dir.path(), &out), "a package named cases deeper down is");
+        std::thread::sleep(Duration::from_millis(20));
+        std::fs::write(&out, "").unwrap();
+        assert!(up_to_date(dir.path(), &out));
+        std::thread::sleep(Duration::from_millis(20));
         std::fs::write(dir.path().join("app.py"), "x = 1").unwrap();
         assert!(!up_to_date(dir.path(), &out));
     }
