@@ -139,10 +139,13 @@ fi
 # signal on to what it runs. Every part runs to its end, every part's
 # result is shown, and the script exits with the first failure's status.
 failed=0
-note_status() { # WHAT STATUS
-  if [ "$2" != 0 ]; then
-    log "$1: failed (exit $2)"
-    if [ "$failed" = 0 ]; then failed=$2; fi
+part() { # WHAT COMMAND...: runs it; a failure is logged, the first one kept as the exit status
+  local what=$1 status=0
+  shift
+  "$@" || status=$?
+  if [ "$status" != 0 ]; then
+    log "$what: failed (exit $status)"
+    if [ "$failed" = 0 ]; then failed=$status; fi
   fi
 }
 in_background() { # LOG COMMAND...: starts it in its own process group; its pid in $!
@@ -189,21 +192,13 @@ CLUSTER_PID=$!
 
 skips=()
 for t in "${CLUSTER_TESTS[@]}"; do skips+=(--skip "$t"); done
-log "cargo test ${scope[*]} -- ${skips[*]} ${CARGO_BUILD_RUSTFLAGS:+(CARGO_BUILD_RUSTFLAGS=$CARGO_BUILD_RUSTFLAGS)}"
-status=0
-cargo test "${scope[@]}" -- "${skips[@]}" || status=$?
-note_status "cargo test" "$status"
+log "cargo test --workspace -- ${skips[*]} ${CARGO_BUILD_RUSTFLAGS:+(CARGO_BUILD_RUSTFLAGS=$CARGO_BUILD_RUSTFLAGS)}"
+part "cargo test" cargo test --workspace -- "${skips[@]}"
 
 log "the cluster tests: waiting for them"
-status=0
-wait "$CLUSTER_PID" || status=$?
+part "the cluster tests" wait "$CLUSTER_PID"
 CLUSTER_PID=
-if [ "$status" = 0 ]; then
-  grep -E '^test result' "$CLUSTER_LOG" || true
-else
-  cat "$CLUSTER_LOG"
-fi
-note_status "the cluster tests" "$status"
+cat "$CLUSTER_LOG"
 
 if [ -n "${DAGR_FUZZ_SECONDS:-}" ]; then
   # Coverage-guided fuzzing of the parsers, DAGR_FUZZ_SECONDS per target.
@@ -211,24 +206,18 @@ if [ -n "${DAGR_FUZZ_SECONDS:-}" ]; then
   # the change at hand did not make; `cargo test` above already checks the
   # same properties on the seeds and a bounded, seeded set of mutations.
   log "libFuzzer over tests/props' targets (scripts/fuzz.sh --ci)"
-  status=0
-  scripts/fuzz.sh --ci || status=$?
-  note_status "scripts/fuzz.sh --ci" "$status"
+  part "scripts/fuzz.sh --ci" scripts/fuzz.sh --ci
 fi
 
 # The web UI's pure modules (layout, diff, line splitting, routes, the
 # hygiene checks): node's own test runner, no dependencies.
 log "web UI: node --test host/api/ui/test/"
-status=0
-node --test host/api/ui/test/ || status=$?
-note_status "node --test host/api/ui/test/" "$status"
+part "node --test host/api/ui/test/" node --test host/api/ui/test/
 
 log "plugins/: waiting for its cargo test, clippy and fmt"
-status=0
-wait "$PLUGINS_PID" || status=$?
+part "plugins/" wait "$PLUGINS_PID"
 PLUGINS_PID=
 cat "$PLUGINS_LOG"
-note_status "plugins/" "$status"
 
 if [ "$failed" = 0 ]; then log "all passed"; fi
 exit "$failed"

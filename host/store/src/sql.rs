@@ -356,7 +356,7 @@ impl Store for SqlStore {
 
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRow>> {
         let (sql, args) = run_filter_sql(filter, "runs");
-        let sql = numbered_if(self.backend == Backend::Postgres, &sql);
+        let sql = numbered_for(self.backend, &sql);
         let rows = bind_all(sqlx::query(&sql), args).fetch_all(&self.read).await?;
         rows.iter().map(run_from).collect()
     }

@@ -200,7 +200,7 @@ impl SqlStore {
     /// anonymous `?` parameters): from the hot tables, or, if they have
     /// none and the run is cold, from its partition. One text for both.
     pub(crate) async fn run_rows(&self, run_id: &str, sql: &str, args: Vec<Arg>) -> Result<Vec<AnyRow>> {
-        let hot = crate::sql::numbered_if(self.backend == Backend::Postgres, &sql.replace("{c}", ""));
+        let hot = crate::sql::numbered_for(self.backend, &sql.replace("{c}", ""));
         let rows = bind_all(sqlx::query(&hot), args.clone()).fetch_all(&self.read).await?;
         if !rows.is_empty() {
             return Ok(rows);
@@ -307,7 +307,7 @@ impl SqlStore {
              RETURNING id, logical_time, created_at",
             ended_states()
         );
-        let sql = crate::sql::numbered_if(self.backend == Backend::Postgres, &sql);
+        let sql = crate::sql::numbered_for(self.backend, &sql);
         let gone = bind_all(sqlx::query(&sql), args).fetch_all(&mut *tx).await?;
         let mut went = Vec::with_capacity(gone.len());
         let (mut lo_l, mut hi_l, mut lo_c, mut hi_c) = (i64::MAX, i64::MIN, i64::MAX, i64::MIN);

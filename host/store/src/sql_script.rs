@@ -74,9 +74,13 @@ pub(crate) fn numbered(sql: &str) -> String {
     out
 }
 
-/// `sql` numbered for PostgreSQL if `postgres`, else as it is.
-pub(crate) fn numbered_if(postgres: bool, sql: &str) -> String {
-    if postgres { numbered(sql) } else { sql.to_owned() }
+/// `sql` with `?` placeholders as `backend` wants them: numbered for
+/// PostgreSQL, as it is for SQLite.
+pub(crate) fn numbered_for(backend: Backend, sql: &str) -> String {
+    match backend {
+        Backend::Sqlite => sql.to_owned(),
+        Backend::Postgres => numbered(sql),
+    }
 }
 
 /// `(?,?),(?,?)` (SQLite) or `($1,$2),($3,$4)` (PostgreSQL).

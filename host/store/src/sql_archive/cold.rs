@@ -138,7 +138,7 @@ impl ColdConn {
     }
 
     pub(super) async fn run(&mut self, sql: &str, args: Vec<Arg>) -> Result<u64> {
-        let sql = crate::sql::numbered_if(self.backend() == Backend::Postgres, &self.sql(sql));
+        let sql = crate::sql::numbered_for(self.backend(), &self.sql(sql));
         Ok(bind_all(sqlx::query(&sql), args).execute(&mut *self.conn).await?.rows_affected())
     }
 
@@ -150,7 +150,7 @@ impl ColdConn {
     }
 
     pub(super) async fn fetch(&mut self, sql: &str, args: Vec<Arg>) -> Result<Vec<AnyRow>> {
-        let sql = crate::sql::numbered_if(self.backend() == Backend::Postgres, &self.sql(sql));
+        let sql = crate::sql::numbered_for(self.backend(), &self.sql(sql));
         Ok(bind_all(sqlx::query(&sql), args).fetch_all(&mut *self.conn).await?)
     }
 
