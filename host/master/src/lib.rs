@@ -238,6 +238,10 @@ pub struct EngineMetrics {
     pub stale_results: AtomicU64,
     /// Writes the store refused because another owner fenced the run.
     pub fenced_writes: AtomicU64,
+    /// Runs this master stopped driving without a write: their slots went
+    /// to another master, or another master claimed them while this one
+    /// was away (a lapsed lease, a rebalance).
+    pub runs_handed_over: AtomicU64,
     pub runs_finished: AtomicU64,
     /// Runs taken over from another owner (or after a restart).
     pub runs_claimed: AtomicU64,

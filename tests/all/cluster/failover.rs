@@ -351,18 +351,28 @@ async fn a_frozen_master_is_fenced_when_it_wakes_up() {
     let details = cluster.wait_all(&runs, Duration::from_secs(90)).await;
     let audit = audit(&cluster, &ledger, &details, true).await;
     assert_eq!(audit.executions, audit.task_instances, "no task ran twice");
-    // What the stale master tried to write after waking up was refused.
+    // The runs the frozen master drove are not its own when it wakes up.
+    // Either it wrote first and the store refused the write (another
+    // master's epoch), or it let them go without a write: its lease had
+    // lapsed, or it saw another master's claim on them. Which comes first
+    // is a race between its own timers and requests (under load, the
+    // second more often); the store's fence itself is tested on both
+    // backends by the store's conformance tests. Nothing it wrote landed:
+    // the audit above found every task run once.
+    // Counted since the freeze.
+    let since = |m: &Value, name: &str| m[name].as_u64().unwrap_or(0) - before[name].as_u64().unwrap_or(0);
+    let let_go = |m: &Value| (since(m, "fenced_writes"), since(m, "runs_handed_over"));
     let mut after = Value::Null;
-    for _ in 0..20 {
+    for _ in 0..40 {
         after = cluster.metrics("m1").await;
-        if after["fenced_writes"].as_u64().unwrap_or(0) > 0 {
+        if let_go(&after) != (0, 0) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    let fenced = after["fenced_writes"].as_u64().unwrap_or(0);
-    eprintln!("stale master: {fenced} fenced writes, metrics {after}");
-    assert!(fenced > 0, "the frozen master tried no write that was refused: {after}");
+    let (fenced, handed_over) = let_go(&after);
+    eprintln!("stale master: {fenced} fenced writes, {handed_over} runs let go, metrics {after}");
+    assert!(fenced + handed_over > 0, "the frozen master let none of its runs go: {after}");
     assert!(cluster.metrics("m2").await["runs_claimed"].as_u64().unwrap_or(0) > 0);
 }
 

@@ -346,6 +346,7 @@ impl EngineState {
         for id in stale {
             tracing::warn!(run = %id, "another master claimed this run since it was loaded here; taking it over again");
             self.drop_run(id);
+            self.counters.runs_handed_over += 1;
         }
         let orphans: Set<u32> = owners
             .iter()

@@ -366,6 +366,7 @@ impl Engine {
             (&m.results, c.results),
             (&m.stale_results, c.stale_results),
             (&m.fenced_writes, c.fenced_writes),
+            (&m.runs_handed_over, c.runs_handed_over),
             (&m.runs_finished, c.runs_finished),
             (&m.runs_claimed, c.runs_claimed),
             (&m.attempts_adopted, c.attempts_adopted),

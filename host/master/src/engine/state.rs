@@ -70,6 +70,10 @@ pub struct Counters {
     pub stale_results: u64,
     /// Writes the store refused because another owner fenced the run.
     pub fenced_writes: u64,
+    /// Runs this master stopped driving without a write: their slots went
+    /// to another master, or another master claimed them while this one
+    /// was away (a lapsed lease, a rebalance).
+    pub runs_handed_over: u64,
     pub runs_finished: u64,
     /// Runs taken over from another owner (or after a restart).
     pub runs_claimed: u64,
@@ -442,6 +446,7 @@ impl EngineState {
             for id in &ids {
                 self.drop_run(id);
             }
+            self.counters.runs_handed_over += ids.len() as u64;
             if !ids.is_empty() {
                 tracing::info!(slots = lost.len(), runs = ids.len(), "handed over slots");
             }

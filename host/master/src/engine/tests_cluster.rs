@@ -106,3 +106,21 @@ fn commands_waiting_for_a_run_of_a_lost_slot_are_left_to_its_new_owner() {
     );
     assert!(!env.state.has_run(&run));
 }
+
+#[test]
+fn a_run_of_a_lost_slot_is_handed_over_without_a_write() {
+    let mut env = TestEnv::new();
+    env.apply("name: one\ntasks:\n- {name: a, plugin: echo}\n");
+    let run = env.trigger("one");
+    let effects = env.step(vec![]);
+    assert_eq!(names(&effects), ["a"]);
+    assert!(env.state.has_run(&run));
+    let epoch = env.store.runs[&run].epoch;
+    // Its lease lapsed: it owns nothing now.
+    let effects = env.step(vec![Input::Ownership(Default::default())]);
+    assert!(!env.state.has_run(&run), "the run is dropped at once");
+    assert_eq!(env.state.counters().runs_handed_over, 1);
+    assert_eq!(env.state.counters().fenced_writes, 0);
+    assert!(effects.batch.fences.is_empty(), "nothing is written for it: {:?}", effects.batch.fences);
+    assert_eq!(env.store.runs[&run].epoch, epoch, "the run is left to its next owner as it was");
+}
