@@ -373,6 +373,10 @@ async fn metrics_pass_promtool_and_move_as_a_run_proceeds() {
     let dispatched = |t: &str| sample(t, "dagr_attempts_dispatched_total").unwrap_or(0.0);
     assert!(dispatched(&after) >= dispatched(&before) + 2.0, "{after}");
     assert!(sample(&after, "dagr_store_commit_seconds_count").unwrap_or(0.0) > 0.0, "{after}");
+    // The stream was handed the run's events (at least its queued, running
+    // and succeeded, and each task's).
+    let lag = |t: &str| sample(t, "dagr_event_stream_lag_seconds_count").unwrap_or(0.0);
+    assert!(lag(&after) >= lag(&before) + 3.0, "{after}");
     for gauge in ["dagr_worker_slots", "dagr_worker_slots_used", "dagr_ready_tasks", "dagr_active_runs"] {
         assert!(sample(&after, gauge).is_some(), "{gauge} is missing: {after}");
     }

@@ -51,6 +51,35 @@ const CHUNK: usize = 256 * 1024;
 /// see that it lives.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
+/// From an event (the engine's decision) to its frame handed to a
+/// stream's connection: how far this server's followers lag, whatever
+/// the clients' own speed.
+fn stream_lag() -> &'static dagr_metrics::Histogram {
+    static LAG: std::sync::OnceLock<Arc<dagr_metrics::Histogram>> = std::sync::OnceLock::new();
+    LAG.get_or_init(|| {
+        dagr_metrics::global().histogram(
+            "dagr_event_stream_lag_seconds",
+            "From an event to its frame handed to an event stream's (SSE) connection.",
+            dagr_metrics::FAST_SECONDS,
+        )
+    })
+}
+
+/// Registers this module's metrics (so that they are listed before the
+/// first stream).
+pub(crate) fn register_metrics() {
+    stream_lag();
+}
+
+/// Counts each event of a chunk in [`stream_lag`].
+fn observe_lag<'a>(events: impl Iterator<Item = &'a Shared>) {
+    let now = chrono::Utc::now().timestamp_millis();
+    let lag = stream_lag();
+    for e in events {
+        lag.observe((now - e.row.at).max(0) as f64 / 1000.0);
+    }
+}
+
 /// An event with its SSE frame (`id`, `event` and `data` lines), made once
 /// and shared by every stream: a stream only copies the frames it wants
 /// into its next write.
@@ -373,14 +402,19 @@ impl Follower {
             self.drain_broadcast();
         }
         if self.ready.is_empty() {
+            observe_lag(std::iter::once(&*first));
             return Some(first.frame.clone());
         }
         let mut chunk = BytesMut::with_capacity(CHUNK.min(first.frame.len() * (self.ready.len() + 1)));
         chunk.extend_from_slice(&first.frame);
+        let mut taken = 0;
         while chunk.len() < CHUNK {
-            let Some(event) = self.ready.pop_front() else { break };
+            let Some(event) = self.ready.get(taken) else { break };
             chunk.extend_from_slice(&event.frame);
+            taken += 1;
         }
+        observe_lag(std::iter::once(&*first).chain(self.ready.range(..taken).map(|e| &**e)));
+        self.ready.drain(..taken);
         Some(chunk.freeze())
     }
 

@@ -178,6 +178,7 @@ impl ApiState {
     ) -> ApiState {
         let events = EventHub::new(store.clone(), config.event_poll, config.max_event_streams);
         let hub = events.clone();
+        events::register_metrics();
         dagr_metrics::global()
             .gauge_fn("dagr_event_streams", "Event streams (SSE) open on this API.", move || hub.streams() as f64);
         ApiState { store, control, plugins, config: Arc::new(config), versions: Default::default(), events }

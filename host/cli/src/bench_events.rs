@@ -6,6 +6,13 @@
 //! the delay from the event's time (the engine's decision) to its
 //! arrival. `--scrape` also reads `/metrics` every second (the admin
 //! token from `DAGR_ADMIN_TOKEN`).
+//!
+//! The followers and the receiver share the machine with the server, so
+//! their delays include their own wait for a core. With the admin token,
+//! the server's side is also shown: its lag histograms
+//! (`dagr_event_stream_lag_seconds`: to a frame handed to the stream's
+//! connection; `dagr_webhook_delivery_lag_seconds`: to the receiver's
+//! answer), read from `/metrics` before and after.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,6 +30,70 @@ pub struct Watchers {
     hooks: Delays,
     webhook_ids: Vec<String>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    http: reqwest::Client,
+    base: String,
+    /// The server's lag histograms when the watch began.
+    lags_before: Option<Lags>,
+}
+
+/// The server's lag histograms: per metric, its cumulative buckets
+/// (upper bound in seconds, count).
+type Lags = Vec<(&'static str, Vec<(f64, u64)>)>;
+
+const LAG_METRICS: [(&str, &str); 2] =
+    [("sse", "dagr_event_stream_lag_seconds"), ("webhooks", "dagr_webhook_delivery_lag_seconds")];
+
+/// Reads the lag histograms from `/metrics` (the admin token from
+/// `DAGR_ADMIN_TOKEN`); `None` without it or when the server has none.
+async fn read_lags(http: &reqwest::Client, base: &str) -> Option<Lags> {
+    let admin = std::env::var("DAGR_ADMIN_TOKEN").ok().filter(|t| !t.is_empty())?;
+    let response = http.get(format!("{base}/metrics")).bearer_auth(admin).send().await.ok()?;
+    let text = response.error_for_status().ok()?.text().await.ok()?;
+    Some(parse_lags(&text))
+}
+
+fn parse_lags(text: &str) -> Lags {
+    LAG_METRICS
+        .iter()
+        .map(|(_, name)| {
+            let prefix = format!("{name}_bucket{{le=\"");
+            let buckets = text
+                .lines()
+                .filter_map(|line| {
+                    let (le, count) = line.strip_prefix(&prefix)?.split_once("\"} ")?;
+                    let le = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };
+                    Some((le, count.trim().parse().ok()?))
+                })
+                .collect();
+            (*name, buckets)
+        })
+        .collect()
+}
+
+/// What the server's histograms counted between two readings: events,
+/// the bucket bounds that hold the median and the 99th percentile, and
+/// the share within 100 ms.
+fn lag_summary(before: &[(f64, u64)], after: &[(f64, u64)]) -> Value {
+    let counts: Vec<(f64, u64)> =
+        after.iter().map(|(le, n)| (*le, n - before.iter().find(|(b, _)| b == le).map_or(0, |(_, m)| *m))).collect();
+    let total = counts.last().map_or(0, |(_, n)| *n);
+    if total == 0 {
+        return json!({"events": 0});
+    }
+    let at_most = |q: f64| {
+        let wanted = (total as f64 * q).ceil() as u64;
+        counts
+            .iter()
+            .find(|(_, n)| *n >= wanted)
+            .map(|(le, _)| if le.is_finite() { json!(le * 1000.0) } else { json!("+Inf") })
+    };
+    let within = counts.iter().filter(|(le, _)| *le <= 0.1).map(|(_, n)| *n).max().unwrap_or(0);
+    json!({
+        "events": total,
+        "p50_at_most_ms": at_most(0.5),
+        "p99_at_most_ms": at_most(0.99),
+        "within_100ms": (within as f64 / total as f64 * 1000.0).round() / 10.0,
+    })
 }
 
 /// What is watched during a bench.
@@ -73,6 +144,7 @@ pub async fn start(api: &Api, base: &str, token: &str, watch: Watch) -> anyhow::
     let hook_delays: Delays = Arc::new(Mutex::new(vec![Vec::new(); webhooks as usize]));
     let mut tasks = Vec::new();
     let http = reqwest::Client::new();
+    let lags_before = read_lags(&http, base).await;
     for i in 0..sse as usize {
         let request = http.get(format!("{base}/v1/events")).bearer_auth(token).header("accept", "text/event-stream");
         let response = request.send().await?.error_for_status()?;
@@ -142,6 +214,7 @@ pub async fn start(api: &Api, base: &str, token: &str, watch: Watch) -> anyhow::
     if scrape {
         let admin = std::env::var("DAGR_ADMIN_TOKEN").unwrap_or_default();
         let url = format!("{base}/metrics");
+        let http = http.clone();
         tasks.push(tokio::spawn(async move {
             loop {
                 let _ = http.get(&url).bearer_auth(&admin).send().await.map(|r| r.bytes());
@@ -149,7 +222,7 @@ pub async fn start(api: &Api, base: &str, token: &str, watch: Watch) -> anyhow::
             }
         }));
     }
-    Ok(Watchers { sse: sse_delays, hooks: hook_delays, webhook_ids, tasks })
+    Ok(Watchers { sse: sse_delays, hooks: hook_delays, webhook_ids, tasks, http, base: base.to_owned(), lags_before })
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -185,7 +258,13 @@ impl Watchers {
         }
         let sse = summary(&self.sse.lock().unwrap_or_else(|e| e.into_inner()), expected);
         let hooks = summary(&self.hooks.lock().unwrap_or_else(|e| e.into_inner()), expected);
-        println!("{}", json!({"expected_per_follower": expected, "sse": sse, "webhooks": hooks}));
+        let mut line = json!({"expected_per_follower": expected, "sse": sse, "webhooks": hooks});
+        if let (Some(before), Some(after)) = (&self.lags_before, read_lags(&self.http, &self.base).await) {
+            for ((key, _), ((_, before), (_, after))) in LAG_METRICS.iter().zip(before.iter().zip(&after)) {
+                line[*key]["server"] = lag_summary(before, after);
+            }
+        }
+        println!("{line}");
         for task in &self.tasks {
             task.abort();
         }
@@ -193,5 +272,38 @@ impl Watchers {
             let _ = api.send(api.delete(&["v1", "webhooks", id])).await;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn text(counts: [u64; 4]) -> String {
+        format!(
+            "# TYPE dagr_event_stream_lag_seconds histogram\n\
+             dagr_event_stream_lag_seconds_bucket{{le=\"0.01\"}} {}\n\
+             dagr_event_stream_lag_seconds_bucket{{le=\"0.1\"}} {}\n\
+             dagr_event_stream_lag_seconds_bucket{{le=\"1\"}} {}\n\
+             dagr_event_stream_lag_seconds_bucket{{le=\"+Inf\"}} {}\n\
+             dagr_event_stream_lag_seconds_sum 1.5\n",
+            counts[0], counts[1], counts[2], counts[3]
+        )
+    }
+
+    #[test]
+    fn the_server_s_lag_is_what_its_histogram_counted_in_between() {
+        let before = parse_lags(&text([5, 5, 5, 5]));
+        assert_eq!(before[0].1, vec![(0.01, 5), (0.1, 5), (1.0, 5), (f64::INFINITY, 5)]);
+        assert!(before[1].1.is_empty(), "no webhook histogram in this text");
+        // 100 more: 60 within 10 ms, 39 more within 100 ms, one within 1 s.
+        let after = parse_lags(&text([65, 104, 105, 105]));
+        let summary = lag_summary(&before[0].1, &after[0].1);
+        assert_eq!(summary["events"], 100);
+        assert_eq!(summary["p50_at_most_ms"], 10.0);
+        assert_eq!(summary["p99_at_most_ms"], 100.0);
+        assert_eq!(summary["within_100ms"], 99.0);
+        assert_eq!(lag_summary(&before[1].1, &after[1].1), json!({"events": 0}));
     }
 }
