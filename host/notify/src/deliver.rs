@@ -18,6 +18,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::dest::{Destinations, with_causes};
+use crate::recent::Recorded;
 use crate::{SigningKey, WebhookConfig};
 
 /// The most events one request carries.
@@ -219,7 +220,7 @@ impl Deliverer {
                     Vec::new()
                 }
             };
-            let Some(last) = events.last().map(|e| e.seq) else {
+            let Some(last) = events.last().map(|e| e.row.seq) else {
                 self.idle(&mut nudge).await;
                 continue;
             };
@@ -229,14 +230,14 @@ impl Deliverer {
                 _ => signer.insert(Signer::open(&self.key, &hook)),
             };
             let mut page = Page { failing_since: hook.failing_since, delivered: Vec::new(), upto: hook.cursor };
-            let wanted: Vec<&EventRow> = events.iter().filter(|e| kinds.wants(&e.kind)).collect();
+            let wanted: Vec<&Recorded> = events.iter().filter(|e| kinds.wants(&e.row.kind)).map(|e| &**e).collect();
             for batch in wanted.chunks(hook.batch.clamp(1, MAX_BATCH) as usize) {
                 let outcome = self.deliver(&hook, signer, batch, &mut page, &active).await;
                 if outcome.is_err() {
                     self.settle(&hook, &mut page).await;
                     return outcome;
                 }
-                page.upto = batch.last().map_or(page.upto, |e| e.seq);
+                page.upto = batch.last().map_or(page.upto, |e| e.row.seq);
             }
             // The page's cursor and log in one write each: a restart repeats
             // at most this page (same webhook-ids, for receivers to drop).
@@ -270,12 +271,14 @@ impl Deliverer {
         &self,
         hook: &WebhookRow,
         signer: &Signer,
-        events: &[&EventRow],
+        events: &[&Recorded],
         page: &mut Page,
         active: &watch::Receiver<bool>,
     ) -> Result<(), Stop> {
         let m = metrics();
-        let (Some(first), Some(last)) = (events.first(), events.last()) else { return Ok(()) };
+        let (Some(first), Some(last)) = (events.first().map(|e| &e.row), events.last().map(|e| &e.row)) else {
+            return Ok(());
+        };
         let (id, body) = message(hook.batch > 1, events);
         let url = reqwest::Url::parse(&hook.url).map_err(|_| Stop::Gone)?;
         let mut attempt = 0i64;
@@ -300,7 +303,7 @@ impl Deliverer {
                     m.deliveries.with(&["delivered"]).inc();
                     let now = now_ms();
                     for event in events {
-                        m.lag.observe((now - event.at).max(0) as f64 / 1000.0);
+                        m.lag.observe((now - event.row.at).max(0) as f64 / 1000.0);
                     }
                     if page.failing_since.take().is_some() {
                         let _ = self.store.set_webhook_failing(&hook.id, None).await;
@@ -446,28 +449,35 @@ impl<'a> Envelope<'a> {
     }
 }
 
-#[derive(serde::Serialize)]
-struct Batch<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    timestamp: String,
-    data: Vec<Envelope<'a>>,
+/// The event as a request carries it alone: its [`Envelope`] as JSON.
+pub(crate) fn envelope(e: &EventRow) -> String {
+    serde_json::to_string(&Envelope::of(e)).unwrap_or_else(|_| "{}".to_owned())
 }
 
 /// A request's `webhook-id` and body: one event as the Standard Webhooks
 /// specification has it, or (`batch`) several, consecutive in the log,
-/// each as it would be alone.
-fn message(batch: bool, events: &[&EventRow]) -> (String, String) {
-    let text = |body: Result<String, serde_json::Error>| body.unwrap_or_else(|_| "{}".to_owned());
+/// each as it would be alone: `{"type":"batch","timestamp":…,"data":[…]}`
+/// with each event's envelope as made once for every subscription.
+fn message(batch: bool, events: &[&Recorded]) -> (String, String) {
     match events {
-        [event] if !batch => (format!("evt_{}", event.seq), text(serde_json::to_string(&Envelope::of(event)))),
+        [event] if !batch => (format!("evt_{}", event.row.seq), event.envelope().to_owned()),
         _ => {
-            let first = events.first().map_or(0, |e| e.seq);
-            let last = events.last().map_or(0, |e| e.seq);
-            let at = events.last().map_or(0, |e| e.at);
-            let body =
-                Batch { kind: "batch", timestamp: time(at), data: events.iter().map(|e| Envelope::of(e)).collect() };
-            (format!("evt_{first}-{last}"), text(serde_json::to_string(&body)))
+            let first = events.first().map_or(0, |e| e.row.seq);
+            let last = events.last().map_or(0, |e| e.row.seq);
+            let at = events.last().map_or(0, |e| e.row.at);
+            let size = events.iter().map(|e| e.envelope().len() + 1).sum::<usize>() + 64;
+            let mut body = String::with_capacity(size);
+            body.push_str(r#"{"type":"batch","timestamp":""#);
+            body.push_str(&time(at));
+            body.push_str(r#"","data":["#);
+            for (i, event) in events.iter().enumerate() {
+                if i > 0 {
+                    body.push(',');
+                }
+                body.push_str(event.envelope());
+            }
+            body.push_str("]}");
+            (format!("evt_{first}-{last}"), body)
         }
     }
 }
@@ -497,22 +507,35 @@ mod tests {
         }
     }
 
+    /// A batch as serde would write it: what [`message`] writes by hand.
+    #[derive(serde::Serialize)]
+    struct Batch<'a> {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        timestamp: String,
+        data: Vec<Envelope<'a>>,
+    }
+
     #[test]
     fn a_message_is_one_event_or_a_batch() {
-        let (a, b) = (event(7), event(9));
-        let (id, body) = message(false, &[&a]);
+        let (a, b) = (Recorded::new(event(7)), Recorded::new(event(9)));
+        let (a, b) = (&*a, &*b);
+        let (id, body) = message(false, &[a]);
         let body: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(id, "evt_7");
         assert_eq!(body["type"], "task.state");
         assert_eq!(body["data"]["seq"], 7);
         assert_eq!(body["data"]["data"]["state"], "running");
-        let (id, batch) = message(true, &[&a, &b]);
-        let batch: serde_json::Value = serde_json::from_str(&batch).unwrap();
+        let (id, text) = message(true, &[a, b]);
+        let by_serde =
+            Batch { kind: "batch", timestamp: time(b.row.at), data: vec![Envelope::of(&a.row), Envelope::of(&b.row)] };
+        assert_eq!(text, serde_json::to_string(&by_serde).unwrap(), "the same bytes as serde's");
+        let batch: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(id, "evt_7-9");
         assert_eq!(batch["type"], "batch");
         assert_eq!(batch["data"][0], body, "each event in a batch as it is alone");
         assert_eq!(batch["data"][1]["data"]["seq"], 9);
-        let (id, single) = message(true, &[&b]);
+        let (id, single) = message(true, &[b]);
         assert_eq!(id, "evt_9-9", "a batching subscription always gets batches");
         assert!(single.contains(r#""type":"batch""#));
     }
@@ -524,7 +547,7 @@ mod tests {
         let mut broken = event(4);
         broken.data = "{not json".into();
         for e in [event(2), quiet, broken] {
-            let (_, body) = message(false, &[&e]);
+            let (_, body) = message(false, &[&Recorded::new(e.clone())]);
             let body: serde_json::Value = serde_json::from_str(&body).unwrap();
             assert_eq!(body["data"], serde_json::to_value(event_view(&e)).unwrap(), "{body}");
             assert_eq!(body["timestamp"], body["data"]["at"]);

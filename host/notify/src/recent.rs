@@ -10,9 +10,14 @@
 //! `dagr_store::Store::event_page`). A subscription whose cursor is in the
 //! window is answered from it; one further behind reads the store, as
 //! before. The window keeps at most [`WINDOW`] events.
+//!
+//! The window's events are shared, not copied, with every subscription
+//! that delivers them, and so is each one's webhook envelope, serialized
+//! once ([`Recorded::envelope`]): ten subscriptions used to copy every
+//! event's row ten times and serialize it ten times.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use dagr_store::{EventRow, EventScope, Result, Store};
 use tokio::sync::Mutex;
@@ -28,12 +33,30 @@ pub(crate) struct Recent {
     window: Mutex<Window>,
 }
 
+/// An event, with its webhook envelope once some subscription needed it.
+#[derive(Debug)]
+pub(crate) struct Recorded {
+    pub(crate) row: EventRow,
+    envelope: OnceLock<String>,
+}
+
+impl Recorded {
+    pub(crate) fn new(row: EventRow) -> Arc<Recorded> {
+        Arc::new(Recorded { row, envelope: OnceLock::new() })
+    }
+
+    /// The event as a request carries it alone (see `deliver::envelope`).
+    pub(crate) fn envelope(&self) -> &str {
+        self.envelope.get_or_init(|| crate::deliver::envelope(&self.row))
+    }
+}
+
 #[derive(Default)]
 struct Window {
     /// Every event numbered in (`from`, `to`] is in `events`, in order;
     /// `None`: not started.
     span: Option<(i64, i64)>,
-    events: VecDeque<Arc<EventRow>>,
+    events: VecDeque<Arc<Recorded>>,
 }
 
 /// Whether `scope` covers `e` (as the store's reads by scope do).
@@ -46,12 +69,12 @@ fn covers(scope: &EventScope, e: &EventRow) -> bool {
 impl Window {
     /// Up to `limit` events of `scope` after `after`; `None` if `after` is
     /// before the window.
-    fn page(&self, scope: &EventScope, after: i64, limit: usize) -> Option<Vec<EventRow>> {
+    fn page(&self, scope: &EventScope, after: i64, limit: usize) -> Option<Vec<Arc<Recorded>>> {
         if !self.holds(after) {
             return None;
         }
-        let start = self.events.partition_point(|e| e.seq <= after);
-        Some(self.events.range(start..).filter(|e| covers(scope, e)).take(limit).map(|e| (**e).clone()).collect())
+        let start = self.events.partition_point(|e| e.row.seq <= after);
+        Some(self.events.range(start..).filter(|e| covers(scope, &e.row)).take(limit).cloned().collect())
     }
 
     /// Whether every event after `after` that the window could have is
@@ -66,11 +89,11 @@ impl Window {
         let Some((from, to)) = self.span.as_mut() else { return };
         for e in read {
             *to = e.seq;
-            self.events.push_back(Arc::new(e));
+            self.events.push_back(Recorded::new(e));
         }
         while self.events.len() > capacity {
             if let Some(e) = self.events.pop_front() {
-                *from = e.seq;
+                *from = e.row.seq;
             }
         }
     }
@@ -83,7 +106,7 @@ impl Recent {
 
     /// Up to `limit` events of `scope` after `after`, in order, as
     /// [`Store::event_page`] would read them.
-    pub(crate) async fn page(&self, scope: &EventScope, after: i64, limit: i64) -> Result<Vec<EventRow>> {
+    pub(crate) async fn page(&self, scope: &EventScope, after: i64, limit: i64) -> Result<Vec<Arc<Recorded>>> {
         let want = limit.max(1) as usize;
         let mut window = self.window.lock().await;
         if window.span.is_none() {
@@ -99,7 +122,7 @@ impl Recent {
         }
         if !window.holds(after) {
             drop(window);
-            return self.store.event_page(scope, after, limit).await;
+            return self.read_store(scope, after, limit).await;
         }
         // Short of a full page: what is new in the log, first. Further
         // behind the head than the window holds, it starts again there.
@@ -124,9 +147,13 @@ impl Recent {
             // Filling pushed `after` out of the window.
             None => {
                 drop(window);
-                self.store.event_page(scope, after, limit).await
+                self.read_store(scope, after, limit).await
             }
         }
+    }
+
+    async fn read_store(&self, scope: &EventScope, after: i64, limit: i64) -> Result<Vec<Arc<Recorded>>> {
+        Ok(self.store.event_page(scope, after, limit).await?.into_iter().map(Recorded::new).collect())
     }
 }
 
@@ -173,7 +200,8 @@ mod tests {
         let same = |scope: &EventScope, after: i64, limit: i64| {
             let (recent, store, scope) = (&recent, store.clone(), scope.clone());
             async move {
-                let got = recent.page(&scope, after, limit).await.unwrap();
+                let got: Vec<EventRow> =
+                    recent.page(&scope, after, limit).await.unwrap().iter().map(|e| e.row.clone()).collect();
                 let want = store.event_page(&scope, after, limit).await.unwrap();
                 assert_eq!(got, want, "scope {scope:?} after {after} limit {limit}");
                 got
