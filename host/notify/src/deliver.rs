@@ -230,9 +230,11 @@ impl Deliverer {
                 _ => signer.insert(Signer::open(&self.key, &hook)),
             };
             let mut page = Page { failing_since: hook.failing_since, delivered: Vec::new(), upto: hook.cursor };
+            // Parsed once a page, not once a request.
+            let url = reqwest::Url::parse(&hook.url).map_err(|_| Stop::Gone)?;
             let wanted: Vec<&Recorded> = events.iter().filter(|e| kinds.wants(&e.row.kind)).map(|e| &**e).collect();
             for batch in wanted.chunks(hook.batch.clamp(1, MAX_BATCH) as usize) {
-                let outcome = self.deliver(&hook, signer, batch, &mut page, &active).await;
+                let outcome = self.deliver(&hook, &url, signer, batch, &mut page, &active).await;
                 if outcome.is_err() {
                     self.settle(&hook, &mut page).await;
                     return outcome;
@@ -270,6 +272,7 @@ impl Deliverer {
     async fn deliver(
         &self,
         hook: &WebhookRow,
+        url: &reqwest::Url,
         signer: &Signer,
         events: &[&Recorded],
         page: &mut Page,
@@ -280,12 +283,13 @@ impl Deliverer {
             return Ok(());
         };
         let (id, body) = message(hook.batch > 1, events);
-        let url = reqwest::Url::parse(&hook.url).map_err(|_| Stop::Gone)?;
+        // Shared by every attempt, not copied.
+        let body = bytes::Bytes::from(body);
         let mut attempt = 0i64;
         loop {
             attempt += 1;
             let started = Instant::now();
-            let outcome = self.send(&url, signer, &id, &body).await;
+            let outcome = self.send(url, signer, &id, &body).await;
             let took = started.elapsed();
             m.request.observe_duration(took);
             let row = DeliveryRow {
@@ -348,19 +352,19 @@ impl Deliverer {
         url: &reqwest::Url,
         signer: &Signer,
         id: &str,
-        body: &str,
+        body: &bytes::Bytes,
     ) -> Result<i64, (Option<i64>, String)> {
         let request = self.http.post(url.clone()).await.map_err(|e| (None, e))?;
         let timestamp = Utc::now().timestamp();
         let key = signer.key.as_ref().map_err(|e| (None, e.clone()))?;
-        let signature = key.sign(id, timestamp, body.as_bytes());
+        let signature = key.sign(id, timestamp, body);
         let response = request
             .header("content-type", "application/json")
             .header("user-agent", "dagr-webhooks")
             .header("webhook-id", id)
             .header("webhook-timestamp", timestamp.to_string())
             .header("webhook-signature", signature)
-            .body(body.to_owned())
+            .body(body.clone())
             .send()
             .await
             .map_err(|e| (None, with_causes(&e)))?;
