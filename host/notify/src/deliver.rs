@@ -25,8 +25,8 @@ use crate::{SigningKey, WebhookConfig};
 const MAX_BATCH: i64 = 100;
 
 /// Events read at once for one subscription that takes one per request:
-/// its cursor (and its delivery log) is written once per page, so a
-/// restart repeats at most a page.
+/// its cursor (and its delivery log) is written once per page, while the
+/// next page goes out, so a restart repeats at most two pages.
 const PAGE: i64 = 100;
 /// Requests per page for a batching subscription.
 const BATCHES_PER_PAGE: i64 = 10;
@@ -199,6 +199,10 @@ impl Deliverer {
         let kinds = KindFilter::parse(&hook.kinds).unwrap_or_default();
         let scope = EventScope { tenant: Some(hook.tenant.clone()), workflow: hook.workflow.clone(), run_id: None };
         let mut signer: Option<Signer> = None;
+        // Where the pages delivered so far end (the stored cursor may not
+        // have caught up), and the write of the last one's log and cursor.
+        let mut cursor = i64::MIN;
+        let mut settling: Option<JoinHandle<()>> = None;
         loop {
             if !*active.borrow() {
                 return Err(Stop::Gone);
@@ -213,7 +217,8 @@ impl Deliverer {
                     continue;
                 }
             };
-            let events = match self.recent.page(&scope, hook.cursor, page_size(hook.batch)).await {
+            let from = hook.cursor.max(cursor);
+            let events = match self.recent.page(&scope, from, page_size(hook.batch)).await {
                 Ok(events) => events,
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot read events; will retry");
@@ -229,7 +234,7 @@ impl Deliverer {
                 Some(s) if s.sealed == hook.secret => signer.insert(s),
                 _ => signer.insert(Signer::open(&self.key, &hook)),
             };
-            let mut page = Page { failing_since: hook.failing_since, delivered: Vec::new(), upto: hook.cursor };
+            let mut page = Page { failing_since: hook.failing_since, delivered: Vec::new(), upto: from };
             // Parsed once a page, not once a request.
             let url = reqwest::Url::parse(&hook.url).map_err(|_| Stop::Gone)?;
             let wanted: Vec<&Recorded> = events.iter().filter(|e| kinds.wants(&e.row.kind)).map(|e| &**e).collect();
@@ -241,29 +246,30 @@ impl Deliverer {
                 }
                 page.upto = batch.last().map_or(page.upto, |e| e.row.seq);
             }
-            // The page's cursor and log in one write each: a restart repeats
-            // at most this page (same webhook-ids, for receivers to drop).
+            // The page's log and cursor in one write each, made while the
+            // next page goes out (the single writer of SQLite is shared
+            // with the engine: waiting for it held every page up). One
+            // such write at a time, in order; a restart repeats at most
+            // the last two pages (same webhook-ids, for receivers to drop).
             page.upto = last;
-            self.settle(&hook, &mut page).await;
+            cursor = last;
+            if let Some(previous) = settling.take() {
+                let _ = previous.await;
+            }
+            let (store, keep, poll, id) =
+                (self.store.clone(), self.config.keep_deliveries, self.config.poll, hook.id.clone());
+            let delivered = std::mem::take(&mut page.delivered);
+            settling = Some(tokio::spawn(async move {
+                write_page(&*store, keep, poll, &id, &delivered, last).await;
+            }));
         }
     }
 
-    /// Writes what a page delivered: its log, then its cursor.
+    /// Writes what a page delivered so far: its log, then its cursor.
     async fn settle(&self, hook: &WebhookRow, page: &mut Page) {
-        if let Err(e) = self.store.record_deliveries(&page.delivered, self.config.keep_deliveries).await {
-            tracing::warn!(error = %e, "cannot record deliveries");
-        }
+        let keep = self.config.keep_deliveries;
+        write_page(&*self.store, keep, self.config.poll, &hook.id, &page.delivered, page.upto).await;
         page.delivered.clear();
-        self.advance(&hook.id, page.upto).await;
-    }
-
-    async fn advance(&self, id: &str, cursor: i64) {
-        let mut delay = self.config.poll;
-        while let Err(e) = self.store.advance_webhook(id, cursor).await {
-            tracing::warn!(error = %e, "cannot move the webhook's cursor; will retry");
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_secs(5));
-        }
     }
 
     /// Sends one request (one event, or a batch of them) until the
@@ -399,6 +405,20 @@ impl Deliverer {
         if let Err(e) = self.store.commit(WriteBatch { events: vec![event], ..WriteBatch::default() }).await {
             tracing::warn!(error = %e, "cannot record that the webhook was disabled");
         }
+    }
+}
+
+/// Writes a page's delivery log, then moves the subscription's cursor
+/// (retrying until the store takes it; the cursor only moves forward).
+async fn write_page(store: &dyn Store, keep: i64, poll: Duration, id: &str, delivered: &[DeliveryRow], upto: i64) {
+    if let Err(e) = store.record_deliveries(delivered, keep).await {
+        tracing::warn!(error = %e, "cannot record deliveries");
+    }
+    let mut delay = poll;
+    while let Err(e) = store.advance_webhook(id, upto).await {
+        tracing::warn!(error = %e, "cannot move the webhook's cursor; will retry");
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(5));
     }
 }
 

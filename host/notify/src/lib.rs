@@ -7,9 +7,10 @@
 //! [Standard Webhooks](https://www.standardwebhooks.com/) specification
 //! says (`webhook-id`, `webhook-timestamp`, `webhook-signature: v1,…`,
 //! HMAC-SHA256 over `id.timestamp.body`). The event log is the outbox: a
-//! subscription's cursor moves past an event once its delivery succeeded,
-//! so a `kill -9` at any point repeats at most the delivery in flight
-//! (the `webhook-id` stays the same for receivers to drop it), and loses
+//! subscription's cursor moves past an event once its delivery succeeded
+//! (written once a page of deliveries, while the next page goes out), so
+//! a `kill -9` at any point repeats at most the last two pages (the
+//! `webhook-id`s stay the same for receivers to drop them), and loses
 //! nothing. A failing receiver is retried with exponential backoff; one
 //! failing for `[webhooks] disable_after` is disabled, and its tenant is
 //! told by a `webhook.disabled` event.
