@@ -74,8 +74,9 @@ fn parse_lags(text: &str) -> Lags {
 /// the bucket bounds that hold the median and the 99th percentile, and
 /// the share within 100 ms.
 fn lag_summary(before: &[(f64, u64)], after: &[(f64, u64)]) -> Value {
-    let counts: Vec<(f64, u64)> =
-        after.iter().map(|(le, n)| (*le, n - before.iter().find(|(b, _)| b == le).map_or(0, |(_, m)| *m))).collect();
+    let before = |le: f64| before.iter().find(|(b, _)| *b == le).map_or(0, |(_, n)| *n);
+    // Saturating: a server restarted in between counts from zero again.
+    let counts: Vec<(f64, u64)> = after.iter().map(|(le, n)| (*le, n.saturating_sub(before(*le)))).collect();
     let total = counts.last().map_or(0, |(_, n)| *n);
     if total == 0 {
         return json!({"events": 0});

@@ -251,7 +251,6 @@ impl Deliverer {
             // with the engine: waiting for it held every page up). One
             // such write at a time, in order; a restart repeats at most
             // the last two pages (same webhook-ids, for receivers to drop).
-            page.upto = last;
             cursor = last;
             if let Some(previous) = settling.take() {
                 let _ = previous.await;
