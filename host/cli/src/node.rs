@@ -260,11 +260,14 @@ pub fn node_runtime(settings: &Settings, beside_guests: bool) -> anyhow::Result<
     Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build()?)
 }
 
-/// Opens the configured store.
+/// Opens the configured store. On PostgreSQL a session that sits idle
+/// inside a transaction for the lease's TTL is ended by the server: a node
+/// frozen that long mid-transaction (SIGSTOP, a paused VM) has lost its
+/// lease, and the locks it held would stall every other master's commits.
 pub async fn open_store(settings: &Settings) -> anyhow::Result<Arc<SqlStore>> {
     let sync = if settings.synchronous_full { Synchronous::Full } else { Synchronous::Normal };
     Ok(Arc::new(
-        SqlStore::open(&settings.store_url, sync)
+        SqlStore::open_with(&settings.store_url, sync, settings.ttl)
             .await
             .with_context(|| format!("cannot open the store at {}", settings.store_url))?,
     ))

@@ -60,7 +60,7 @@ pub use crate::logs::NUL_STORED_AS;
 pub use crate::outer::{CycleRange, CycleRun, EdgeRow, OuterStore};
 pub use crate::reads::ReadStore;
 pub use crate::registry::{PluginInsert, PluginRow, RegistryStore};
-pub use crate::sql::{SqlStore, Synchronous};
+pub use crate::sql::{DEFAULT_IDLE_IN_TRANSACTION, SqlStore, Synchronous};
 pub use crate::tenancy::TenancyStore;
 pub use crate::webhooks::{DeliveryRow, WebhookRow, WebhookState, WebhookStore, webhook_secret_name};
 

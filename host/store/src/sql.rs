@@ -64,6 +64,10 @@ pub struct SqlStore {
 
 static DRIVERS: Once = Once::new();
 
+/// How long a PostgreSQL session may sit idle inside a transaction when
+/// the opener does not say (a cluster's default lease TTL).
+pub const DEFAULT_IDLE_IN_TRANSACTION: Duration = Duration::from_secs(10);
+
 /// Most bind parameters in one IN list (SQLite allows 32766).
 pub(crate) const MAX_PARAMS: usize = 30_000;
 
@@ -125,25 +129,50 @@ impl SqlStore {
         Ok(SqlStore { write, read, backend: Backend::Sqlite, archive_dir })
     }
 
-    /// Connects to PostgreSQL and migrates the database.
-    pub async fn open_postgres(url: &str, max_connections: u32) -> Result<SqlStore> {
+    /// Connects to PostgreSQL and migrates the database. Every session
+    /// is ended by the server once it sits idle inside a transaction for
+    /// `idle_in_transaction` (PostgreSQL's
+    /// `idle_in_transaction_session_timeout`), which rolls the transaction
+    /// back and frees its locks. Commits of several masters wait on one
+    /// another's locks (the event log's append order, an upstream's wake
+    /// lock, rows `FOR UPDATE`): without this, a master frozen mid
+    /// transaction (SIGSTOP, a paused VM, a long swap) would stall every
+    /// other master's commits for as long as it stays frozen. A node sets
+    /// it to its lease's TTL: a master frozen that long has lost its lease,
+    /// and the writes of that transaction would be refused anyway.
+    pub async fn open_postgres(url: &str, max_connections: u32, idle_in_transaction: Duration) -> Result<SqlStore> {
         DRIVERS.call_once(sqlx::any::install_default_drivers);
+        let idle_ms = idle_in_transaction.as_millis().clamp(1, i32::MAX as u128);
         let pool = AnyPoolOptions::new()
             .max_connections(max_connections.max(2))
             .acquire_timeout(Duration::from_secs(30))
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    conn.execute(format!("SET idle_in_transaction_session_timeout = {idle_ms}").as_str()).await?;
+                    Ok(())
+                })
+            })
             .connect_with(quiet(url)?)
             .await?;
         crate::migrations::POSTGRES.migrator().await?.run(&pool).await?;
         Ok(SqlStore { write: pool.clone(), read: pool, backend: Backend::Postgres, archive_dir: None })
     }
 
-    /// Opens a store from a URL: `sqlite://PATH` or `postgres://…`.
+    /// Opens a store from a URL: `sqlite://PATH` or `postgres://…`, a
+    /// PostgreSQL one with [`DEFAULT_IDLE_IN_TRANSACTION`].
     pub async fn open(url: &str, sync: Synchronous) -> Result<SqlStore> {
+        Self::open_with(url, sync, DEFAULT_IDLE_IN_TRANSACTION).await
+    }
+
+    /// Opens a store from a URL; on PostgreSQL, sessions idle inside a
+    /// transaction for `idle_in_transaction` are ended (see
+    /// [`SqlStore::open_postgres`]).
+    pub async fn open_with(url: &str, sync: Synchronous, idle_in_transaction: Duration) -> Result<SqlStore> {
         if let Some(path) = url.strip_prefix("sqlite://") {
             let path = path.split('?').next().unwrap_or(path);
             Self::open_sqlite(Path::new(path), sync).await
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            Self::open_postgres(url, 16).await
+            Self::open_postgres(url, 16, idle_in_transaction).await
         } else {
             Err(Error::Invalid(format!("unsupported database URL `{url}` (sqlite://PATH or postgres://…)")))
         }
@@ -676,7 +705,7 @@ pub(crate) async fn postgres_for_tests() -> Option<SqlStore> {
         assert!(std::env::var("CI").is_err(), "CI must set DAGR_TEST_POSTGRES_URL");
         return None;
     };
-    Some(SqlStore::open_postgres(&url, 2).await.expect("the test PostgreSQL opens"))
+    Some(SqlStore::open_postgres(&url, 2, DEFAULT_IDLE_IN_TRANSACTION).await.expect("the test PostgreSQL opens"))
 }
 
 #[cfg(test)]
@@ -735,6 +764,51 @@ mod tests {
         let Some(store) = super::postgres_for_tests().await else { return };
         sqlx::query("DELETE FROM events WHERE tenant = 'script-test'").execute(&store.write).await.unwrap();
         a_failed_script_rolls_back(&store).await;
+    }
+
+    /// A master frozen in the middle of a transaction (SIGSTOP) holds its
+    /// locks; here, the one that orders event appends, which every commit
+    /// with events takes. PostgreSQL ends its session once it has sat idle
+    /// in the transaction for the store's limit, so another master's commit
+    /// goes through instead of waiting for as long as the first stays
+    /// frozen; the frozen one finds its transaction gone when it wakes, and
+    /// its next commit works on a fresh session.
+    #[tokio::test]
+    async fn a_session_frozen_inside_a_transaction_does_not_stall_other_commits() {
+        let Ok(url) = std::env::var("DAGR_TEST_POSTGRES_URL") else {
+            assert!(std::env::var("CI").is_err(), "CI must set DAGR_TEST_POSTGRES_URL");
+            return;
+        };
+        let frozen = SqlStore::open_postgres(&url, 2, Duration::from_secs(1)).await.unwrap();
+        let other = SqlStore::open_postgres(&url, 2, Duration::from_secs(1)).await.unwrap();
+        let tenant = "frozen-session-test";
+        sqlx::query("DELETE FROM events WHERE tenant = $1").bind(tenant).execute(&other.write).await.unwrap();
+        let batch = |kind: &str| WriteBatch {
+            events: vec![NewEvent { tenant: tenant.into(), kind: kind.into(), ..event(kind) }],
+            ..WriteBatch::default()
+        };
+
+        let mut writer = Writer::acquire(&frozen.write).await.unwrap();
+        let mut script = Script::new(frozen.backend);
+        script.push("BEGIN", Vec::new());
+        script.push(
+            "SELECT count(*) FROM (SELECT pg_advisory_xact_lock(?)) AS ordered",
+            vec![Arg::I64(crate::sql_events::EVENT_APPEND_LOCK)],
+        );
+        script.run(writer.get()).await.unwrap();
+        // Frozen: nothing more is sent on that session.
+        let commit = tokio::time::timeout(Duration::from_secs(60), other.commit(batch("while-frozen")));
+        commit.await.expect("the other commit waited for the frozen session's lock").unwrap();
+
+        // Awake again: the transaction and its session are gone.
+        let mut script = Script::new(frozen.backend);
+        script.push("COMMIT", Vec::new());
+        assert!(script.run(writer.get()).await.is_err(), "the frozen session's transaction was ended");
+        drop(writer);
+        frozen.commit(batch("after-waking")).await.unwrap();
+        let kinds: Vec<String> =
+            other.events(tenant, None, 0, 100).await.unwrap().into_iter().map(|e| e.kind).collect();
+        assert_eq!(kinds, ["while-frozen", "after-waking"]);
     }
 
     /// Statements of one script, small and big mixed, bind their own

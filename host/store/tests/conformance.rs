@@ -18,7 +18,7 @@ async fn postgres_conformance() {
         eprintln!("DAGR_TEST_POSTGRES_URL is not set; skipping the PostgreSQL conformance run");
         return;
     };
-    let store = dagr_store::SqlStore::open_postgres(&url, 4).await.unwrap();
+    let store = dagr_store::SqlStore::open_postgres(&url, 4, dagr_store::DEFAULT_IDLE_IN_TRANSACTION).await.unwrap();
     let prefix = format!("c{}-", std::process::id());
     dagr_store::conformance::run_all(&store, &prefix).await.unwrap();
 }

@@ -174,27 +174,6 @@ async fn tenants_stay_apart_in_a_cluster() {
     assert!(!dump.contains(&value), "the secret is in PostgreSQL in plain text: {dump}");
 }
 
-/// One value from the cluster's PostgreSQL (`psql -tA`).
-fn psql_value(cluster: &Cluster, sql: &str) -> String {
-    let url = std::fs::read_to_string(cluster.dir.join("postgres.url")).unwrap();
-    let out = Command::new(pg_bin().join("psql"))
-        .args(["-tAc", sql, url.trim()])
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run psql: {e}"));
-    assert!(out.status.success(), "psql: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
-fn pg_bin() -> PathBuf {
-    std::env::var("DAGR_TEST_PG_BIN").ok().map(PathBuf::from).unwrap_or_else(|| {
-        let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-            .map(|d| d.flatten().map(|e| e.path().join("bin")).collect())
-            .unwrap_or_default();
-        versions.sort();
-        versions.pop().unwrap_or_default()
-    })
-}
-
 /// The master that owns a run (once one has claimed it).
 async fn owner_of(cluster: &Cluster, run: &str) -> String {
     for _ in 0..120 {

@@ -181,12 +181,50 @@ impl Cluster {
             }
             assert!(
                 Instant::now() < until,
-                "runs did not finish in {timeout:?} (stuck: {open:?}); logs in {}",
-                self.dir.display()
+                "runs did not finish in {timeout:?} (stuck: {open:?}); logs in {}; PostgreSQL's sessions:\n{}",
+                self.dir.display(),
+                self.sessions()
             );
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
+}
+
+impl Cluster {
+    /// PostgreSQL's sessions, one a line (what each waits on, and for how
+    /// long it has been in its state): what a stuck commit waits for.
+    fn sessions(&self) -> String {
+        let url = std::fs::read_to_string(self.dir.join("postgres.url")).unwrap_or_default();
+        let sql = "SELECT pid, application_name, state, coalesce(wait_event_type, '-'), coalesce(wait_event, '-'), \
+                   now() - state_change, left(regexp_replace(query, '\\s+', ' ', 'g'), 120) \
+                   FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()";
+        match Command::new(pg_bin().join("psql")).args(["-tAc", sql, url.trim()]).output() {
+            Ok(out) => format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+            Err(e) => format!("cannot run psql: {e}"),
+        }
+    }
+}
+
+/// One value from the cluster's PostgreSQL (`psql -tA`).
+fn psql_value(cluster: &Cluster, sql: &str) -> String {
+    let url = std::fs::read_to_string(cluster.dir.join("postgres.url")).unwrap();
+    let out = Command::new(pg_bin().join("psql"))
+        .args(["-tAc", sql, url.trim()])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run psql: {e}"));
+    assert!(out.status.success(), "psql: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// PostgreSQL's programs: `DAGR_TEST_PG_BIN`, or Debian's newest.
+fn pg_bin() -> PathBuf {
+    std::env::var("DAGR_TEST_PG_BIN").ok().map(PathBuf::from).unwrap_or_else(|| {
+        let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+            .map(|d| d.flatten().map(|e| e.path().join("bin")).collect())
+            .unwrap_or_default();
+        versions.sort();
+        versions.pop().unwrap_or_default()
+    })
 }
 
 impl Drop for Cluster {
