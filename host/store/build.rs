@@ -8,7 +8,11 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 fn main() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+    // The variable cargo sets when it runs this script, not the one it set
+    // when it compiled it: a moved checkout (or a target directory built
+    // from another one) must read its own migrations.
+    let manifest_dir = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+    let root = Path::new(&manifest_dir).join("migrations");
     let mut code = String::new();
     for dialect in ["sqlite", "postgres"] {
         let dir = root.join(dialect);
