@@ -294,20 +294,18 @@ impl Alerter {
     /// Records the alerts the new events raise, then moves the cursor.
     async fn raise(&self, cursor: &mut Option<i64>) -> Result<(), String> {
         let store = &self.store;
+        // The log's head: where a new sink starts, and where the cursor
+        // jumps with no rule anywhere (nothing can be raised, so the events
+        // are not read: a fan-out writes tens of thousands, each page of
+        // which was read and its cursor written beside the engine's
+        // commits). It is read before the rules: an event up to it happened
+        // before the rules were read, and a rule made before that event
+        // would be among them.
+        let head = store.last_event_seq().await.map_err(|e| e.to_string())?;
         let at = match *cursor {
             Some(at) => at,
-            None => {
-                let head = store.last_event_seq().await.map_err(|e| e.to_string())?;
-                store.sink_cursor(SINK, head).await.map_err(|e| e.to_string())?
-            }
+            None => store.sink_cursor(SINK, head).await.map_err(|e| e.to_string())?,
         };
-        // With no rule anywhere nothing can be raised: the cursor jumps to
-        // the log's head without reading the events (a fan-out writes tens
-        // of thousands, each page of which was read and its cursor written
-        // beside the engine's commits). The head is read before the rules:
-        // an event up to it happened before the rules were read, and a rule
-        // made before that event would be among them.
-        let head = store.last_event_seq().await.map_err(|e| e.to_string())?;
         let rules = store.all_alert_rules().await.map_err(|e| e.to_string())?;
         if rules.is_empty() {
             if head > at {

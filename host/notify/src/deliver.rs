@@ -241,6 +241,10 @@ impl Deliverer {
             for batch in wanted.chunks(hook.batch.clamp(1, MAX_BATCH) as usize) {
                 let outcome = self.deliver(&hook, &url, signer, batch, &mut page, &active).await;
                 if outcome.is_err() {
+                    // After the previous page's write: one at a time, in order.
+                    if let Some(previous) = settling.take() {
+                        let _ = previous.await;
+                    }
                     self.settle(&hook, &mut page).await;
                     return outcome;
                 }

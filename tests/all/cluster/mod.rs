@@ -194,24 +194,25 @@ impl Cluster {
     /// PostgreSQL's sessions, one a line (what each waits on, and for how
     /// long it has been in its state): what a stuck commit waits for.
     fn sessions(&self) -> String {
-        let url = std::fs::read_to_string(self.dir.join("postgres.url")).unwrap_or_default();
         let sql = "SELECT pid, application_name, state, coalesce(wait_event_type, '-'), coalesce(wait_event, '-'), \
                    now() - state_change, left(regexp_replace(query, '\\s+', ' ', 'g'), 120) \
                    FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()";
-        match Command::new(pg_bin().join("psql")).args(["-tAc", sql, url.trim()]).output() {
+        match psql(self, sql) {
             Ok(out) => format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
             Err(e) => format!("cannot run psql: {e}"),
         }
     }
 }
 
+/// `psql -tA` with one statement, on the cluster's PostgreSQL.
+fn psql(cluster: &Cluster, sql: &str) -> std::io::Result<std::process::Output> {
+    let url = std::fs::read_to_string(cluster.dir.join("postgres.url"))?;
+    Command::new(pg_bin().join("psql")).args(["-tAc", sql, url.trim()]).output()
+}
+
 /// One value from the cluster's PostgreSQL (`psql -tA`).
 fn psql_value(cluster: &Cluster, sql: &str) -> String {
-    let url = std::fs::read_to_string(cluster.dir.join("postgres.url")).unwrap();
-    let out = Command::new(pg_bin().join("psql"))
-        .args(["-tAc", sql, url.trim()])
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run psql: {e}"));
+    let out = psql(cluster, sql).unwrap_or_else(|e| panic!("cannot run psql: {e}"));
     assert!(out.status.success(), "psql: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
