@@ -208,6 +208,7 @@ pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
             max_lost_attempts: settings.max_lost_attempts,
             max_catch_up: settings.max_catch_up,
             catch_up_per_second: settings.catch_up_per_second,
+            step_task_changes: settings.step_task_changes as usize,
             max_in_flight: settings.max_in_flight as usize,
             strategy,
             resources,

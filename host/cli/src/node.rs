@@ -113,6 +113,7 @@ impl Node {
             max_lost_attempts: settings.max_lost_attempts,
             max_catch_up: settings.max_catch_up,
             catch_up_per_second: settings.catch_up_per_second,
+            step_task_changes: settings.step_task_changes as usize,
             max_in_flight: worker.slots(),
             ..EngineConfig::default()
         };

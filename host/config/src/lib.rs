@@ -177,6 +177,7 @@ pub struct Settings {
     pub max_lost_attempts: u32,
     pub max_catch_up: u32,
     pub catch_up_per_second: u32,
+    pub step_task_changes: u32,
     pub default_timeout: Duration,
     pub default_memory: u64,
     pub max_memory: u64,
@@ -343,6 +344,9 @@ impl Config {
         if self.master.catch_up_per_second == 0 {
             return Err(err("master.catch_up_per_second", "must be at least 1".into()));
         }
+        if self.master.step_task_changes == 0 {
+            return Err(err("master.step_task_changes", "must be at least 1".into()));
+        }
         let settings = Settings {
             listen,
             data_dir: self.server.data_dir.clone(),
@@ -365,6 +369,7 @@ impl Config {
             max_lost_attempts: self.master.max_lost_attempts,
             max_catch_up: self.master.max_catch_up,
             catch_up_per_second: self.master.catch_up_per_second,
+            step_task_changes: self.master.step_task_changes,
             default_timeout: duration("limits.default_timeout", &self.limits.default_timeout)?,
             default_memory: bytes("limits.default_memory", &self.limits.default_memory)?,
             max_memory: bytes("limits.max_memory", &self.limits.max_memory)?,

@@ -225,6 +225,12 @@ pub struct MasterConfig {
     /// Runs a catching-up schedule creates per second at most (the rest of
     /// its backlog follows a second later, and so on).
     pub catch_up_per_second: u32,
+    /// Task state changes an engine step commits at most: a burst beyond
+    /// it (a fan-out's 10,000 ready tasks, a run of 10,000 roots) is
+    /// queued over the next steps, each committed on its own, so that no
+    /// single commit holds the store (and every other run's step) for
+    /// long.
+    pub step_task_changes: u32,
 }
 
 impl Default for MasterConfig {
@@ -240,6 +246,7 @@ impl Default for MasterConfig {
             max_lost_attempts: 3,
             max_catch_up: 100,
             catch_up_per_second: dagr_core::schedule::MAX_RUNS_PER_STEP as u32,
+            step_task_changes: dagr_core::run::DEFAULT_STEP_TASK_CHANGES as u32,
         }
     }
 }

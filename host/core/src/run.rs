@@ -35,6 +35,10 @@ pub struct FailureClass {
     pub lost: bool,
 }
 
+/// Task state changes an engine step commits at most by default (`[master]
+/// step_task_changes`): a burst beyond it goes to the next steps.
+pub const DEFAULT_STEP_TASK_CHANGES: usize = 1_000;
+
 /// How many times a task's attempt may be lost with its node before the
 /// task fails instead of going again (see [`RunMachine::with_max_lost`]).
 pub const DEFAULT_MAX_LOST: u32 = 3;

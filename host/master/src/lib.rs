@@ -197,6 +197,9 @@ pub struct EngineConfig {
     /// Runs a catching-up schedule creates per engine step, a second apart
     /// (`[master] catch_up_per_second`).
     pub catch_up_per_second: u32,
+    /// Task state changes a step commits at most; the rest of a burst
+    /// follows in the next steps (`[master] step_task_changes`).
+    pub step_task_changes: usize,
     /// Validated workflow versions; `dagr serve` shares its API's, so a
     /// large workflow is held once.
     pub versions: Arc<dagr_core::versions::VersionCache>,
@@ -222,6 +225,7 @@ impl Default for EngineConfig {
             max_lost_attempts: dagr_core::run::DEFAULT_MAX_LOST,
             max_catch_up: 100,
             catch_up_per_second: dagr_core::schedule::MAX_RUNS_PER_STEP as u32,
+            step_task_changes: dagr_core::run::DEFAULT_STEP_TASK_CHANGES,
             versions: Default::default(),
         }
     }

@@ -36,6 +36,7 @@
 //! the process.
 
 mod admission;
+mod backlog;
 mod commands;
 mod control;
 mod dispatch;
@@ -53,6 +54,8 @@ mod timers;
 pub mod testkit;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_backlog;
 #[cfg(test)]
 mod tests_cluster;
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! forgetting one, and turning its machine's actions into writes, events,
 //! ready tasks and timers.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use chrono_tz::Tz;
@@ -38,6 +38,8 @@ pub(crate) struct TaskExtra {
     pub waiting_upstream: bool,
     /// Its upstream instances were found done (not judged again).
     pub upstream_ok: bool,
+    /// Its change to `queued` waits in the run's backlog (not written yet).
+    pub deferred: bool,
 }
 
 /// A run the engine drives.
@@ -55,6 +57,9 @@ pub(crate) struct ActiveRun {
     pub absent: Set<usize>,
     /// A backfill's parallelism, if the run belongs to one.
     pub backfill_parallel: Option<usize>,
+    /// Its machine's actions past a step's budget, in order, to carry out
+    /// in the next steps (see [`EngineState::absorb`]).
+    pub backlog: VecDeque<Action>,
 }
 
 impl ActiveRun {
@@ -166,6 +171,7 @@ fn restore(run: &LoadedRun, max_lost: u32) -> Result<(RunMachine, Vec<TaskExtra>
                         child: t.child_run.clone(),
                         waiting_upstream: t.state == TaskState::Waiting && t.child_run.is_none() && !sensing,
                         upstream_ok: false,
+                        deferred: false,
                     };
                     (progress, extra)
                 })
@@ -224,6 +230,7 @@ impl EngineState {
             outputs: Map::default(),
             absent: Set::default(),
             backfill_parallel,
+            backlog: VecDeque::new(),
         };
         if matches!(run.machine.state(), RunState::Running | RunState::Paused) {
             self.count_active(&run, 1);
@@ -369,7 +376,7 @@ impl EngineState {
     /// Carries out a run machine's actions: rows and events to write, tasks
     /// to queue for dispatch, attempts to cancel, retries to arm; a run that
     /// stops being active lets its workflow's waiting runs in.
-    pub(crate) fn absorb(&mut self, effects: &mut Effects, run_id: &Arc<str>, actions: Vec<Action>, now: i64) {
+    pub(crate) fn absorb_now(&mut self, effects: &mut Effects, run_id: &Arc<str>, actions: Vec<Action>, now: i64) {
         let mut freed: Vec<WorkflowKey> = Vec::new();
         let mut stopped: Vec<InFlight> = Vec::new();
         let mut wakes: Vec<dagr_store::Wake> = Vec::new();
@@ -384,6 +391,7 @@ impl EngineState {
             match action {
                 Action::TaskChanged { task, from, to } => {
                     let extra = &mut run.extra[task];
+                    extra.deferred = false;
                     match to {
                         TaskState::Pending => {
                             *extra = TaskExtra::default();

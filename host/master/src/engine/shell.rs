@@ -114,7 +114,9 @@ impl Engine {
             let mut messages: Vec<Message> = Vec::new();
             let mut inputs: Vec<Input> = std::mem::take(&mut self.pending);
             let mut wake = read_commands;
-            if inputs.is_empty() && !wake {
+            // A backlog of task changes (a burst past a step's budget)
+            // goes on at once, before anything new is waited for.
+            if inputs.is_empty() && !wake && !self.state.has_backlog() {
                 let next = self.state.next_wake(now_ms());
                 let sleep_for = next.map(|at| Duration::from_millis((at - now_ms()).max(0) as u64));
                 tokio::select! {

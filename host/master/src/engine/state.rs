@@ -36,6 +36,7 @@ pub(crate) struct Settings {
     pub max_catch_up: u32,
     pub catch_up_per_step: usize,
     pub max_in_flight: usize,
+    pub step_task_changes: usize,
 }
 
 impl Settings {
@@ -54,6 +55,7 @@ impl Settings {
             max_catch_up: config.max_catch_up,
             catch_up_per_step: (config.catch_up_per_second as usize).max(1),
             max_in_flight: config.max_in_flight.max(1),
+            step_task_changes: config.step_task_changes.max(1),
         }
     }
 }
@@ -165,6 +167,11 @@ pub struct EngineState {
     pub(crate) reflushing: Vec<(String, String)>,
     /// The runs a run released, read in this step.
     pub(crate) released: Map<String, Vec<String>>,
+    /// Task changes this step may still carry out (`[master]
+    /// step_task_changes`); what goes past it waits in its run's backlog.
+    pub(crate) budget: usize,
+    /// Runs with a backlog, in the order they get their next turn.
+    pub(crate) backlogged: VecDeque<Arc<str>>,
 }
 
 /// What workflows wait for.
@@ -221,6 +228,8 @@ impl EngineState {
             confirming: Vec::new(),
             reflushing: Vec::new(),
             released: Map::default(),
+            budget: config.step_task_changes.max(1),
+            backlogged: VecDeque::new(),
         }
     }
 
@@ -228,6 +237,7 @@ impl EngineState {
     /// data is asked for again.
     pub fn begin(&mut self, effects: &mut Effects) {
         self.plugins_refreshed = false;
+        self.budget = self.settings.step_task_changes;
         let pending = std::mem::take(&mut self.pending_slots);
         if !pending.is_empty() {
             self.gain(effects, pending);
@@ -258,6 +268,7 @@ impl EngineState {
         now: i64,
     ) {
         self.absorb_data(effects, data, now);
+        self.drain_backlogs(effects, now);
         for input in inputs {
             self.apply_input(effects, input, now);
         }
@@ -513,7 +524,8 @@ impl EngineState {
     }
 
     /// When the state next has something to do by itself (a timer, a
-    /// worker's rest ending, a check of attempts in flight).
+    /// worker's rest ending, a check of attempts in flight, a backlog of
+    /// task changes: now).
     pub fn next_wake(&self, now: i64) -> Option<i64> {
         let check = self
             .settings
@@ -521,7 +533,9 @@ impl EngineState {
             .filter(|_| !self.in_flight.is_empty() || !self.owned.is_empty())
             .map(|every| self.last_attempt_check + (every.as_millis() as i64).min(1000));
         let rest = (!self.ready.is_empty()).then(|| self.placement.next_rest_end(now)).flatten();
-        [self.timers.next(), check, rest, self.placement.next_exchange()].into_iter().flatten().min()
+        // A backlog goes on at once.
+        let backlog = self.has_backlog().then_some(now);
+        [self.timers.next(), check, rest, self.placement.next_exchange(), backlog].into_iter().flatten().min()
     }
 
     /// Finishes a step before its commit: every write for a run is fenced
