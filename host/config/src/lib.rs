@@ -4,7 +4,9 @@
 //! (`--config FILE` or `DAGR_CONFIG`), `DAGR_*` environment variables
 //! (sections separated by a double underscore: `DAGR_SERVER__LISTEN`,
 //! `DAGR_STORE__URL`), then command-line flags. [`Config::validate`] checks
-//! the result and names the field of every problem.
+//! the result and names the field of every problem. A text setting that the
+//! environment or TOML parse as a number or boolean is taken as the text it
+//! was written as (`DAGR_SMTP__PASSWORD=123456`, `max_body = 1048576`).
 //!
 //! ```toml
 //! [server]
@@ -633,6 +635,33 @@ mod tests {
             assert_eq!(defaults.extra_ca_file, None);
             assert_eq!(settings.threads, 3);
             assert_eq!(defaults.threads, 0, "0: chosen by the role");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn text_settings_that_look_like_numbers_are_taken_as_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dagr.toml");
+        std::fs::write(&path, "[limits]\nmax_output = 2097152\n[api]\nevent_poll = 30\n").unwrap();
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("DAGR_API__MAX_BODY", "67108864");
+            jail.set_env("DAGR_SMTP__PASSWORD", "123456");
+            jail.set_env("DAGR_CLUSTER__NODE_ID", "7");
+            jail.set_env("DAGR_SERVER__DATA_DIR", "2026");
+            let config = Config::load(Some(&path)).unwrap();
+            assert_eq!(config.smtp.password, "123456");
+            assert_eq!(config.server.data_dir, PathBuf::from("2026"));
+            let e = config.validate().unwrap_err();
+            assert_eq!(e.field, "api.event_poll", "a number of seconds, checked like any duration: {e}");
+            jail.set_env("DAGR_API__EVENT_POLL", "0.5");
+            let settings = Config::load(Some(&path)).unwrap().validate().unwrap();
+            assert_eq!((settings.max_body, settings.max_output), (64 << 20, 2 << 20));
+            assert_eq!(settings.node_id, "7");
+            assert_eq!(settings.event_poll, Duration::from_millis(500));
+            jail.set_env("DAGR_SMTP__FROM", "[1, 2]");
+            let e = Config::load(Some(&path)).unwrap_err();
+            assert_eq!(e.field, "smtp.from", "{e}");
             Ok(())
         });
     }
