@@ -31,6 +31,75 @@ use crate::engine::state::EngineState;
 /// month would be millions).
 pub(crate) const MAX_UPSTREAM_INSTANCES: usize = 10_000;
 
+/// Entries [`ExpectedMemo`] holds at most (it starts again when full).
+const EXPECTED_MEMO_ENTRIES: usize = 8_192;
+
+/// What [`expected`] answered, by everything its answer depends on.
+///
+/// Walking an upstream's cron through a period (24 cycles for an hourly
+/// upstream over a day) is most of a judgement's own work, and the same
+/// walk comes again and again: a run is judged once before its upstream
+/// runs are read and once after, again at every wake-up, and every run of
+/// the same cycle that depends on the same upstream asks the same. The
+/// key holds the upstream's schedule as written (expression, time zone,
+/// start, end), so a new version with another schedule is another key.
+#[derive(Default)]
+pub(crate) struct ExpectedMemo {
+    answers: crate::hash::Map<ExpectedKey, Result<Expected, String>>,
+}
+
+#[derive(PartialEq, Eq, Hash)]
+struct ExpectedKey {
+    /// In the error's text.
+    workflow: String,
+    schedule: Option<(String, chrono_tz::Tz, Option<i64>, Option<i64>)>,
+    cycles: Option<dagr_core::outer::Period>,
+    offset: (i32, dagr_core::outer::Period),
+    logical: i64,
+    tz: chrono_tz::Tz,
+}
+
+impl ExpectedMemo {
+    /// [`expected`] for a run at `logical` (in `tz`), remembered.
+    pub(crate) fn get(
+        &mut self,
+        dep: &Upstream,
+        logical: i64,
+        tz: chrono_tz::Tz,
+        schedule: Option<&dagr_core::schedule::Schedule>,
+    ) -> Result<Expected, String> {
+        let key = ExpectedKey {
+            workflow: dep.workflow.clone(),
+            schedule: schedule.map(|s| {
+                (
+                    s.expression.clone(),
+                    s.timezone,
+                    s.start.map(|t| t.timestamp_millis()),
+                    s.end.map(|t| t.timestamp_millis()),
+                )
+            }),
+            cycles: dep.cycles,
+            offset: (dep.offset.amount, dep.offset.unit),
+            logical,
+            tz,
+        };
+        if let Some(answer) = self.answers.get(&key) {
+            return answer.clone();
+        }
+        let answer = expected(dep, to_time(logical), tz, schedule, MAX_UPSTREAM_INSTANCES);
+        if self.answers.len() >= EXPECTED_MEMO_ENTRIES {
+            self.answers.clear();
+        }
+        self.answers.insert(key, answer.clone());
+        answer
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.answers.len()
+    }
+}
+
 /// The verdict on a set of dependencies.
 pub(crate) struct Verdict {
     pub standing: Standing,
@@ -183,7 +252,7 @@ impl EngineState {
         for dep in deps {
             let upstream = self.definitions.get(&(tenant.to_owned(), dep.workflow.clone())).cloned().flatten();
             let schedule = upstream.as_ref().and_then(|(_, w)| w.schedule.as_ref());
-            let expectation = match expected(dep, to_time(logical), tz, schedule, MAX_UPSTREAM_INSTANCES) {
+            let expectation = match self.expected_memo.get(dep, logical, tz, schedule) {
                 Ok(e) => e,
                 Err(message) => {
                     verdict.standing = Standing::Failed;
@@ -473,4 +542,50 @@ pub(crate) fn describe(waits: &[Wait]) -> String {
         })
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+#[cfg(test)]
+mod memo_tests {
+    use dagr_core::definition::ScheduleSpec;
+    use dagr_core::outer::{Expected, Upstream, UpstreamSpec, expected};
+    use dagr_core::schedule::Schedule;
+
+    use super::{ExpectedMemo, MAX_UPSTREAM_INSTANCES, to_time};
+
+    fn schedule(cron: &str) -> Schedule {
+        let spec: ScheduleSpec = serde_json::from_value(serde_json::json!({ "cron": cron })).unwrap();
+        Schedule::new(&spec).unwrap()
+    }
+
+    fn dep(json: serde_json::Value) -> Upstream {
+        let spec: UpstreamSpec = serde_json::from_value(json).unwrap();
+        Upstream::new(&spec).unwrap()
+    }
+
+    #[test]
+    fn the_memo_answers_what_expected_answers_and_tells_schedules_apart() {
+        let mut memo = ExpectedMemo::default();
+        let day = dep(serde_json::json!({ "workflow": "loads", "cycles": "day" }));
+        let hourly = schedule("0 * * * *");
+        let every_two_hours = schedule("0 */2 * * *");
+        let at = to_time(0).timestamp_millis() + 86_400_000 * 30;
+        let utc = chrono_tz::UTC;
+        let direct = |s: &Schedule| expected(&day, to_time(at), utc, Some(s), MAX_UPSTREAM_INSTANCES);
+
+        let first = memo.get(&day, at, utc, Some(&hourly));
+        assert_eq!(first, direct(&hourly));
+        assert!(matches!(&first, Ok(Expected::Times(t)) if t.len() == 24));
+        assert_eq!(memo.get(&day, at, utc, Some(&hourly)), first, "asked again");
+        assert_eq!(memo.len(), 1, "answered from the memo");
+
+        let other = memo.get(&day, at, utc, Some(&every_two_hours));
+        assert!(matches!(&other, Ok(Expected::Times(t)) if t.len() == 12), "another schedule, another answer");
+        assert_eq!(memo.get(&day, at, utc, None), expected(&day, to_time(at), utc, None, MAX_UPSTREAM_INSTANCES));
+        let yesterday = dep(serde_json::json!({ "workflow": "loads", "cycles": "day", "offset": "-1d" }));
+        assert_eq!(
+            memo.get(&yesterday, at, utc, Some(&hourly)),
+            expected(&yesterday, to_time(at), utc, Some(&hourly), MAX_UPSTREAM_INSTANCES)
+        );
+        assert_eq!(memo.len(), 4);
+    }
 }

@@ -156,6 +156,8 @@ pub struct EngineState {
     pub(crate) definitions: Map<(String, String), Option<crate::engine::effects::Versioned>>,
     /// Upstream runs read in this step.
     pub(crate) upstream_runs: Map<UpstreamQuery, Vec<dagr_store::CycleRun>>,
+    /// The upstream instances dependencies name, as computed before.
+    pub(crate) expected_memo: crate::engine::outer::ExpectedMemo,
     /// Evaluations of waits that wait for data in this step.
     pub(crate) evaluating: Vec<Arc<str>>,
     /// Waits recorded in this step, to read again after its commit.
@@ -223,6 +225,7 @@ impl EngineState {
             watched: None,
             definitions: Map::default(),
             upstream_runs: Map::default(),
+            expected_memo: Default::default(),
             evaluating: Vec::new(),
             unconfirmed: Vec::new(),
             confirming: Vec::new(),
