@@ -114,7 +114,7 @@ impl Missing {
 }
 
 /// A whole number of calendar units: `-1d`, `-6h`, `-2w`, `-1mo`, `0`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct CycleOffset {
     pub amount: i32,
     pub unit: Period,

@@ -19,8 +19,9 @@ use std::sync::Arc;
 
 use chrono::{DateTime, TimeZone, Utc};
 use dagr_core::control::UpstreamFailure;
-use dagr_core::outer::{Expected, Standing, Upstream, UpstreamRun, Wait, evaluate, expected};
+use dagr_core::outer::{CycleOffset, Expected, Period, Standing, Upstream, UpstreamRun, Wait, evaluate, expected};
 use dagr_core::run::{Input as RunInput, RunState, TaskState};
+use dagr_core::schedule::Schedule;
 use dagr_store::RunWait;
 use serde_json::json;
 
@@ -53,8 +54,8 @@ struct ExpectedKey {
     /// In the error's text.
     workflow: String,
     schedule: Option<(String, chrono_tz::Tz, Option<i64>, Option<i64>)>,
-    cycles: Option<dagr_core::outer::Period>,
-    offset: (i32, dagr_core::outer::Period),
+    cycles: Option<Period>,
+    offset: CycleOffset,
     logical: i64,
     tz: chrono_tz::Tz,
 }
@@ -66,7 +67,7 @@ impl ExpectedMemo {
         dep: &Upstream,
         logical: i64,
         tz: chrono_tz::Tz,
-        schedule: Option<&dagr_core::schedule::Schedule>,
+        schedule: Option<&Schedule>,
     ) -> Result<Expected, String> {
         let key = ExpectedKey {
             workflow: dep.workflow.clone(),
@@ -79,7 +80,7 @@ impl ExpectedMemo {
                 )
             }),
             cycles: dep.cycles,
-            offset: (dep.offset.amount, dep.offset.unit),
+            offset: dep.offset,
             logical,
             tz,
         };
