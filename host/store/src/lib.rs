@@ -43,6 +43,7 @@ mod sql_registry;
 mod sql_rows;
 mod sql_script;
 mod sql_tenancy;
+mod sql_wal;
 mod sql_webhooks;
 pub mod tenancy;
 pub mod webhooks;
