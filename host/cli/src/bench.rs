@@ -243,8 +243,25 @@ fn report(dag: &Shape, measurements: &[Measurement], args: &BenchArgs) -> ExitCo
                 rows
             )
         );
+        if let Some(summary) = wall_summary(measurements) {
+            println!("{summary}");
+        }
     }
     if measurements.iter().all(|m| m.state == "succeeded") { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+/// The wall times' spread over two or more runs: `wall ms over N runs:
+/// min …, median …, max …` (the median of an even count is the mean of the
+/// middle two).
+fn wall_summary(measurements: &[Measurement]) -> Option<String> {
+    if measurements.len() < 2 {
+        return None;
+    }
+    let mut walls: Vec<f64> = measurements.iter().map(|m| m.wall_ms).collect();
+    walls.sort_by(f64::total_cmp);
+    let n = walls.len();
+    let median = if n % 2 == 1 { walls[n / 2] } else { (walls[n / 2 - 1] + walls[n / 2]) / 2.0 };
+    Some(format!("wall ms over {n} runs: min {:.1}, median {median:.1}, max {:.1}", walls[0], walls[n - 1]))
 }
 
 /// `--remote`: applies the workflow to a running dagr, then per round
@@ -666,6 +683,34 @@ mod tests {
         for (name, _) in &dag.tasks {
             assert!(dagr_core::definition::valid_name(name), "{name}");
         }
+    }
+
+    #[test]
+    fn the_summary_gives_min_median_and_max_of_two_or_more_runs() {
+        let runs = |walls: &[f64]| -> Vec<Measurement> {
+            walls
+                .iter()
+                .enumerate()
+                .map(|(i, &wall_ms)| Measurement {
+                    run: i as u32 + 1,
+                    state: "succeeded".into(),
+                    wall_ms,
+                    tasks_per_s: 0.0,
+                    cpu_ms: None,
+                    peak_rss_mib: 0.0,
+                    rss_before_mib: 0.0,
+                })
+                .collect()
+        };
+        assert_eq!(wall_summary(&runs(&[9.0])), None);
+        assert_eq!(
+            wall_summary(&runs(&[12.0, 8.0, 30.0])).unwrap(),
+            "wall ms over 3 runs: min 8.0, median 12.0, max 30.0"
+        );
+        assert_eq!(
+            wall_summary(&runs(&[10.0, 8.0, 30.0, 9.0])).unwrap(),
+            "wall ms over 4 runs: min 8.0, median 9.5, max 30.0"
+        );
     }
 
     #[test]
