@@ -132,7 +132,7 @@ impl SqlStore {
         let read = connect(4).await?;
         let archive_dir = Some(path.parent().unwrap_or(Path::new(".")).join("archive"));
         let checkpoints = std::sync::Arc::new(());
-        crate::sql_wal::checkpoint_in_background(read.clone(), std::sync::Arc::downgrade(&checkpoints));
+        crate::sql_wal::checkpoint_in_background(read.clone(), write.clone(), std::sync::Arc::downgrade(&checkpoints));
         Ok(SqlStore { write, read, backend: Backend::Sqlite, archive_dir, _checkpoints: Some(checkpoints) })
     }
 
