@@ -84,6 +84,15 @@ pub(crate) const SMALL_STATEMENT_PARAMS: usize = 256;
 impl SqlStore {
     /// Opens (creating if needed) the SQLite database at `path` and migrates it.
     pub async fn open_sqlite(path: &Path, sync: Synchronous) -> Result<SqlStore> {
+        Self::open_sqlite_with(path, sync, crate::sql_wal::Checkpoints::default()).await
+    }
+
+    /// [`SqlStore::open_sqlite`], its WAL checkpointed as `checkpoints` says.
+    pub(crate) async fn open_sqlite_with(
+        path: &Path,
+        sync: Synchronous,
+        checkpoints: crate::sql_wal::Checkpoints,
+    ) -> Result<SqlStore> {
         DRIVERS.call_once(sqlx::any::install_default_drivers);
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)
@@ -131,9 +140,9 @@ impl SqlStore {
         crate::migrations::SQLITE.migrator().await?.run(&write).await?;
         let read = connect(4).await?;
         let archive_dir = Some(path.parent().unwrap_or(Path::new(".")).join("archive"));
-        let checkpoints = std::sync::Arc::new(());
-        crate::sql_wal::checkpoint_in_background(read.clone(), write.clone(), std::sync::Arc::downgrade(&checkpoints));
-        Ok(SqlStore { write, read, backend: Backend::Sqlite, archive_dir, _checkpoints: Some(checkpoints) })
+        let alive = std::sync::Arc::new(());
+        checkpoints.start(read.clone(), write.clone(), std::sync::Arc::downgrade(&alive));
+        Ok(SqlStore { write, read, backend: Backend::Sqlite, archive_dir, _checkpoints: Some(alive) })
     }
 
     /// Connects to PostgreSQL and migrates the database. Every session

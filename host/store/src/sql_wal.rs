@@ -7,51 +7,63 @@ use std::time::Duration;
 use sqlx::{AnyPool, Row};
 
 /// How often the background checkpointer moves the WAL's pages into the
-/// database file.
-const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
+/// database file, and when it makes the WAL start over.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Checkpoints {
+    /// Between two checkpoints (250 ms).
+    pub every: Duration,
+    /// Frames in the WAL past which the rest is copied with writes held
+    /// off, so that the WAL starts over (4,096: 16 MiB of 4 KiB pages).
+    pub restart_after_frames: i64,
+}
 
-/// Frames in the WAL (of 4 KiB pages: 16 MiB) past which the checkpointer
-/// copies the rest with writes held off, so that the WAL starts over.
-const RESTART_AFTER_FRAMES: i64 = 4096;
+impl Default for Checkpoints {
+    fn default() -> Self {
+        Checkpoints { every: Duration::from_millis(250), restart_after_frames: 4096 }
+    }
+}
 
-/// Checkpoints a SQLite store's WAL every [`CHECKPOINT_EVERY`], for as
-/// long as `alive` can be upgraded.
-///
-/// SQLite's own automatic checkpoint runs inside the commit that crosses
-/// 1,000 pages of WAL, on the committing connection: the engine's step
-/// then waited for the copy and two fsyncs (4-5 ms on this machine's disk,
-/// about once in every run of a chain of 40, whose hops take ~0.25 ms). A
-/// passive checkpoint on a connection of `read` runs beside the writer,
-/// which goes on appending to the WAL meanwhile.
-///
-/// The WAL starts over from its beginning only when a write begins with
-/// every frame copied, which a checkpoint beside a busy writer never
-/// leaves it with: the writer appends while it copies (a chain of 40 runs
-/// left 140 MB of WAL after 60 runs). So once the WAL holds
-/// [`RESTART_AFTER_FRAMES`], the few frames the passive checkpoint left
-/// are copied on the connection of `write`, the store's one writer, which
-/// holds every write off for that long; the next write starts the WAL over
-/// (and `journal_size_limit` cuts its file back).
-pub(crate) fn checkpoint_in_background(read: AnyPool, write: AnyPool, alive: Weak<()>) {
-    tokio::spawn(async move {
-        let mut every = tokio::time::interval(CHECKPOINT_EVERY);
-        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            every.tick().await;
-            if alive.strong_count() == 0 || read.is_closed() || write.is_closed() {
-                return;
-            }
-            match checkpoint(&read).await {
-                Ok(frames) if frames >= RESTART_AFTER_FRAMES => {
-                    if let Err(e) = checkpoint(&write).await {
-                        tracing::warn!(error = %e, "cannot checkpoint the SQLite WAL; will try again");
-                    }
+impl Checkpoints {
+    /// Checkpoints a SQLite store's WAL every [`Checkpoints::every`], for
+    /// as long as `alive` can be upgraded.
+    ///
+    /// SQLite's own automatic checkpoint runs inside the commit that
+    /// crosses 1,000 pages of WAL, on the committing connection: the
+    /// engine's step then waited for the copy and two fsyncs (4-5 ms on
+    /// this machine's disk, about once in every run of a chain of 40, whose
+    /// hops take ~0.25 ms). A passive checkpoint on a connection of `read`
+    /// runs beside the writer, which goes on appending to the WAL meanwhile.
+    ///
+    /// The WAL starts over from its beginning only when a write begins with
+    /// every frame copied, which a checkpoint beside a busy writer never
+    /// leaves it with: the writer appends while it copies (a chain of 40
+    /// runs left 140 MB of WAL after 60 runs). So once the WAL holds
+    /// [`Checkpoints::restart_after_frames`], the few frames the passive
+    /// checkpoint left are copied on the connection of `write`, the store's
+    /// one writer, which holds every write off for that long; the next
+    /// write starts the WAL over (and `journal_size_limit` cuts its file
+    /// back).
+    pub(crate) fn start(self, read: AnyPool, write: AnyPool, alive: Weak<()>) {
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(self.every);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                every.tick().await;
+                if alive.strong_count() == 0 || read.is_closed() || write.is_closed() {
+                    return;
                 }
-                Ok(_) => {}
-                Err(e) => tracing::warn!(error = %e, "cannot checkpoint the SQLite WAL; will try again"),
+                match checkpoint(&read).await {
+                    Ok(frames) if frames >= self.restart_after_frames => {
+                        if let Err(e) = checkpoint(&write).await {
+                            tracing::warn!(error = %e, "cannot checkpoint the SQLite WAL; will try again");
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "cannot checkpoint the SQLite WAL; will try again"),
+                }
             }
-        }
-    });
+        });
+    }
 }
 
 /// A passive checkpoint on a connection of `pool`; the frames the WAL held.
@@ -67,7 +79,7 @@ mod tests {
 
     use std::time::Duration;
 
-    use super::CHECKPOINT_EVERY;
+    use super::Checkpoints;
     use crate::*;
 
     /// What a commit appends to the WAL reaches the database file without
@@ -102,23 +114,32 @@ mod tests {
         assert_eq!(store.events("wal-test", None, 0, 10_000).await.unwrap().len(), 4000);
     }
 
-    /// A writer that never pauses still sees the WAL start over: after
-    /// 96 MB or more written commit after commit, for at least six of the
-    /// checkpointer's ticks, the WAL file holds less than half of it
-    /// (without starting over, it would hold all of it and more).
+    /// The WAL header's checkpoint sequence number, which SQLite counts up
+    /// each time the WAL starts over (bytes 12-15, big-endian).
+    fn wal_restarts(dir: &std::path::Path) -> u32 {
+        let header = std::fs::read(dir.join("dagr.db-wal")).unwrap();
+        u32::from_be_bytes(header[12..16].try_into().unwrap())
+    }
+
+    /// A writer that never pauses still sees the WAL start over: with a
+    /// checkpoint every 20 ms and a restart past 256 frames (1 MiB), 16 MB
+    /// or more written commit after commit for at least 30 ticks see it
+    /// start over again and again (without the copy on the writer's
+    /// connection, not once: the WAL grew to twice what was written).
     #[tokio::test]
     async fn the_wal_starts_over_under_a_writer_that_never_pauses() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("dagr.db");
-        let store = SqlStore::open_sqlite(&path, Synchronous::Normal).await.unwrap();
+        let checkpoints = Checkpoints { every: Duration::from_millis(20), restart_after_frames: 256 };
+        let store = SqlStore::open_sqlite_with(&path, Synchronous::Normal, checkpoints).await.unwrap();
         let data = format!("{{\"pad\":\"{}\"}}", "x".repeat(1000));
         let started = std::time::Instant::now();
-        let (mut written, mut commit) = (0usize, 0i64);
-        while written < 96 << 20 || started.elapsed() < 6 * CHECKPOINT_EVERY {
-            let events = (0..1000)
+        let (mut written, mut commit, mut first) = (0usize, 0i64, None);
+        while written < 16 << 20 || started.elapsed() < 30 * checkpoints.every {
+            let events = (0..100)
                 .map(|i| NewEvent {
                     tenant: "wal-test".into(),
-                    at: commit * 1000 + i,
+                    at: commit * 100 + i,
                     kind: "filler".into(),
                     workflow: None,
                     run_id: None,
@@ -127,10 +148,11 @@ mod tests {
                 })
                 .collect();
             store.commit(WriteBatch { events, ..WriteBatch::default() }).await.unwrap();
-            written += 1000 * data.len();
+            first = first.or_else(|| Some(wal_restarts(dir.path())));
+            written += 100 * data.len();
             commit += 1;
         }
-        let wal = std::fs::metadata(dir.path().join("dagr.db-wal")).unwrap().len() as usize;
-        assert!(wal < written / 2, "the WAL file holds {wal} bytes after {written} bytes written");
+        let restarts = wal_restarts(dir.path()) - first.unwrap();
+        assert!(restarts >= 3, "the WAL started over {restarts} times while {written} bytes were written");
     }
 }
