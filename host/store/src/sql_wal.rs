@@ -36,8 +36,8 @@ impl Checkpoints {
     ///
     /// The WAL starts over from its beginning only when a write begins with
     /// every frame copied, which a checkpoint beside a busy writer never
-    /// leaves it with: the writer appends while it copies (a chain of 40
-    /// runs left 140 MB of WAL after 60 runs). So once the WAL holds
+    /// leaves it with: the writer appends while it copies (60 runs of a
+    /// chain of 40 left 143 MB of WAL). So once the WAL holds
     /// [`Checkpoints::restart_after_frames`], the few frames the passive
     /// checkpoint left are copied on the connection of `write`, the store's
     /// one writer, which holds every write off for that long; the next

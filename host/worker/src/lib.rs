@@ -156,6 +156,15 @@ impl Worker {
         self.inner.plugins.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// `f` of whether the attempt `key` is running here, with no attempt
+    /// finishing meanwhile: an attempt leaves the running ones and is
+    /// reported under the same lock, so what `f` looks up in the reporter
+    /// is consistent with the answer.
+    pub fn while_running<R>(&self, key: &AttemptKey, f: impl FnOnce(bool) -> R) -> R {
+        let running = self.lock_running();
+        f(running.contains_key(key))
+    }
+
     fn lock_running(&self) -> std::sync::MutexGuard<'_, HashMap<AttemptKey, CancellationToken>> {
         self.inner.running.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -241,7 +250,12 @@ impl Worker {
             async move {
                 let key = spec.key.clone();
                 let mut result = worker.execute(spec, cancel).await;
-                worker.lock_running().remove(&key);
+                // The slot is given back and the result reported under the
+                // same lock, which an adoption takes too (`while_running`):
+                // a new owner asking about the attempt finds it running or
+                // finished, never neither (it then ran it again).
+                let mut running = worker.lock_running();
+                running.remove(&key);
                 let abandoned = worker.inner.abandoned.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
                 if abandoned {
                     result.outcome = Outcome::Failed {
@@ -262,6 +276,7 @@ impl Worker {
                 }
                 result.trace = dagr_telemetry::traceparent(&current);
                 reporter.report(result);
+                drop(running);
             },
             span,
         ));

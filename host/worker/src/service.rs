@@ -359,15 +359,16 @@ async fn cancel(State(s): State<WorkerService>, Json(req): Json<CancelRequest>) 
 }
 
 async fn adopt(State(s): State<WorkerService>, Json(req): Json<AdoptRequest>) -> Json<AdoptResponse> {
-    let running = s.worker.running_keys().contains(&req.key);
-    match s.reporter.adopt(&req) {
+    // Both looked at under the worker's lock of running attempts: one that
+    // finishes in between would be in neither (and run again).
+    s.worker.while_running(&req.key, |running| match s.reporter.adopt(&req) {
         Some(result) => Json(AdoptResponse::Finished { result }),
         None if running => Json(AdoptResponse::Running),
         None => {
             s.reporter.forget(&req.key);
             Json(AdoptResponse::Unknown)
         }
-    }
+    })
 }
 
 async fn status(State(s): State<WorkerService>) -> Json<serde_json::Value> {
