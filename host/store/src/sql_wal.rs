@@ -82,6 +82,24 @@ mod tests {
     use super::Checkpoints;
     use crate::*;
 
+    /// An event's data of about `bytes` bytes.
+    fn padding(bytes: usize) -> String {
+        format!("{{\"pad\":\"{}\"}}", "x".repeat(bytes))
+    }
+
+    /// An event that only takes room.
+    fn filler(at: i64, data: &str) -> NewEvent {
+        NewEvent {
+            tenant: "wal-test".into(),
+            at,
+            kind: "filler".into(),
+            workflow: None,
+            run_id: None,
+            task: None,
+            data: data.to_owned(),
+        }
+    }
+
     /// What a commit appends to the WAL reaches the database file without
     /// any commit checkpointing it (they never do, `wal_autocheckpoint=0`).
     #[tokio::test]
@@ -90,17 +108,8 @@ mod tests {
         let path = dir.path().join("dagr.db");
         let store = SqlStore::open_sqlite(&path, Synchronous::Normal).await.unwrap();
         let before = std::fs::metadata(&path).unwrap().len();
-        let events = (0..4000)
-            .map(|i| NewEvent {
-                tenant: "wal-test".into(),
-                at: i,
-                kind: "filler".into(),
-                workflow: None,
-                run_id: None,
-                task: None,
-                data: format!("{{\"pad\":\"{}\"}}", "x".repeat(500)),
-            })
-            .collect();
+        let data = padding(500);
+        let events = (0..4000).map(|i| filler(i, &data)).collect();
         store.commit(WriteBatch { events, ..WriteBatch::default() }).await.unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         loop {
@@ -117,8 +126,10 @@ mod tests {
     /// The WAL header's checkpoint sequence number, which SQLite counts up
     /// each time the WAL starts over (bytes 12-15, big-endian).
     fn wal_restarts(dir: &std::path::Path) -> u32 {
-        let header = std::fs::read(dir.join("dagr.db-wal")).unwrap();
-        u32::from_be_bytes(header[12..16].try_into().unwrap())
+        use std::io::Read;
+        let mut header = [0u8; 16];
+        std::fs::File::open(dir.join("dagr.db-wal")).unwrap().read_exact(&mut header).unwrap();
+        u32::from_be_bytes([header[12], header[13], header[14], header[15]])
     }
 
     /// A writer that never pauses still sees the WAL start over: with a
@@ -132,21 +143,11 @@ mod tests {
         let path = dir.path().join("dagr.db");
         let checkpoints = Checkpoints { every: Duration::from_millis(20), restart_after_frames: 256 };
         let store = SqlStore::open_sqlite_with(&path, Synchronous::Normal, checkpoints).await.unwrap();
-        let data = format!("{{\"pad\":\"{}\"}}", "x".repeat(1000));
+        let data = padding(1000);
         let started = std::time::Instant::now();
         let (mut written, mut commit, mut first) = (0usize, 0i64, None);
         while written < 16 << 20 || started.elapsed() < 30 * checkpoints.every {
-            let events = (0..100)
-                .map(|i| NewEvent {
-                    tenant: "wal-test".into(),
-                    at: commit * 100 + i,
-                    kind: "filler".into(),
-                    workflow: None,
-                    run_id: None,
-                    task: None,
-                    data: data.clone(),
-                })
-                .collect();
+            let events = (0..100).map(|i| filler(commit * 100 + i, &data)).collect();
             store.commit(WriteBatch { events, ..WriteBatch::default() }).await.unwrap();
             first = first.or_else(|| Some(wal_restarts(dir.path())));
             written += 100 * data.len();
