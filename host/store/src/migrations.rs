@@ -89,4 +89,105 @@ mod tests {
             assert_eq!(view(&ours), view(&theirs), "{dialect}");
         }
     }
+
+    /// A database made before tasks and attempts were clustered keeps every
+    /// row, column, default and index through the rebuild, and its two
+    /// tables are then `WITHOUT ROWID`.
+    #[tokio::test]
+    async fn tasks_and_attempts_are_rebuilt_clustered_with_their_rows_and_indexes() {
+        use sqlx::{Executor, Row};
+        sqlx::any::install_default_drivers();
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}?mode=rwc", dir.path().join("old.db").display());
+        let pool = sqlx::any::AnyPoolOptions::new().max_connections(1).connect(&url).await.unwrap();
+        let mut before = SQLITE.migrator().await.unwrap();
+        let all = before.migrations.to_vec();
+        before.migrations = all.iter().filter(|m| m.version < 19).cloned().collect::<Vec<_>>().into();
+        before.run(&pool).await.unwrap();
+
+        let shape = |pool: sqlx::AnyPool| async move {
+            let mut out = Vec::new();
+            for table in ["tasks", "attempts"] {
+                for row in sqlx::query(&format!(
+                    "SELECT name, type, \"notnull\", COALESCE(dflt_value, ''), pk FROM pragma_table_info('{table}') ORDER BY cid"
+                ))
+                .fetch_all(&pool)
+                .await
+                .unwrap()
+                {
+                    out.push(format!(
+                        "{table}.{} {} notnull={} default={} pk={}",
+                        row.get::<String, _>(0),
+                        row.get::<String, _>(1),
+                        row.get::<i64, _>(2),
+                        row.get::<String, _>(3),
+                        row.get::<i64, _>(4)
+                    ));
+                }
+                for row in sqlx::query(&format!(
+                    "SELECT sql FROM sqlite_schema WHERE type = 'index' AND tbl_name = '{table}' AND sql IS NOT NULL ORDER BY name"
+                ))
+                .fetch_all(&pool)
+                .await
+                .unwrap()
+                {
+                    out.push(row.get::<String, _>(0));
+                }
+            }
+            out
+        };
+        let old_shape = shape(pool.clone()).await;
+        assert!(old_shape.iter().any(|l| l.contains("tasks_by_name")), "{old_shape:?}");
+        assert!(old_shape.iter().any(|l| l.contains("attempts_running")), "{old_shape:?}");
+
+        pool.execute(
+            "INSERT INTO tasks (run_id, idx, name, state, attempts, error, lost, child_run) \
+             VALUES ('r1', 0, 'extract', 'failed', 2, 'boom', 1, 'c1'), ('r1', 1, 'load', 'pending', 0, NULL, 0, NULL); \
+             INSERT INTO tasks (run_id, idx, name, state) VALUES ('r2', 0, 'only', 'queued'); \
+             INSERT INTO attempts (run_id, task_idx, number, task, state, failure_kind, message, worker, epoch, started_at) \
+             VALUES ('r1', 0, 1, 'extract', 'failed', 'trap', 'boom', 'local', 3, 100), \
+                    ('r1', 0, 2, 'extract', 'running', NULL, NULL, 'w2', 3, 200);",
+        )
+        .await
+        .unwrap();
+        let rows = |pool: sqlx::AnyPool| async move {
+            let mut out = Vec::new();
+            for sql in [
+                "SELECT run_id || '/' || idx || '/' || name || '/' || state || '/' || attempts || '/' || failures || '/' \
+                 || forced || '/' || COALESCE(error, '-') || '/' || lost || '/' || COALESCE(child_run, '-') \
+                 FROM tasks ORDER BY run_id, idx",
+                "SELECT run_id || '/' || task_idx || '/' || number || '/' || state || '/' || COALESCE(message, '-') \
+                 || '/' || charged || '/' || worker || '/' || epoch || '/' || started_at FROM attempts ORDER BY 1",
+            ] {
+                for row in sqlx::query(sql).fetch_all(&pool).await.unwrap() {
+                    out.push(row.get::<String, _>(0));
+                }
+            }
+            out
+        };
+        let old_rows = rows(pool.clone()).await;
+        assert_eq!(old_rows.len(), 5);
+
+        let mut after = SQLITE.migrator().await.unwrap();
+        after.migrations = all.into();
+        after.run(&pool).await.unwrap();
+        assert_eq!(rows(pool.clone()).await, old_rows);
+        assert_eq!(shape(pool.clone()).await, old_shape);
+        for table in ["tasks", "attempts"] {
+            let sql: String =
+                sqlx::query(&format!("SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = '{table}'"))
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap()
+                    .get(0);
+            assert!(sql.ends_with("WITHOUT ROWID"), "{table}: {sql}");
+        }
+        // The rebuilt tables still refuse what they refused.
+        let duplicate =
+            pool.execute("INSERT INTO tasks (run_id, idx, name, state) VALUES ('r1', 2, 'load', 'pending')").await;
+        assert!(duplicate.is_err(), "tasks_by_name is unique");
+        let duplicate =
+            pool.execute("INSERT INTO tasks (run_id, idx, name, state) VALUES ('r1', 1, 'other', 'pending')").await;
+        assert!(duplicate.is_err(), "(run_id, idx) is the key");
+    }
 }

@@ -23,6 +23,10 @@ fn normalised(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// Migrations that change how SQLite stores a table (not its columns,
+/// keys or indexes): PostgreSQL's file is comments only.
+const SQLITE_STORAGE_ONLY: &[&str] = &["0019_clustered_tasks.sql"];
+
 #[test]
 fn sqlite_and_postgres_migrations_agree() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
@@ -39,6 +43,11 @@ fn sqlite_and_postgres_migrations_agree() {
     for name in sqlite {
         let read = |dir: &str| std::fs::read_to_string(root.join(dir).join(&name)).unwrap();
         let (a, b) = (normalised(&read("sqlite")), normalised(&read("postgres")));
+        if SQLITE_STORAGE_ONLY.contains(&name.as_str()) {
+            assert!(b.is_empty(), "{name}: a change of SQLite's storage alone has nothing for PostgreSQL to do");
+            assert!(!a.is_empty(), "{name}: SQLite's side is empty");
+            continue;
+        }
         for (i, (x, y)) in a.iter().zip(&b).enumerate() {
             assert_eq!(x, y, "{name}, statement line {}: the backends differ beyond their dialects", i + 1);
         }

@@ -1,0 +1,4 @@
+-- SQLite only: its tasks and attempts tables are rebuilt `WITHOUT ROWID`
+-- (stored once, in primary-key order, instead of a row table plus an
+-- automatic index of the key). PostgreSQL's tables and their primary-key
+-- indexes stay as they are; the schema is the same.
