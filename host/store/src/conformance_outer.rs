@@ -75,6 +75,29 @@ pub(crate) async fn outer_dag(store: &dyn Store, p: &str) -> Result<()> {
         settled.len() == 2 && settled[0] == found && settled[1].len() == 1,
         &format!("settled reads read the same, range by range: {settled:?}"),
     )?;
+    // Many ranges read together (more than one statement's worth), with
+    // and without a task, of two workflows and two tenants, some empty:
+    // each answer is the range's own, in order.
+    let mut many = Vec::new();
+    for i in 0..150_usize {
+        let mut r = range([0, 3_600_000, 5_000_000, 7_200_001][i % 4], (i % 3 == 0).then_some("load"));
+        if i % 7 == 0 {
+            r.workflow = "daily".into();
+        }
+        if i % 11 == 0 {
+            r.tenant = format!("{p}outer-other");
+        }
+        many.push(r);
+    }
+    let together = store.runs_in_ranges(&many).await?;
+    check(together.len() == many.len(), "one answer per range")?;
+    for (r, got) in many.iter().zip(&together) {
+        let alone = store.runs_in_range(&r.tenant, &r.workflow, r.from, r.to, r.task.as_deref()).await?;
+        check(*got == alone, &format!("{r:?}: read together {got:?}, alone {alone:?}"))?;
+    }
+    check(together.iter().filter(|runs| runs.len() == 2).count() >= 50, "the ranges found runs")?;
+    check(together.iter().any(|runs| runs.is_empty()), "and some found none")?;
+    check(store.runs_in_ranges(&[]).await?.is_empty(), "no ranges, no answers")?;
 
     // A waiting daily run; a change of an hourly instance in its range wakes it.
     let daily = format!("{p}day-0");

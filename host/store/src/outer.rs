@@ -68,6 +68,10 @@ pub trait OuterStore: Send + Sync {
         to: i64,
         task: Option<&str>,
     ) -> Result<Vec<CycleRun>>;
+    /// As [`runs_in_range`](Self::runs_in_range) for each of `ranges`, in
+    /// their order: one answer per range, read together (an engine step
+    /// that wakes many waiting runs asks for many ranges at once).
+    async fn runs_in_ranges(&self, ranges: &[CycleRange]) -> Result<Vec<Vec<CycleRun>>>;
     /// As [`runs_in_range`](Self::runs_in_range) for each of `ranges`,
     /// read once every commit that is waking runs waiting on their
     /// workflows has ended (PostgreSQL: a shared advisory lock on each

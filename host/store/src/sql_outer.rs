@@ -7,7 +7,7 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use crate::outer::{CycleRange, CycleRun, EdgeRow, OuterStore};
-use crate::sql::Backend;
+use crate::sql::{Arg, Backend, bind_all, numbered_for};
 use crate::{Error, Result, RunState, SqlStore, TaskState};
 
 /// The edges of live (not deleted) workflows; callers add the `WHERE`.
@@ -117,14 +117,29 @@ impl OuterStore for SqlStore {
         rows.iter().map(cycle_run_from).collect()
     }
 
+    async fn runs_in_ranges(&self, ranges: &[CycleRange]) -> Result<Vec<Vec<CycleRun>>> {
+        // Cold instances come back first, as for one range; the index
+        // table is read once per tenant.
+        let mut tenants: Vec<&str> = ranges.iter().map(|r| r.tenant.as_str()).collect();
+        tenants.sort_unstable();
+        tenants.dedup();
+        for tenant in tenants {
+            let cold = self.partitions(Some(tenant)).await?;
+            for r in ranges.iter().filter(|r| r.tenant == tenant) {
+                if cold.iter().any(|p| p.runs > 0 && p.overlaps_logical(Some(r.from), Some(r.to))) {
+                    let now = chrono::Utc::now().timestamp_millis();
+                    self.restore_range(tenant, &r.workflow, r.from, r.to, crate::sql_archive::MAX_RESTORE, now).await?;
+                }
+            }
+        }
+        let mut conn = self.read.acquire().await?;
+        ranges_query(self.backend, &mut conn, ranges).await
+    }
+
     async fn runs_in_ranges_settled(&self, ranges: &[CycleRange]) -> Result<Vec<Vec<CycleRun>>> {
-        let mut found = Vec::with_capacity(ranges.len());
         if self.backend != Backend::Postgres {
             // One writer: every commit has ended before a read begins.
-            for r in ranges {
-                found.push(self.runs_in_range(&r.tenant, &r.workflow, r.from, r.to, r.task.as_deref()).await?);
-            }
-            return Ok(found);
+            return self.runs_in_ranges(ranges).await;
         }
         let mut locks: Vec<i64> = ranges.iter().map(|r| wake_lock(&r.tenant, &r.workflow)).collect();
         locks.sort_unstable();
@@ -136,10 +151,7 @@ impl OuterStore for SqlStore {
                 .fetch_one(&mut *tx)
                 .await?;
         }
-        for r in ranges {
-            let rows = range_query(&r.tenant, &r.workflow, r.from, r.to, r.task.as_deref()).fetch_all(&mut *tx).await?;
-            found.push(rows.iter().map(cycle_run_from).collect::<Result<Vec<_>>>()?);
-        }
+        let found = ranges_query(self.backend, &mut tx, ranges).await?;
         tx.commit().await?;
         Ok(found)
     }
@@ -214,6 +226,60 @@ fn range_sql(task: Option<&str>) -> &'static str {
              ORDER BY r.logical_time, r.created_at"
         }
     }
+}
+
+/// Ranges per statement of [`ranges_query`] (at most five parameters each).
+const RANGES_PER_STATEMENT: usize = 64;
+
+/// The runs of each of `ranges`, as [`range_query`] reads one, in one
+/// statement per [`RANGES_PER_STATEMENT`] ranges: a `UNION ALL` of one
+/// select per range, each tagged with its range's place, so that a step
+/// waking many runs costs a few round trips, not one (and a connection
+/// from the pool) per range.
+async fn ranges_query(
+    backend: Backend,
+    conn: &mut sqlx::AnyConnection,
+    ranges: &[CycleRange],
+) -> Result<Vec<Vec<CycleRun>>> {
+    let mut found: Vec<Vec<CycleRun>> = vec![Vec::new(); ranges.len()];
+    for (chunk_no, chunk) in ranges.chunks(RANGES_PER_STATEMENT).enumerate() {
+        let mut sql = String::new();
+        let mut args = Vec::new();
+        for (i, r) in chunk.iter().enumerate() {
+            if i > 0 {
+                sql.push_str(" UNION ALL ");
+            }
+            let q = chunk_no * RANGES_PER_STATEMENT + i;
+            match &r.task {
+                None => sql.push_str(&format!(
+                    "SELECT CAST({q} AS BIGINT) AS q, id AS id, logical_time AS logical_time, state AS state, \
+                     created_at AS created_at, NULL AS task_state FROM runs \
+                     WHERE tenant = ? AND workflow = ? AND logical_time >= ? AND logical_time <= ?"
+                )),
+                Some(task) => {
+                    sql.push_str(&format!(
+                        "SELECT CAST({q} AS BIGINT) AS q, r.id AS id, r.logical_time AS logical_time, \
+                         r.state AS state, r.created_at AS created_at, t.state AS task_state FROM runs r \
+                         LEFT JOIN tasks t ON t.run_id = r.id AND t.name = ? \
+                         WHERE r.tenant = ? AND r.workflow = ? AND r.logical_time >= ? AND r.logical_time <= ?"
+                    ));
+                    args.push(Arg::Text(task.clone()));
+                }
+            }
+            args.extend([Arg::Text(r.tenant.clone()), Arg::Text(r.workflow.clone()), Arg::I64(r.from), Arg::I64(r.to)]);
+        }
+        sql.push_str(" ORDER BY q, logical_time, created_at");
+        let sql = numbered_for(backend, &sql);
+        for row in bind_all(sqlx::query(&sql), args).fetch_all(&mut *conn).await? {
+            let q: i64 = row.try_get("q")?;
+            let slot = usize::try_from(q).ok().and_then(|q| found.get_mut(q));
+            let Some(slot) = slot else {
+                return Err(Error::Invalid(format!("a range read answered for range {q} of {}", ranges.len())));
+            };
+            slot.push(cycle_run_from(&row)?);
+        }
+    }
+    Ok(found)
 }
 
 fn cycle_run_from(r: &AnyRow) -> Result<CycleRun> {

@@ -388,6 +388,7 @@ impl Engine {
         let mut data = Data::default();
         let mut claims: Vec<String> = Vec::new();
         let mut settled: Vec<dagr_store::CycleRange> = Vec::new();
+        let mut upstream: Vec<dagr_store::CycleRange> = Vec::new();
         for need in needs {
             match need {
                 Need::Settled(query) => settled.push(query),
@@ -435,17 +436,19 @@ impl Engine {
                         }
                     }
                 }
-                Need::UpstreamRuns(query) => {
-                    let (tenant, workflow, task) = (&query.tenant, &query.workflow, query.task.as_deref());
-                    match self.store.runs_in_range(tenant, workflow, query.from, query.to, task).await {
-                        Ok(runs) => data.upstream_runs.push((query, runs)),
-                        Err(e) => tracing::warn!(workflow = %query.workflow, error = %e, "cannot read upstream runs"),
-                    }
-                }
+                Need::UpstreamRuns(query) => upstream.push(query),
                 Need::ReleasedBy(run) => match self.store.released_by(&run).await {
                     Ok(released) => data.released.push((run, released)),
                     Err(e) => tracing::warn!(run = %run, error = %e, "cannot read the runs a run released"),
                 },
+            }
+        }
+        // Every range this step asks about, read together (a step that
+        // wakes many waiting runs asks for many).
+        if !upstream.is_empty() {
+            match self.store.runs_in_ranges(&upstream).await {
+                Ok(found) => data.upstream_runs.extend(upstream.into_iter().zip(found)),
+                Err(e) => tracing::warn!(ranges = upstream.len(), error = %e, "cannot read upstream runs"),
             }
         }
         // Ranges read again after their waits committed: in one
