@@ -456,6 +456,12 @@ async fn runs_and_batches(store: &dyn Store, p: &str) -> Result<()> {
         "run updated",
     )?;
     check(store.run_tasks(&id).await?[0].state == TaskState::Running, "last task write wins")?;
+    let together = store.tasks_of_runs(&[format!("{p}no-such-run"), id.clone()]).await?;
+    let alone = store.run_tasks(&id).await?;
+    check(
+        alone.len() == 2 && together == [Vec::new(), alone],
+        &format!("tasks of runs read together, in the order asked: {together:?}"),
+    )?;
     check(store.running_attempts().await?.iter().any(|a| a.run_id == id), "attempt running")?;
     check(!store.pending_commands(0, 100).await?.iter().any(|c| c.id == command), "command done")?;
     check(

@@ -595,6 +595,10 @@ pub trait Store:
     /// Runs that are queued, running or paused (for recovery).
     async fn active_runs(&self) -> Result<Vec<RunRow>>;
     async fn run_tasks(&self, run_id: &str) -> Result<Vec<TaskRow>>;
+    /// The tasks of each of these hot runs, in index order, one list per run
+    /// in the order given (empty for a run not found): a step that claims
+    /// many runs reads their tasks together.
+    async fn tasks_of_runs(&self, run_ids: &[String]) -> Result<Vec<Vec<TaskRow>>>;
     async fn outputs(&self, run_id: &str, idxs: &[i64]) -> Result<Vec<(i64, String)>>;
     async fn attempts(&self, run_id: &str, task_idx: Option<i64>) -> Result<Vec<AttemptRow>>;
     /// Attempts still marked running (for recovery after a crash).

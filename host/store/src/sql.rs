@@ -427,6 +427,23 @@ impl Store for SqlStore {
         rows.iter().map(task_from).collect()
     }
 
+    async fn tasks_of_runs(&self, run_ids: &[String]) -> Result<Vec<Vec<TaskRow>>> {
+        let place: std::collections::HashMap<&str, usize> =
+            run_ids.iter().enumerate().map(|(i, id)| (id.as_str(), i)).collect();
+        let mut out = vec![Vec::new(); run_ids.len()];
+        for chunk in run_ids.chunks(MAX_PARAMS) {
+            let sql = format!("SELECT * FROM tasks WHERE run_id IN ({}) ORDER BY run_id, idx", in_list(1, chunk.len()));
+            let args = chunk.iter().map(|id| Arg::Text(id.clone())).collect();
+            for row in bind_all(sqlx::query(&sql), args).fetch_all(&self.read).await? {
+                let task = task_from(&row)?;
+                if let Some(&i) = place.get(task.run_id.as_str()) {
+                    out[i].push(task);
+                }
+            }
+        }
+        Ok(out)
+    }
+
     async fn outputs(&self, run_id: &str, idxs: &[i64]) -> Result<Vec<(i64, String)>> {
         let mut out = Vec::new();
         for chunk in idxs.chunks(MAX_PARAMS - 1) {

@@ -11,7 +11,7 @@ use dagr_protocol::commands::Command;
 use dagr_protocol::now_ms;
 use dagr_protocol::plugins::{PluginDirectory, stored_workflow};
 use dagr_protocol::wire::{Ack, AttemptSpec};
-use dagr_store::{Committed, RunRow, Store};
+use dagr_store::{AttemptRow, Committed, RunRow, Store, TaskRow};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use crate::engine::SCHEDULER;
@@ -470,10 +470,12 @@ impl Engine {
             // them all, instead of a write transaction each.
             match self.store.claim_runs(&claims, &self.config.node_id, now).await {
                 Ok(rows) => {
+                    let mut known = self.read_claimed_together(&rows).await;
                     for row in rows {
                         let id = row.id.clone();
                         claims.retain(|c| *c != id);
-                        match self.load_claimed(row).await {
+                        let known = known.remove(&id);
+                        match self.load_claimed(row, known).await {
                             Ok(loaded) => data.loaded.push(loaded),
                             Err(e) => data.failed.push((id, e)),
                         }
@@ -531,26 +533,58 @@ impl Engine {
             row = self.store.claim_run(id, &self.config.node_id, now).await.map_err(claim)?;
         }
         let row = row.ok_or_else(|| LoadError::Gone(format!("there is no run {id}")))?;
-        self.load_claimed(row).await
+        self.load_claimed(row, None).await
     }
 
-    /// Reads what the engine needs of a run it has just claimed.
-    async fn load_claimed(&mut self, row: RunRow) -> Result<LoadedRun, LoadError> {
+    /// The task rows and running attempts of claimed runs that have them
+    /// (see [`Self::load_claimed`]), read together: a step that claims
+    /// many runs (a burst of waiting runs woken at once) reads two queries'
+    /// worth, not two per run. Nothing if a read fails: each run is then
+    /// read on its own.
+    async fn read_claimed_together(&self, rows: &[RunRow]) -> HashMap<String, (Vec<TaskRow>, Vec<AttemptRow>)> {
+        let ids: Vec<String> = rows.iter().filter(|r| !is_fresh(r)).map(|r| r.id.clone()).collect();
+        if ids.len() < 2 {
+            return HashMap::new();
+        }
+        let (tasks, running) = match (self.store.tasks_of_runs(&ids).await, self.store.running_attempts_of(&ids).await)
+        {
+            (Ok(tasks), Ok(running)) => (tasks, running),
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::warn!(runs = ids.len(), error = %e, "cannot read claimed runs together; reading them one by one");
+                return HashMap::new();
+            }
+        };
+        let mut known: HashMap<String, (Vec<TaskRow>, Vec<AttemptRow>)> =
+            ids.into_iter().zip(tasks).map(|(id, tasks)| (id, (tasks, Vec::new()))).collect();
+        for attempt in running {
+            if let Some((_, of_run)) = known.get_mut(&attempt.run_id) {
+                of_run.push(attempt);
+            }
+        }
+        // A run whose rows are not in the hot tables is read on its own.
+        known.retain(|_, (tasks, _)| !tasks.is_empty());
+        known
+    }
+
+    /// Reads what the engine needs of a run it has just claimed; `known`
+    /// is its task rows and running attempts if already read.
+    async fn load_claimed(
+        &mut self,
+        row: RunRow,
+        known: Option<(Vec<TaskRow>, Vec<AttemptRow>)>,
+    ) -> Result<LoadedRun, LoadError> {
         let id = row.id.clone();
         let id = id.as_str();
         self.policy.prepare(&row.tenant).await;
         let workflow = self.workflow_of(&row).await?;
-        // A queued run claimed for the first time (epoch 1) was never owned
-        // before: only an owner writes task rows, so every task is still
-        // as the run was created, pending. Its rows need not be read
-        // (10,000 rows of a big fan-out are tens of ms before it starts).
-        let fresh = row.epoch == 1 && row.state == RunState::Queued;
         let transient = |e: dagr_store::Error| LoadError::Transient(format!("cannot read run {id}: {e}"));
-        let tasks = if fresh { None } else { Some(self.store.run_tasks(id).await.map_err(transient)?) };
-        let running = if fresh {
-            Vec::new()
-        } else {
-            self.store.running_attempts_of(&[id.to_owned()]).await.map_err(transient)?
+        let (tasks, running) = match known {
+            _ if is_fresh(&row) => (None, Vec::new()),
+            Some((tasks, running)) => (Some(tasks), running),
+            None => (
+                Some(self.store.run_tasks(id).await.map_err(transient)?),
+                self.store.running_attempts_of(&[id.to_owned()]).await.map_err(transient)?,
+            ),
         };
         let backfill_parallel = match &row.backfill_id {
             Some(bf) => match self.store.get_backfill(bf).await {
@@ -730,4 +764,12 @@ fn result_span(result: &dagr_protocol::wire::AttemptResult) -> tracing::Span {
         None => dagr_telemetry::in_run(&span, &result.key.run_id),
     }
     span
+}
+
+/// A queued run claimed for the first time (epoch 1) was never owned
+/// before: only an owner writes task rows, so every task is still as the
+/// run was created, pending. Its rows need not be read (10,000 rows of a
+/// big fan-out are tens of ms before it starts).
+fn is_fresh(row: &RunRow) -> bool {
+    row.epoch == 1 && row.state == RunState::Queued
 }
