@@ -105,21 +105,18 @@ impl OuterStore for SqlStore {
         to: i64,
         task: Option<&str>,
     ) -> Result<Vec<CycleRun>> {
-        // Upstream instances carried over to cold storage come back first
-        // (the engine works on hot runs only); the index table says
-        // whether any partition can hold one.
-        let cold = self.partitions(Some(tenant)).await?;
-        if cold.iter().any(|p| p.runs > 0 && p.overlaps_logical(Some(from), Some(to))) {
-            let now = chrono::Utc::now().timestamp_millis();
-            self.restore_range(tenant, workflow, from, to, crate::sql_archive::MAX_RESTORE, now).await?;
-        }
-        let rows = range_query(tenant, workflow, from, to, task).fetch_all(&self.read).await?;
-        rows.iter().map(cycle_run_from).collect()
+        let range =
+            CycleRange { tenant: tenant.into(), workflow: workflow.into(), from, to, task: task.map(Into::into) };
+        Ok(self.runs_in_ranges(&[range]).await?.pop().unwrap_or_default())
     }
 
     async fn runs_in_ranges(&self, ranges: &[CycleRange]) -> Result<Vec<Vec<CycleRun>>> {
-        // Cold instances come back first, as for one range; the index
-        // table is read once per tenant.
+        if ranges.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Upstream instances carried over to cold storage come back first
+        // (the engine works on hot runs only); the index table, read once
+        // per tenant, says whether any partition can hold one.
         let mut tenants: Vec<&str> = ranges.iter().map(|r| r.tenant.as_str()).collect();
         tenants.sort_unstable();
         tenants.dedup();
@@ -196,46 +193,14 @@ impl OuterStore for SqlStore {
     }
 }
 
-/// The runs of a workflow in a range of logical times, with one task's
-/// state if a task is named.
-fn range_query<'q>(
-    tenant: &'q str,
-    workflow: &'q str,
-    from: i64,
-    to: i64,
-    task: Option<&'q str>,
-) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
-    let query = sqlx::query(range_sql(task)).bind(tenant).bind(workflow).bind(from).bind(to);
-    match task {
-        Some(task) => query.bind(task),
-        None => query,
-    }
-}
-
-fn range_sql(task: Option<&str>) -> &'static str {
-    match task {
-        None => {
-            "SELECT id, logical_time, state, NULL AS task_state FROM runs \
-             WHERE tenant = $1 AND workflow = $2 AND logical_time >= $3 AND logical_time <= $4 \
-             ORDER BY logical_time, created_at"
-        }
-        Some(_) => {
-            "SELECT r.id, r.logical_time, r.state, t.state AS task_state FROM runs r \
-             LEFT JOIN tasks t ON t.run_id = r.id AND t.name = $5 \
-             WHERE r.tenant = $1 AND r.workflow = $2 AND r.logical_time >= $3 AND r.logical_time <= $4 \
-             ORDER BY r.logical_time, r.created_at"
-        }
-    }
-}
-
 /// Ranges per statement of [`ranges_query`] (at most five parameters each).
 const RANGES_PER_STATEMENT: usize = 64;
 
-/// The runs of each of `ranges`, as [`range_query`] reads one, in one
-/// statement per [`RANGES_PER_STATEMENT`] ranges: a `UNION ALL` of one
-/// select per range, each tagged with its range's place, so that a step
-/// waking many runs costs a few round trips, not one (and a connection
-/// from the pool) per range.
+/// The runs of each of `ranges` (oldest first, with the task's state if
+/// one is asked about), in one statement per [`RANGES_PER_STATEMENT`]
+/// ranges: a `UNION ALL` of one select per range, each tagged with its
+/// range's place, so that a step waking many runs costs a few round trips,
+/// not one (and a connection from the pool) per range.
 async fn ranges_query(
     backend: Backend,
     conn: &mut sqlx::AnyConnection,
