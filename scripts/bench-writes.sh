@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # What a DAG costs the store in bytes: one `dagr serve` (SQLite), a warm-up
 # run of DAG, then RUNS runs of it through `dagr bench --remote`; prints
-# dagr bench's summary, the bytes the server wrote per run (`wchar` of
-# /proc/PID/io: the WAL, checkpoints, logs) and, after a final checkpoint,
+# dagr bench's table, the bytes the server wrote per run (`wchar` of
+# /proc/PID/io: the WAL, checkpoints, logs, and its HTTP answers), the
+# server's CPU time per run (user + system, /proc/PID/stat) and, after a
+# final checkpoint,
 # the database's size and its largest tables and indexes (SQLite's
 # `dbstat`).
 #
@@ -25,10 +27,14 @@ export DAGR_TOKEN=$(cat "$W/data/token")
 "$BIN" bench --remote "http://127.0.0.1:$PORT" --dag "$DAG" >/dev/null
 sleep 1
 before=$(awk '/^wchar/{print $2}' /proc/$PID/io)
-"$BIN" bench --remote "http://127.0.0.1:$PORT" --dag "$DAG" --runs "$RUNS" | grep "wall ms" || true
+ticks_before=$(awk '{print $14 + $15}' /proc/$PID/stat)
+"$BIN" bench --remote "http://127.0.0.1:$PORT" --dag "$DAG" --runs "$RUNS"
 sleep 1
 after=$(awk '/^wchar/{print $2}' /proc/$PID/io)
+ticks_after=$(awk '{print $14 + $15}' /proc/$PID/stat)
+hz=$(getconf CLK_TCK)
 python3 -c "print(f'written per run: {($after - $before) / $RUNS / 1e6:.2f} MB')"
+python3 -c "print(f'server CPU per run: {($ticks_after - $ticks_before) / $hz / $RUNS * 1000:.0f} ms')"
 kill $PID; wait $PID 2>/dev/null || true
 sqlite3 "$W/data/dagr.db" "PRAGMA wal_checkpoint(TRUNCATE);" >/dev/null
 echo "database: $(stat -c %s "$W/data/dagr.db") bytes after $((RUNS + 1)) runs"

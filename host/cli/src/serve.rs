@@ -38,6 +38,7 @@ pub fn load_config(
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let settings = load_config(args.config.as_ref(), args.listen, args.data_dir)?;
     let _telemetry = crate::node::telemetry(&settings, "serve")?;
+    crate::memory::warn_if_sqlite_unconfigured();
     let runtime = crate::node::node_runtime(&settings, true)?;
     runtime.block_on(async {
         let node = crate::node::Node::start(&settings).await?;
