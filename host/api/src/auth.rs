@@ -327,14 +327,7 @@ pub async fn authenticate(State(state): State<ApiState>, mut request: Request, n
 /// `detail` (never a secret value). A failure to record is logged; it does
 /// not undo or fail the action, which has happened.
 pub async fn audit(state: &ApiState, caller: &Caller, tenant: &str, action: &str, target: &str, detail: Value) {
-    let entry = NewAudit {
-        tenant: tenant.to_owned(),
-        at: now_ms(),
-        token_id: caller.token_id.clone(),
-        action: action.to_owned(),
-        target: target.to_owned(),
-        detail: detail.to_string(),
-    };
+    let entry = audit_entry(caller, tenant, action, target, &detail);
     if let Err(e) = state.store.append_audit(entry).await {
         tracing::error!(error = %e, tenant, action, target, token = %caller.token_id, "cannot record an audit entry");
     }
@@ -362,6 +355,28 @@ pub async fn audit(state: &ApiState, caller: &Caller, tenant: &str, action: &str
         if let Err(e) = state.store.commit(batch).await {
             tracing::error!(error = %e, tenant, action, target, "cannot record an event");
         }
+    }
+}
+
+/// The audit entry of `caller`'s `action`, for an action that creates runs
+/// and records it in the same transaction
+/// ([`dagr_store::Store::create_runs_audited`]) instead of after it with
+/// [`audit`]. Only for actions without an event of their own in the
+/// tenant's stream (runs are the engine's events), which [`audit`] would
+/// also record.
+pub fn run_audit(caller: &Caller, tenant: &str, action: &str, target: &str, detail: &Value) -> NewAudit {
+    debug_assert!(event_kind(action).is_none(), "{action} has an event: record it with `audit`");
+    audit_entry(caller, tenant, action, target, detail)
+}
+
+fn audit_entry(caller: &Caller, tenant: &str, action: &str, target: &str, detail: &Value) -> NewAudit {
+    NewAudit {
+        tenant: tenant.to_owned(),
+        at: now_ms(),
+        token_id: caller.token_id.clone(),
+        action: action.to_owned(),
+        target: target.to_owned(),
+        detail: detail.to_string(),
     }
 }
 

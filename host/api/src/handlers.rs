@@ -21,8 +21,8 @@ use dagr_store::{EncodedCommand, NewCommand, NewRun, RunFilter, RunKind, RunOrig
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::auth::Caller;
 pub(crate) use crate::auth::audit;
+use crate::auth::{Caller, run_audit};
 use crate::error::{ApiResult, AppError};
 use crate::extract::{OptionalJson, Path, Query};
 use crate::tasks::find_task;
@@ -147,10 +147,11 @@ pub async fn trigger_run(
     // The run's trace starts here.
     let span = tracing::info_span!("trigger", run = %summary.id, workflow = %name, tenant = %tenant.0);
     dagr_telemetry::in_run(&span, &summary.id);
-    tracing::Instrument::instrument(state.store.create_runs(vec![run], admit()), span).await?;
+    // Recorded with the run: one transaction, not two.
+    let entry =
+        run_audit(&caller, &tenant.0, "run.trigger", &summary.id, &json!({"workflow": name, "version": version}));
+    tracing::Instrument::instrument(state.store.create_runs_audited(vec![run], admit(), entry), span).await?;
     state.control.wake();
-    let detail = json!({"workflow": name, "version": version});
-    audit(&state, &caller, &tenant.0, "run.trigger", &summary.id, detail).await;
     created(summary)
 }
 

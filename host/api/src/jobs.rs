@@ -13,7 +13,7 @@ use dagr_store::{RunKind, RunOrigin, TaskState};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::auth::{Caller, audit};
+use crate::auth::{Caller, run_audit};
 use crate::error::AppError;
 use crate::extract::{Json, Query};
 use crate::handlers::*;
@@ -115,9 +115,9 @@ pub async fn create_job(
     let run_id = run.run.id.clone();
     let span = tracing::info_span!("trigger", run = %run_id, job = %name, tenant = %tenant.0);
     dagr_telemetry::in_run(&span, &run_id);
-    tracing::Instrument::instrument(state.store.create_runs(vec![run], admit()), span).await?;
+    let entry = run_audit(&caller, &tenant.0, "job.create", &run_id, &json!({"name": name}));
+    tracing::Instrument::instrument(state.store.create_runs_audited(vec![run], admit(), entry), span).await?;
     state.control.wake();
-    audit(&state, &caller, &tenant.0, "job.create", &run_id, json!({"name": name})).await;
     if !q.wait.unwrap_or(false) {
         return created(JobResult {
             run_id,

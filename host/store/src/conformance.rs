@@ -43,6 +43,7 @@ pub async fn run_all(store: &dyn Store, prefix: &str) -> Result<()> {
     plugin_registry(store, prefix).await?;
     tenancy(store, prefix).await?;
     audit_retention(store, prefix).await?;
+    audited_runs(store, prefix).await?;
     crate::conformance_outer::outer_dag(store, prefix).await?;
     task_reads(store, prefix).await?;
     webhooks(store, prefix).await?;
@@ -75,6 +76,39 @@ async fn audit_retention(store: &dyn Store, p: &str) -> Result<()> {
     while store.drop_audit(3, 100).await? > 0 {}
     let left: Vec<String> = store.list_audit(&tenant, 0, 10).await?.into_iter().map(|r| r.action).collect();
     check(left == ["new"], &format!("only the new audit record stays (left: {left:?})"))?;
+    Ok(())
+}
+
+/// A run made by a request and its audit entry are written together: a
+/// cycle that already has a run adds neither, and a run that cannot be
+/// written leaves no entry behind.
+async fn audited_runs(store: &dyn Store, p: &str) -> Result<()> {
+    use crate::tenancy::NewAudit;
+    let tenant = format!("{p}audited");
+    let entry = |target: &str| NewAudit {
+        tenant: tenant.clone(),
+        at: 5,
+        token_id: "t".into(),
+        action: "run.trigger".into(),
+        target: target.into(),
+        detail: "{}".into(),
+    };
+    let new = |id: &str, kind, at| NewRun {
+        run: run(&format!("{p}audited-{id}"), &tenant, "daily", kind, at),
+        tasks: vec!["a".into()],
+        sla_at: None,
+    };
+    let made = store.create_runs_audited(vec![new("a1", RunKind::Schedule, 86_400_000)], None, entry("a1")).await?;
+    check(matches!(made.as_slice(), [Created::Created { .. }]), "an audited run is created")?;
+    let again = store.create_runs_audited(vec![new("a2", RunKind::Schedule, 86_400_000)], None, entry("a2")).await?;
+    check(matches!(again.as_slice(), [Created::Exists { .. }]), "a cycle's second run is refused")?;
+    let manual = store.create_runs_audited(vec![new("m1", RunKind::Manual, 1)], None, entry("m1")).await?;
+    check(matches!(manual.as_slice(), [Created::Created { .. }]), "an audited manual run is created")?;
+    // The same id again is an error: the transaction is rolled back whole.
+    let clash = store.create_runs_audited(vec![new("m1", RunKind::Manual, 1)], None, entry("m1-again")).await;
+    check(clash.is_err(), "a run whose id exists is refused")?;
+    let targets: Vec<String> = store.list_audit(&tenant, 0, 10).await?.into_iter().map(|r| r.target).collect();
+    check(targets == ["a1", "m1"], &format!("an entry for each run made, none for the others (got {targets:?})"))?;
     Ok(())
 }
 

@@ -590,6 +590,15 @@ pub trait Store:
     /// (e.g. `admit`) in the same transaction. Schedule and backfill runs
     /// for a logical time that already has one are not created twice.
     async fn create_runs(&self, runs: Vec<NewRun>, command: Option<EncodedCommand>) -> Result<Vec<Created>>;
+    /// [`Store::create_runs`], and `audit` appended in the same transaction
+    /// if any of the runs was created: the audit log names a run that
+    /// exists, and a run made by a request is never missing from it.
+    async fn create_runs_audited(
+        &self,
+        runs: Vec<NewRun>,
+        command: Option<EncodedCommand>,
+        audit: tenancy::NewAudit,
+    ) -> Result<Vec<Created>>;
     async fn get_run(&self, id: &str) -> Result<Option<RunRow>>;
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRow>>;
     /// Runs that are queued, running or paused (for recovery).

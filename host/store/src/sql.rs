@@ -366,35 +366,16 @@ impl Store for SqlStore {
     }
 
     async fn create_runs(&self, runs: Vec<NewRun>, command: Option<EncodedCommand>) -> Result<Vec<Created>> {
-        let mut tx = self.write.begin().await?;
-        let mut out = Vec::with_capacity(runs.len());
-        for new in &runs {
-            if !Self::insert_run(&mut tx, self.backend, new).await? {
-                out.push(Created::Exists { id: Self::existing_cycle_run(&mut tx, &new.run).await? });
-                continue;
-            }
-            let command = match &command {
-                None => None,
-                Some(command) => {
-                    let row = sqlx::query(
-                        "INSERT INTO commands (tenant, run_id, slot, kind, payload, created_at) \
-                         VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
-                    )
-                    .bind(&new.run.tenant)
-                    .bind(&new.run.id)
-                    .bind(new.run.slot)
-                    .bind(&command.kind)
-                    .bind(&command.payload)
-                    .bind(new.run.created_at)
-                    .fetch_one(&mut *tx)
-                    .await?;
-                    Some(row.try_get("id")?)
-                }
-            };
-            out.push(Created::Created { id: new.run.id.clone(), command });
-        }
-        tx.commit().await?;
-        Ok(out)
+        self.create_runs_and_audit(runs, command, None).await
+    }
+
+    async fn create_runs_audited(
+        &self,
+        runs: Vec<NewRun>,
+        command: Option<EncodedCommand>,
+        audit: tenancy::NewAudit,
+    ) -> Result<Vec<Created>> {
+        self.create_runs_and_audit(runs, command, Some(audit)).await
     }
 
     async fn get_run(&self, id: &str) -> Result<Option<RunRow>> {

@@ -7,9 +7,56 @@ use std::collections::{HashMap, HashSet};
 use sqlx::{Executor, Row};
 
 use crate::sql::*;
+use crate::sql_tenancy::insert_audit;
+use crate::tenancy::NewAudit;
 use crate::*;
 
 impl SqlStore {
+    /// [`Store::create_runs`] and [`Store::create_runs_audited`]: the runs,
+    /// their commands and the audit entry (if any run was created) in one
+    /// transaction.
+    pub(crate) async fn create_runs_and_audit(
+        &self,
+        runs: Vec<NewRun>,
+        command: Option<EncodedCommand>,
+        audit: Option<NewAudit>,
+    ) -> Result<Vec<Created>> {
+        let mut tx = self.write.begin().await?;
+        let mut out = Vec::with_capacity(runs.len());
+        for new in &runs {
+            if !Self::insert_run(&mut tx, self.backend, new).await? {
+                out.push(Created::Exists { id: Self::existing_cycle_run(&mut tx, &new.run).await? });
+                continue;
+            }
+            let command = match &command {
+                None => None,
+                Some(command) => {
+                    let row = sqlx::query(
+                        "INSERT INTO commands (tenant, run_id, slot, kind, payload, created_at) \
+                         VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+                    )
+                    .bind(&new.run.tenant)
+                    .bind(&new.run.id)
+                    .bind(new.run.slot)
+                    .bind(&command.kind)
+                    .bind(&command.payload)
+                    .bind(new.run.created_at)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                    Some(row.try_get("id")?)
+                }
+            };
+            out.push(Created::Created { id: new.run.id.clone(), command });
+        }
+        if let Some(entry) = audit
+            && out.iter().any(|c| matches!(c, Created::Created { .. }))
+        {
+            insert_audit(&mut *tx, entry).await?;
+        }
+        tx.commit().await?;
+        Ok(out)
+    }
+
     /// Inserts one run and its tasks; `None` if a run for that cycle exists.
     pub(crate) async fn insert_run(conn: &mut sqlx::AnyConnection, backend: Backend, new: &NewRun) -> Result<bool> {
         let sql = format!("INSERT INTO runs ({RUN_COLUMNS}) VALUES {} ON CONFLICT DO NOTHING", values(backend, 1, 19));

@@ -208,19 +208,7 @@ impl TenancyStore for SqlStore {
     }
 
     async fn append_audit(&self, entry: NewAudit) -> Result<i64> {
-        let row = sqlx::query(
-            "INSERT INTO audit (tenant, at, token_id, action, target, detail) VALUES ($1, $2, $3, $4, $5, $6) \
-             RETURNING seq",
-        )
-        .bind(entry.tenant)
-        .bind(entry.at)
-        .bind(entry.token_id)
-        .bind(entry.action)
-        .bind(entry.target)
-        .bind(entry.detail)
-        .fetch_one(&self.write)
-        .await?;
-        Ok(row.try_get("seq")?)
+        insert_audit(&self.write, entry).await
     }
 
     async fn list_audit(&self, tenant: &str, after_seq: i64, limit: i64) -> Result<Vec<AuditRow>> {
@@ -262,4 +250,24 @@ impl TenancyStore for SqlStore {
         let row = query.fetch_one(&self.read).await?;
         Ok(RecentRuns { count: row.try_get("n")?, oldest: row.try_get("oldest")? })
     }
+}
+
+/// Appends one audit entry; its sequence number.
+pub(crate) async fn insert_audit<'c, E>(executor: E, entry: NewAudit) -> Result<i64>
+where
+    E: sqlx::Executor<'c, Database = sqlx::Any>,
+{
+    let row = sqlx::query(
+        "INSERT INTO audit (tenant, at, token_id, action, target, detail) VALUES ($1, $2, $3, $4, $5, $6) \
+         RETURNING seq",
+    )
+    .bind(entry.tenant)
+    .bind(entry.at)
+    .bind(entry.token_id)
+    .bind(entry.action)
+    .bind(entry.target)
+    .bind(entry.detail)
+    .fetch_one(executor)
+    .await?;
+    Ok(row.try_get("seq")?)
 }
