@@ -423,7 +423,9 @@ async fn runs_and_batches(store: &dyn Store, p: &str) -> Result<()> {
             Some(EncodedCommand::new("admit", "{}".into())),
         )
         .await?;
-    check(matches!(created.as_slice(), [Created::Created { command: Some(_), .. }]), "run created with a command")?;
+    check(matches!(created.as_slice(), [Created::Created { .. }]), "run created")?;
+    let commands = store.pending_commands(0, 100_000).await?;
+    check(commands.iter().any(|c| c.run_id == id && c.command.kind == "admit"), "run created with its command")?;
     let tasks = store.run_tasks(&id).await?;
     check(tasks.len() == 2 && tasks[1].name == "b" && tasks[0].state == TaskState::Pending, "tasks created pending")?;
 

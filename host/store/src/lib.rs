@@ -404,7 +404,6 @@ impl NewRun {
 pub enum Created {
     Created {
         id: String,
-        command: Option<i64>,
     },
     /// A schedule or backfill run for this logical time already exists.
     Exists {

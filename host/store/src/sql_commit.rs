@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use sqlx::{Executor, Row};
 
 use crate::sql::*;
-use crate::sql_tenancy::insert_audit;
+use crate::sql_tenancy::{AUDIT_INSERT, audit_args};
 use crate::tenancy::NewAudit;
 use crate::*;
 
@@ -21,6 +21,9 @@ impl SqlStore {
         command: Option<EncodedCommand>,
         audit: Option<NewAudit>,
     ) -> Result<Vec<Created>> {
+        if runs.iter().all(|new| !one_per_cycle(new.run.kind)) {
+            return self.create_runs_scripted(runs, command, audit).await;
+        }
         let mut tx = self.write.begin().await?;
         let mut out = Vec::with_capacity(runs.len());
         for new in &runs {
@@ -28,33 +31,60 @@ impl SqlStore {
                 out.push(Created::Exists { id: Self::existing_cycle_run(&mut tx, &new.run).await? });
                 continue;
             }
-            let command = match &command {
-                None => None,
-                Some(command) => {
-                    let row = sqlx::query(
-                        "INSERT INTO commands (tenant, run_id, slot, kind, payload, created_at) \
-                         VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
-                    )
-                    .bind(&new.run.tenant)
-                    .bind(&new.run.id)
-                    .bind(new.run.slot)
-                    .bind(&command.kind)
-                    .bind(&command.payload)
-                    .bind(new.run.created_at)
-                    .fetch_one(&mut *tx)
-                    .await?;
-                    Some(row.try_get("id")?)
-                }
-            };
-            out.push(Created::Created { id: new.run.id.clone(), command });
+            if let Some(command) = &command {
+                let (sql, args) = command_insert(new, command);
+                bind_all(sqlx::query(&numbered_for(self.backend, sql)), args).execute(&mut *tx).await?;
+            }
+            out.push(Created::Created { id: new.run.id.clone() });
         }
         if let Some(entry) = audit
             && out.iter().any(|c| matches!(c, Created::Created { .. }))
         {
-            insert_audit(&mut *tx, entry).await?;
+            let sql = numbered_for(self.backend, AUDIT_INSERT);
+            bind_all(sqlx::query(&sql), audit_args(entry)).execute(&mut *tx).await?;
         }
         tx.commit().await?;
         Ok(out)
+    }
+
+    /// Runs no other run can take the place of (manual runs, jobs, child
+    /// runs: only a schedule's or a backfill's cycle has one run) need no
+    /// read inside their transaction, so it travels as one [`Script`] (on
+    /// SQLite one round trip to its thread, not one per statement). A run
+    /// whose id exists fails the whole transaction.
+    async fn create_runs_scripted(
+        &self,
+        runs: Vec<NewRun>,
+        command: Option<EncodedCommand>,
+        audit: Option<NewAudit>,
+    ) -> Result<Vec<Created>> {
+        let mut script = Script::new(self.backend);
+        for new in &runs {
+            script.push(format!("INSERT INTO runs ({RUN_COLUMNS}) VALUES {}", placeholders(1, 19)), run_args(&new.run));
+            script.rows("INSERT INTO tasks (run_id, idx, name, state)", "", 4, task_rows(new));
+            if let Some(due) = new.sla_at {
+                script.push(
+                    "INSERT INTO run_slas (run_id, tenant, workflow, due_at) VALUES (?, ?, ?, ?)",
+                    vec![
+                        Arg::Text(new.run.id.clone()),
+                        Arg::Text(new.run.tenant.clone()),
+                        Arg::Text(new.run.workflow.clone()),
+                        Arg::I64(due),
+                    ],
+                );
+            }
+            if let Some(command) = &command {
+                let (sql, args) = command_insert(new, command);
+                script.push(sql, args);
+            }
+        }
+        if let Some(entry) = audit
+            && !runs.is_empty()
+        {
+            script.push(AUDIT_INSERT, audit_args(entry));
+        }
+        script.commit(&self.write).await?;
+        Ok(runs.into_iter().map(|new| Created::Created { id: new.run.id }).collect())
     }
 
     /// Inserts one run and its tasks; `None` if a run for that cycle exists.
@@ -64,20 +94,7 @@ impl SqlStore {
         if inserted == 0 {
             return Ok(false);
         }
-        let rows: Vec<Vec<Arg>> = new
-            .tasks
-            .iter()
-            .enumerate()
-            .map(|(i, name)| {
-                vec![
-                    Arg::Text(new.run.id.clone()),
-                    Arg::I64(i as i64),
-                    Arg::Text(name.clone()),
-                    Arg::Text(TaskState::Pending.as_str().into()),
-                ]
-            })
-            .collect();
-        insert_rows(&mut *conn, backend, "INSERT INTO tasks (run_id, idx, name, state)", "", 4, rows).await?;
+        insert_rows(&mut *conn, backend, "INSERT INTO tasks (run_id, idx, name, state)", "", 4, task_rows(new)).await?;
         if let Some(due) = new.sla_at {
             sqlx::query("INSERT INTO run_slas (run_id, tenant, workflow, due_at) VALUES ($1, $2, $3, $4)")
                 .bind(&new.run.id)
@@ -467,4 +484,41 @@ impl SqlStore {
         conn.release();
         Ok(committed)
     }
+}
+
+/// Whether a run of this kind is its cycle's only one (a schedule's or a
+/// backfill's: the store refuses a second, see `existing_cycle_run`).
+fn one_per_cycle(kind: RunKind) -> bool {
+    matches!(kind, RunKind::Schedule | RunKind::Backfill)
+}
+
+/// A new run's tasks as rows of `tasks`, all pending.
+fn task_rows(new: &NewRun) -> Vec<Vec<Arg>> {
+    new.tasks
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            vec![
+                Arg::Text(new.run.id.clone()),
+                Arg::I64(i as i64),
+                Arg::Text(name.clone()),
+                Arg::Text(TaskState::Pending.as_str().into()),
+            ]
+        })
+        .collect()
+}
+
+/// The insert of a new run's command (with `?` placeholders).
+fn command_insert(new: &NewRun, command: &EncodedCommand) -> (&'static str, Vec<Arg>) {
+    (
+        "INSERT INTO commands (tenant, run_id, slot, kind, payload, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+        vec![
+            Arg::Text(new.run.tenant.clone()),
+            Arg::Text(new.run.id.clone()),
+            Arg::I64(new.run.slot),
+            Arg::Text(command.kind.clone()),
+            Arg::Text(command.payload.clone()),
+            Arg::I64(new.run.created_at),
+        ],
+    )
 }

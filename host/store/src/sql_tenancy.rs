@@ -5,6 +5,7 @@ use async_trait::async_trait;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
+use crate::sql_script::{Arg, bind_all, numbered_for};
 use crate::tenancy::*;
 use crate::{Result, RunKind, SqlStore};
 
@@ -208,7 +209,7 @@ impl TenancyStore for SqlStore {
     }
 
     async fn append_audit(&self, entry: NewAudit) -> Result<i64> {
-        insert_audit(&self.write, entry).await
+        insert_audit(self, entry).await
     }
 
     async fn list_audit(&self, tenant: &str, after_seq: i64, limit: i64) -> Result<Vec<AuditRow>> {
@@ -252,22 +253,24 @@ impl TenancyStore for SqlStore {
     }
 }
 
+/// The insert of one audit entry (with `?` placeholders).
+pub(crate) const AUDIT_INSERT: &str =
+    "INSERT INTO audit (tenant, at, token_id, action, target, detail) VALUES (?, ?, ?, ?, ?, ?)";
+
+pub(crate) fn audit_args(entry: NewAudit) -> Vec<Arg> {
+    vec![
+        Arg::Text(entry.tenant),
+        Arg::I64(entry.at),
+        Arg::Text(entry.token_id),
+        Arg::Text(entry.action),
+        Arg::Text(entry.target),
+        Arg::Text(entry.detail),
+    ]
+}
+
 /// Appends one audit entry; its sequence number.
-pub(crate) async fn insert_audit<'c, E>(executor: E, entry: NewAudit) -> Result<i64>
-where
-    E: sqlx::Executor<'c, Database = sqlx::Any>,
-{
-    let row = sqlx::query(
-        "INSERT INTO audit (tenant, at, token_id, action, target, detail) VALUES ($1, $2, $3, $4, $5, $6) \
-         RETURNING seq",
-    )
-    .bind(entry.tenant)
-    .bind(entry.at)
-    .bind(entry.token_id)
-    .bind(entry.action)
-    .bind(entry.target)
-    .bind(entry.detail)
-    .fetch_one(executor)
-    .await?;
+pub(crate) async fn insert_audit(store: &SqlStore, entry: NewAudit) -> Result<i64> {
+    let sql = numbered_for(store.backend, &format!("{AUDIT_INSERT} RETURNING seq"));
+    let row = bind_all(sqlx::query(&sql), audit_args(entry)).fetch_one(&store.write).await?;
     Ok(row.try_get("seq")?)
 }
