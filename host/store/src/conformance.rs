@@ -96,7 +96,7 @@ async fn audited_runs(store: &dyn Store, p: &str) -> Result<()> {
     let new = |id: &str, kind, at| NewRun {
         run: run(&format!("{p}audited-{id}"), &tenant, "daily", kind, at),
         tasks: vec!["a".into()],
-        sla_at: None,
+        sla_at: Some(at),
     };
     let made = store.create_runs_audited(vec![new("a1", RunKind::Schedule, 86_400_000)], None, entry("a1")).await?;
     check(matches!(made.as_slice(), [Created::Created { .. }]), "an audited run is created")?;
@@ -109,6 +109,12 @@ async fn audited_runs(store: &dyn Store, p: &str) -> Result<()> {
     check(clash.is_err(), "a run whose id exists is refused")?;
     let targets: Vec<String> = store.list_audit(&tenant, 0, 10).await?.into_iter().map(|r| r.target).collect();
     check(targets == ["a1", "m1"], &format!("an entry for each run made, none for the others (got {targets:?})"))?;
+    // Both ways of writing a run write its deadline (a schedule's run is
+    // read back first, a manual run goes as one script).
+    let due: Vec<String> = store.due_slas(86_400_001, 100_000).await?.into_iter().map(|d| d.run_id).collect();
+    for id in ["a1", "m1"] {
+        check(due.contains(&format!("{p}audited-{id}")), &format!("run {id}'s deadline is written"))?;
+    }
     Ok(())
 }
 

@@ -61,18 +61,7 @@ impl SqlStore {
         let mut script = Script::new(self.backend);
         for new in &runs {
             script.push(format!("INSERT INTO runs ({RUN_COLUMNS}) VALUES {}", placeholders(1, 19)), run_args(&new.run));
-            script.rows("INSERT INTO tasks (run_id, idx, name, state)", "", 4, task_rows(new));
-            if let Some(due) = new.sla_at {
-                script.push(
-                    "INSERT INTO run_slas (run_id, tenant, workflow, due_at) VALUES (?, ?, ?, ?)",
-                    vec![
-                        Arg::Text(new.run.id.clone()),
-                        Arg::Text(new.run.tenant.clone()),
-                        Arg::Text(new.run.workflow.clone()),
-                        Arg::I64(due),
-                    ],
-                );
-            }
+            push_run_rows(&mut script, new);
             if let Some(command) = &command {
                 let (sql, args) = command_insert(new, command);
                 script.push(sql, args);
@@ -94,16 +83,9 @@ impl SqlStore {
         if inserted == 0 {
             return Ok(false);
         }
-        insert_rows(&mut *conn, backend, "INSERT INTO tasks (run_id, idx, name, state)", "", 4, task_rows(new)).await?;
-        if let Some(due) = new.sla_at {
-            sqlx::query("INSERT INTO run_slas (run_id, tenant, workflow, due_at) VALUES ($1, $2, $3, $4)")
-                .bind(&new.run.id)
-                .bind(&new.run.tenant)
-                .bind(&new.run.workflow)
-                .bind(due)
-                .execute(&mut *conn)
-                .await?;
-        }
+        let mut script = Script::new(backend);
+        push_run_rows(&mut script, new);
+        script.run(conn).await?;
         Ok(true)
     }
 
@@ -492,9 +474,11 @@ fn one_per_cycle(kind: RunKind) -> bool {
     matches!(kind, RunKind::Schedule | RunKind::Backfill)
 }
 
-/// A new run's tasks as rows of `tasks`, all pending.
-fn task_rows(new: &NewRun) -> Vec<Vec<Arg>> {
-    new.tasks
+/// What a new run brings besides its row: its tasks, all pending, and its
+/// SLA's deadline if it has one.
+fn push_run_rows(script: &mut Script, new: &NewRun) {
+    let tasks = new
+        .tasks
         .iter()
         .enumerate()
         .map(|(i, name)| {
@@ -505,7 +489,19 @@ fn task_rows(new: &NewRun) -> Vec<Vec<Arg>> {
                 Arg::Text(TaskState::Pending.as_str().into()),
             ]
         })
-        .collect()
+        .collect();
+    script.rows("INSERT INTO tasks (run_id, idx, name, state)", "", 4, tasks);
+    if let Some(due) = new.sla_at {
+        script.push(
+            "INSERT INTO run_slas (run_id, tenant, workflow, due_at) VALUES (?, ?, ?, ?)",
+            vec![
+                Arg::Text(new.run.id.clone()),
+                Arg::Text(new.run.tenant.clone()),
+                Arg::Text(new.run.workflow.clone()),
+                Arg::I64(due),
+            ],
+        );
+    }
 }
 
 /// The insert of a new run's command (with `?` placeholders).
