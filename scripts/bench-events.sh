@@ -4,9 +4,12 @@
 # without watchers, with 100 SSE followers and 10 webhook subscriptions
 # (one event per request), the same with batching subscriptions (up to 100
 # events per request), and with /metrics scraped every second. Prints dagr
-# bench's lines.
+# bench's lines. MODES picks others: `sse` (the 100 followers alone),
+# `webhooks` (the 10 subscriptions alone, one event per request),
+# `webhooks-batched`.
 #
 #   scripts/bench-events.sh [ROUNDS] [TASKS]
+#   MODES="plain sse webhooks webhooks-batched" scripts/bench-events.sh 1
 #
 # The binary is $DAGR_BIN (default target/release/dagr).
 set -euo pipefail
@@ -25,12 +28,16 @@ export DAGR_TOKEN=$(cat "$W/data/token") DAGR_ADMIN_TOKEN=$(cat "$W/data/admin.t
 URL="http://127.0.0.1:$PORT"
 cpu() { awk '{print $14 + $15}' "/proc/$PID/stat"; }
 for round in $(seq "$ROUNDS"); do
-  for mode in plain watched batched scraped; do
+  for mode in ${MODES:-plain watched batched scraped}; do
     case $mode in
       plain) extra=() ;;
       watched) extra=(--sse 100 --webhooks 10) ;;
       batched) extra=(--sse 100 --webhooks 10 --webhook-batch 100) ;;
       scraped) extra=(--scrape) ;;
+      sse) extra=(--sse 100) ;;
+      webhooks) extra=(--webhooks 10) ;;
+      webhooks-batched) extra=(--webhooks 10 --webhook-batch 100) ;;
+      *) echo "unknown mode $mode" >&2; exit 1 ;;
     esac
     before=$(cpu)
     out=$("$BIN" bench --remote "$URL" --dag "fanout:$TASKS" --json "${extra[@]}")
