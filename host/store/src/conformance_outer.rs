@@ -178,6 +178,24 @@ pub(crate) async fn outer_dag(store: &dyn Store, p: &str) -> Result<()> {
     done.child_run = Some(child.id.clone());
     store.commit(WriteBatch { tasks: vec![done], ..Default::default() }).await?;
     check(store.run_tasks(&hours[0]).await?[0].child_run == Some(child.id), "a task's child run kept")?;
+    // A step's child runs are written with the rest of it or not at all:
+    // a step whose task write fails (a second task of a run under a name
+    // it has) leaves no child behind to be admitted on its own.
+    let mut orphan = run(&format!("{p}orphan"), &tenant, "hourly", RunKind::Manual, 2);
+    orphan.parent_run = Some(daily.clone());
+    orphan.parent_task = Some(1);
+    let mut clash = store.run_tasks(&hours[0]).await?[0].clone();
+    clash.idx = 99;
+    let failed = store
+        .commit(WriteBatch {
+            child_runs: vec![NewRun { run: orphan.clone(), tasks: vec!["load".into()], sla_at: None }],
+            new_run_command: Some(EncodedCommand::new("admit", "{}".into())),
+            tasks: vec![clash],
+            ..Default::default()
+        })
+        .await;
+    check(failed.is_err(), "a second task under a run's task name is refused")?;
+    check(store.get_run(&orphan.id).await?.is_none(), "the failed step's child run is not written")?;
 
     // A schedule taken offline and back.
     check(store.set_schedule_paused(&tenant, "daily", true, 0).await?, "paused")?;

@@ -25,24 +25,27 @@ impl SqlStore {
             return self.create_runs_scripted(runs, command, audit).await;
         }
         let mut tx = self.write.begin().await?;
+        let inserted = insert_run_rows(&mut tx, self.backend, runs.iter()).await?;
+        let mut script = Script::new(self.backend);
         let mut out = Vec::with_capacity(runs.len());
         for new in &runs {
-            if !Self::insert_run(&mut tx, self.backend, new).await? {
+            if !inserted.contains(new.run.id.as_str()) {
                 out.push(Created::Exists { id: Self::existing_cycle_run(&mut tx, &new.run).await? });
                 continue;
             }
+            push_run_rows(&mut script, new);
             if let Some(command) = &command {
                 let (sql, args) = command_insert(new, command);
-                bind_all(sqlx::query(&numbered_for(self.backend, sql)), args).execute(&mut *tx).await?;
+                script.push(sql, args);
             }
             out.push(Created::Created { id: new.run.id.clone() });
         }
         if let Some(entry) = audit
-            && out.iter().any(|c| matches!(c, Created::Created { .. }))
+            && !inserted.is_empty()
         {
-            let sql = numbered_for(self.backend, AUDIT_INSERT);
-            bind_all(sqlx::query(&sql), audit_args(entry)).execute(&mut *tx).await?;
+            script.push(AUDIT_INSERT, audit_args(entry));
         }
+        script.run(&mut tx).await?;
         tx.commit().await?;
         Ok(out)
     }
@@ -60,7 +63,10 @@ impl SqlStore {
     ) -> Result<Vec<Created>> {
         let mut script = Script::new(self.backend);
         for new in &runs {
-            script.push(format!("INSERT INTO runs ({RUN_COLUMNS}) VALUES {}", placeholders(1, 19)), run_args(&new.run));
+            script.push(
+                format!("INSERT INTO runs ({RUN_COLUMNS}) VALUES {}", placeholders(1, RUN_COLUMN_COUNT)),
+                run_args(&new.run),
+            );
             push_run_rows(&mut script, new);
             if let Some(command) = &command {
                 let (sql, args) = command_insert(new, command);
@@ -74,19 +80,6 @@ impl SqlStore {
         }
         script.commit(&self.write).await?;
         Ok(runs.into_iter().map(|new| Created::Created { id: new.run.id }).collect())
-    }
-
-    /// Inserts one run and its tasks; `None` if a run for that cycle exists.
-    pub(crate) async fn insert_run(conn: &mut sqlx::AnyConnection, backend: Backend, new: &NewRun) -> Result<bool> {
-        let sql = format!("INSERT INTO runs ({RUN_COLUMNS}) VALUES {} ON CONFLICT DO NOTHING", values(backend, 1, 19));
-        let inserted = bind_all(sqlx::query(&sql), run_args(&new.run)).execute(&mut *conn).await?.rows_affected();
-        if inserted == 0 {
-            return Ok(false);
-        }
-        let mut script = Script::new(backend);
-        push_run_rows(&mut script, new);
-        script.run(conn).await?;
-        Ok(true)
     }
 
     pub(crate) async fn existing_cycle_run(conn: &mut sqlx::AnyConnection, run: &RunRow) -> Result<String> {
@@ -122,7 +115,10 @@ impl SqlStore {
             Backend::Postgres => "BEGIN",
         };
         let mut script = Script::new(self.backend);
-        if !batch.fences.is_empty() || batch.singleton.is_some() || !batch.new_runs.is_empty() {
+        // New runs (a schedule's, a sub-workflow's children) are read back:
+        // which of them a cycle already had.
+        let creates = !batch.new_runs.is_empty() || !batch.child_runs.is_empty();
+        if !batch.fences.is_empty() || batch.singleton.is_some() || creates {
             tx.execute(begin).await?;
         } else {
             script.push(begin, Vec::new());
@@ -180,21 +176,13 @@ impl SqlStore {
         }
 
         batch.child_runs.retain(|c| c.run.parent_run.as_ref().is_none_or(|p| !committed.fenced.contains(p)));
-        for new in batch.new_runs.iter().chain(&batch.child_runs) {
-            if Self::insert_run(&mut *tx, self.backend, new).await?
-                && let Some(command) = &batch.new_run_command
-            {
-                sqlx::query(
-                        "INSERT INTO commands (tenant, run_id, slot, kind, payload, created_at) VALUES ($1, $2, $3, $4, $5, $6)",
-                    )
-                    .bind(&new.run.tenant)
-                    .bind(&new.run.id)
-                    .bind(new.run.slot)
-                    .bind(&command.kind)
-                    .bind(&command.payload)
-                    .bind(new.run.created_at)
-                    .execute(&mut *tx)
-                    .await?;
+        let new_runs = batch.new_runs.iter().chain(&batch.child_runs);
+        let inserted = insert_run_rows(&mut *tx, self.backend, new_runs.clone()).await?;
+        for new in new_runs.filter(|new| inserted.contains(new.run.id.as_str())) {
+            push_run_rows(&mut script, new);
+            if let Some(command) = &batch.new_run_command {
+                let (sql, args) = command_insert(new, command);
+                script.push(sql, args);
             }
         }
 
@@ -472,6 +460,32 @@ impl SqlStore {
 /// backfill's: the store refuses a second, see `existing_cycle_run`).
 fn one_per_cycle(kind: RunKind) -> bool {
     matches!(kind, RunKind::Schedule | RunKind::Backfill)
+}
+
+/// Inserts the rows of new runs (not their tasks), a few hundred per
+/// statement; the ids of those inserted (a schedule's or backfill's run
+/// whose cycle has one already is not).
+async fn insert_run_rows<'a>(
+    conn: &mut sqlx::AnyConnection,
+    backend: Backend,
+    runs: impl Iterator<Item = &'a NewRun>,
+) -> Result<HashSet<String>> {
+    let runs: Vec<&NewRun> = runs.collect();
+    let mut inserted = HashSet::with_capacity(runs.len());
+    let mut rest = runs.as_slice();
+    while !rest.is_empty() {
+        let (chunk, next) = rest.split_at(chunk_rows(rest.len(), RUN_COLUMN_COUNT));
+        rest = next;
+        let sql = format!(
+            "INSERT INTO runs ({RUN_COLUMNS}) VALUES {} ON CONFLICT DO NOTHING RETURNING id",
+            values(backend, chunk.len(), RUN_COLUMN_COUNT)
+        );
+        let args = chunk.iter().flat_map(|new| run_args(&new.run)).collect();
+        for row in bind_all(sqlx::query(&sql), args).fetch_all(&mut *conn).await? {
+            inserted.insert(row.try_get("id")?);
+        }
+    }
+    Ok(inserted)
 }
 
 /// What a new run brings besides its row: its tasks, all pending, and its

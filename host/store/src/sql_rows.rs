@@ -75,6 +75,8 @@ pub(crate) fn run_from(row: &AnyRow) -> Result<RunRow> {
 
 pub(crate) const RUN_COLUMNS: &str = "id, tenant, workflow, version, kind, state, logical_time, params, spec, backfill_id, slot, \
                            owner, epoch, created_at, started_at, finished_at, updated_at, parent_run, parent_task";
+/// How many columns [`RUN_COLUMNS`] names (and [`run_args`] binds).
+pub(crate) const RUN_COLUMN_COUNT: usize = 19;
 
 pub(crate) fn run_args(r: &RunRow) -> Vec<Arg> {
     vec![
@@ -242,4 +244,16 @@ pub(crate) fn backfill_from(row: &AnyRow) -> Result<BackfillRow> {
         total: row.try_get("total")?,
         created_at: row.try_get("created_at")?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_row_binds_one_value_per_column_named() {
+        let named = RUN_COLUMNS.split(',').count();
+        let bound = run_args(&crate::conformance::run("r", "t", "wf", RunKind::Manual, 1)).len();
+        assert_eq!((named, bound), (RUN_COLUMN_COUNT, RUN_COLUMN_COUNT));
+    }
 }
