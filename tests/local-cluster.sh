@@ -43,7 +43,32 @@ wait_for_line() { # file pattern seconds
   return 1
 }
 
+# Starts a node and waits until it listens. The API's port was picked free
+# when the cluster was made, and another process may have taken it since:
+# then it starts again on another.
 start_node() { # name role
+  local name=$1 role=$2 tries=0
+  until start_node_once "$name" "$role"; do
+    if [ "$role" = api ] && grep -q "Address already in use" "$DIR/$name.log" && [ $((tries += 1)) -lt 5 ]; then
+      free_port >"$DIR/api.port"
+      continue
+    fi
+    die "$name did not start; see $DIR/$name.log"
+  done
+}
+
+# Waits for a node's "listening on" line; fails at once if the node exits.
+wait_listening() { # name
+  local i
+  for i in $(seq 1 1200); do
+    grep -q "listening on" "$DIR/$1.log" 2>/dev/null && return 0
+    kill -0 "$(cat "$DIR/$1.pid")" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+
+start_node_once() { # name role
   local name=$1 role=$2 listen=127.0.0.1:0 tls=()
   [ "$role" = api ] && listen="127.0.0.1:$(cat "$DIR/api.port")"
   if [ -f "$DIR/certs/ca.pem" ]; then
@@ -57,7 +82,7 @@ start_node() { # name role
     --data-dir "$DIR/$name" >>"$DIR/$name.log" 2>&1 &
   echo $! >"$DIR/$name.pid"
   echo "$role" >"$DIR/$name.role"
-  wait_for_line "$DIR/$name.log" "listening on" 120 || die "$name did not start; see $DIR/$name.log"
+  wait_listening "$name"
 }
 
 up() {
