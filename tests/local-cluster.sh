@@ -101,6 +101,8 @@ up() {
   command -v etcd >/dev/null || die "etcd is not installed (apt-get install etcd-server)"
   local pgbin; pgbin=$(pg_bin); [ -n "$pgbin" ] || die "PostgreSQL is not installed"
   mkdir -p "$DIR"; chmod 755 "$DIR"
+  # Should anything below fail, what it started is stopped (the logs stay).
+  trap 'down --keep' EXIT
 
   local pgport; pgport=$(free_port)
   mkdir -p "$DIR/postgres"; [ "$(id -u)" = 0 ] && chown postgres "$DIR/postgres"
@@ -136,6 +138,7 @@ EOF
   for i in $(seq 1 "$masters"); do start_node "m$i" master; done
   for i in $(seq 1 "$workers"); do start_node "w$i" worker; done
   start_node api api
+  trap - EXIT
   echo "http://127.0.0.1:$(cat "$DIR/api.port")"
 }
 
