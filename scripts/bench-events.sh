@@ -13,19 +13,10 @@
 #
 # The binary is $DAGR_BIN (default target/release/dagr).
 set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BIN=${DAGR_BIN:-$ROOT/target/release/dagr}
-[ -x "$BIN" ] || { echo "no $BIN (cargo build --release -p dagr)" >&2; exit 1; }
+. "$(dirname "$0")/bench-serve.sh"
 ROUNDS=${1:-3}
 TASKS=${2:-10000}
-W=$(mktemp -d /tmp/dagr-bench-events.XXXXXX)
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-DAGR_LOG=warn DAGR_WEBHOOKS__ALLOW_PRIVATE=true "$BIN" serve --listen "127.0.0.1:$PORT" --data-dir "$W/data" >"$W/log" 2>&1 &
-PID=$!
-trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null; rm -rf "$W"' EXIT
-for _ in $(seq 120); do curl -sf "127.0.0.1:$PORT/healthz" >/dev/null && break; sleep 0.5; done
-export DAGR_TOKEN=$(cat "$W/data/token") DAGR_ADMIN_TOKEN=$(cat "$W/data/admin.token")
-URL="http://127.0.0.1:$PORT"
+start_serve events DAGR_WEBHOOKS__ALLOW_PRIVATE=true
 cpu() { awk '{print $14 + $15}' "/proc/$PID/stat"; }
 for round in $(seq "$ROUNDS"); do
   for mode in ${MODES:-plain watched batched scraped}; do

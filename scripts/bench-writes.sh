@@ -12,23 +12,15 @@
 #
 # The binary is $DAGR_BIN (default target/release/dagr); needs sqlite3.
 set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BIN=${DAGR_BIN:-$ROOT/target/release/dagr}
-[ -x "$BIN" ] || { echo "no $BIN (cargo build --release -p dagr)" >&2; exit 1; }
+. "$(dirname "$0")/bench-serve.sh"
 DAG=${1:?usage: scripts/bench-writes.sh DAG [RUNS]}
 RUNS=${2:-5}
-W=$(mktemp -d /tmp/dagr-bench-writes.XXXXXX)
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-DAGR_LOG=warn "$BIN" serve --listen "127.0.0.1:$PORT" --data-dir "$W/data" >"$W/log" 2>&1 &
-PID=$!
-trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null; rm -rf "$W"' EXIT
-for _ in $(seq 120); do curl -sf "127.0.0.1:$PORT/healthz" >/dev/null && break; sleep 0.5; done
-export DAGR_TOKEN=$(cat "$W/data/token")
-"$BIN" bench --remote "http://127.0.0.1:$PORT" --dag "$DAG" >/dev/null
+start_serve writes
+"$BIN" bench --remote "$URL" --dag "$DAG" >/dev/null
 sleep 1
 before=$(awk '/^wchar/{print $2}' /proc/$PID/io)
 ticks_before=$(awk '{print $14 + $15}' /proc/$PID/stat)
-"$BIN" bench --remote "http://127.0.0.1:$PORT" --dag "$DAG" --runs "$RUNS"
+"$BIN" bench --remote "$URL" --dag "$DAG" --runs "$RUNS"
 sleep 1
 after=$(awk '/^wchar/{print $2}' /proc/$PID/io)
 ticks_after=$(awk '{print $14 + $15}' /proc/$PID/stat)
