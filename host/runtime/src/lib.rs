@@ -604,10 +604,13 @@ impl Runtime {
         let started = Instant::now();
         let runtime = self.clone();
         let plugin = plugin.clone();
-        let task = self.guests().spawn(async move {
+        let fut = async move {
             let _permit = permit;
             runtime.run_attempt(&plugin, exec, started).await
-        });
+        };
+        // Boxed: the future is ~3 KB, and spawning moves it through several
+        // frames; a pointer moves instead.
+        let task = self.guests().spawn(Box::pin(fut));
         let guard = AbortOnDrop(task.abort_handle());
         let report = match task.await {
             Ok(report) => report,

@@ -389,7 +389,7 @@ impl Store for SqlStore {
     async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRow>> {
         let (sql, args) = run_filter_sql(filter, "runs");
         let sql = numbered_for(self.backend, &sql);
-        let rows = bind_all(sqlx::query(&sql), args).fetch_all(&self.read).await?;
+        let rows = bind_all(&sql, args).fetch_all(&self.read).await?;
         rows.iter().map(run_from).collect()
     }
 
@@ -415,7 +415,7 @@ impl Store for SqlStore {
         for chunk in run_ids.chunks(MAX_PARAMS) {
             let sql = format!("SELECT * FROM tasks WHERE run_id IN ({}) ORDER BY run_id, idx", in_list(1, chunk.len()));
             let args = chunk.iter().map(|id| Arg::Text(id.clone())).collect();
-            for row in bind_all(sqlx::query(&sql), args).fetch_all(&self.read).await? {
+            for row in bind_all(&sql, args).fetch_all(&self.read).await? {
                 let task = task_from(&row)?;
                 if let Some(&i) = place.get(task.run_id.as_str()) {
                     out[i].push(task);
@@ -434,7 +434,7 @@ impl Store for SqlStore {
             );
             let mut args = vec![Arg::Text(run_id.to_owned())];
             args.extend(chunk.iter().map(|&i| Arg::I64(i)));
-            for row in bind_all(sqlx::query(&sql), args).fetch_all(&self.read).await? {
+            for row in bind_all(&sql, args).fetch_all(&self.read).await? {
                 out.push((row.try_get("idx")?, row.try_get("output")?));
             }
         }
@@ -486,7 +486,7 @@ impl Store for SqlStore {
                 in_list(1, chunk.len())
             );
             let args = chunk.iter().map(|&s| Arg::I64(s)).collect();
-            for row in bind_all(sqlx::query(&sql), args).fetch_all(&self.read).await? {
+            for row in bind_all(&sql, args).fetch_all(&self.read).await? {
                 out.push(run_from(&row)?);
             }
         }
@@ -514,7 +514,7 @@ impl Store for SqlStore {
             );
             let mut args = vec![Arg::Text(owner.to_owned()), Arg::I64(now)];
             args.extend(chunk.iter().map(|id| Arg::Text(id.clone())));
-            for row in bind_all(sqlx::query(&sql), args).fetch_all(&self.write).await? {
+            for row in bind_all(&sql, args).fetch_all(&self.write).await? {
                 out.push(run_from(&row)?);
             }
         }
@@ -551,7 +551,7 @@ impl Store for SqlStore {
                 in_list(1, chunk.len())
             );
             let args = chunk.iter().map(|id| Arg::Text(id.clone())).collect();
-            for row in bind_all(sqlx::query(&sql), args).fetch_all(&self.read).await? {
+            for row in bind_all(&sql, args).fetch_all(&self.read).await? {
                 out.push(attempt_from(&row)?);
             }
         }

@@ -159,7 +159,7 @@ impl SqlStore {
         for chunk in ids.chunks(CHUNK) {
             let sql = format!("SELECT id FROM runs WHERE id IN ({})", in_list(1, chunk.len()));
             let args = chunk.iter().map(|id| Arg::Text(id.clone())).collect();
-            for row in bind_all(sqlx::query(&sql), args).fetch_all(&self.read).await? {
+            for row in bind_all(&sql, args).fetch_all(&self.read).await? {
                 hot.insert(row.try_get::<String, _>("id")?);
             }
         }
@@ -201,7 +201,7 @@ impl SqlStore {
     /// none and the run is cold, from its partition. One text for both.
     pub(crate) async fn run_rows(&self, run_id: &str, sql: &str, args: Vec<Arg>) -> Result<Vec<AnyRow>> {
         let hot = crate::sql::numbered_for(self.backend, &sql.replace("{c}", ""));
-        let rows = bind_all(sqlx::query(&hot), args.clone()).fetch_all(&self.read).await?;
+        let rows = bind_all(&hot, args.clone()).fetch_all(&self.read).await?;
         if !rows.is_empty() {
             return Ok(rows);
         }
@@ -308,7 +308,7 @@ impl SqlStore {
             ended_states()
         );
         let sql = crate::sql::numbered_for(self.backend, &sql);
-        let gone = bind_all(sqlx::query(&sql), args).fetch_all(&mut *tx).await?;
+        let gone = bind_all(&sql, args).fetch_all(&mut *tx).await?;
         let mut went = Vec::with_capacity(gone.len());
         let (mut lo_l, mut hi_l, mut lo_c, mut hi_c) = (i64::MAX, i64::MIN, i64::MAX, i64::MIN);
         for row in &gone {
@@ -323,7 +323,7 @@ impl SqlStore {
             for (table, key) in tables {
                 let sql = format!("DELETE FROM {table} WHERE {key} IN ({})", in_list(1, went.len()));
                 let args = went.iter().map(|id| Arg::Text(id.clone())).collect();
-                bind_all(sqlx::query(&sql), args).execute(&mut *tx).await?;
+                bind_all(&sql, args).execute(&mut *tx).await?;
             }
             sqlx::query(
                 "UPDATE archive_partitions SET runs = runs + $1, \

@@ -134,7 +134,7 @@ impl SqlStore {
             for chunk in ids.chunks(MAX_PARAMS) {
                 let sql = format!("SELECT id, epoch FROM runs WHERE id IN ({}){lock}", in_list(1, chunk.len()));
                 let args = chunk.iter().map(|id| Arg::Text(id.clone())).collect();
-                for row in bind_all(sqlx::query(&sql), args).fetch_all(&mut *tx).await? {
+                for row in bind_all(&sql, args).fetch_all(&mut *tx).await? {
                     let id: String = row.try_get("id")?;
                     let epoch: i64 = row.try_get("epoch")?;
                     if held.get(&id) != Some(&epoch) {
@@ -481,7 +481,7 @@ async fn insert_run_rows<'a>(
             values(backend, chunk.len(), RUN_COLUMN_COUNT)
         );
         let args = chunk.iter().flat_map(|new| run_args(&new.run)).collect();
-        for row in bind_all(sqlx::query(&sql), args).fetch_all(&mut *conn).await? {
+        for row in bind_all(&sql, args).fetch_all(&mut *conn).await? {
             inserted.insert(row.try_get("id")?);
         }
     }

@@ -235,7 +235,7 @@ async fn ranges_query(
         }
         sql.push_str(" ORDER BY q, logical_time, created_at");
         let sql = numbered_for(backend, &sql);
-        for row in bind_all(sqlx::query(&sql), args).fetch_all(&mut *conn).await? {
+        for row in bind_all(&sql, args).fetch_all(&mut *conn).await? {
             let q: i64 = row.try_get("q")?;
             let slot = usize::try_from(q).ok().and_then(|q| found.get_mut(q));
             let Some(slot) = slot else {

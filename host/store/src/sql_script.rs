@@ -5,7 +5,7 @@
 use sqlx::any::AnyArguments;
 use sqlx::pool::PoolConnection;
 use sqlx::query::Query;
-use sqlx::{Any, AnyPool};
+use sqlx::{Any, AnyPool, Arguments};
 
 use crate::sql::{Backend, MAX_STATEMENT_PARAMS, SMALL_STATEMENT_PARAMS};
 use crate::*;
@@ -20,10 +20,12 @@ pub(crate) enum Arg {
     Bytes(Vec<u8>),
 }
 
-pub(crate) fn bind_all<'q>(
-    mut query: Query<'q, Any, AnyArguments<'q>>,
-    args: Vec<Arg>,
-) -> Query<'q, Any, AnyArguments<'q>> {
+/// `sql` with `args` bound in order.
+pub(crate) fn bind_all(sql: &str, args: Vec<Arg>) -> Query<'_, Any, AnyArguments<'_>> {
+    // Sized up front: a multi-row statement binds thousands of values.
+    let mut arguments = AnyArguments::default();
+    arguments.reserve(args.len(), 0);
+    let mut query = sqlx::query_with(sql, arguments);
     for arg in args {
         query = match arg {
             Arg::I64(v) => query.bind(v),
@@ -127,9 +129,12 @@ impl Script {
         while rows.peek().is_some() {
             let n = chunk_rows(remaining, cols);
             remaining -= n;
-            let chunk: Vec<Vec<Arg>> = rows.by_ref().take(n).collect();
-            let sql = format!("{head} VALUES {} {tail}", placeholders(chunk.len(), cols));
-            self.push(sql, chunk.into_iter().flatten().collect());
+            // Sized up front: collecting a flattened iterator grows the
+            // vector a step at a time (its length is not known).
+            let mut args = Vec::with_capacity(n * cols);
+            rows.by_ref().take(n).for_each(|row| args.extend(row));
+            let sql = format!("{head} VALUES {} {tail}", placeholders(n, cols));
+            self.push(sql, args);
         }
     }
 
@@ -164,10 +169,10 @@ impl Script {
                 for (text, mut more) in self.statements {
                     if more.len() > SMALL_STATEMENT_PARAMS {
                         if !sql.is_empty() {
-                            bind_all(sqlx::query(&sql), std::mem::take(&mut args)).execute(&mut *conn).await?;
+                            bind_all(&sql, std::mem::take(&mut args)).execute(&mut *conn).await?;
                             sql.clear();
                         }
-                        bind_all(sqlx::query(&text), more).execute(&mut *conn).await?;
+                        bind_all(&text, more).execute(&mut *conn).await?;
                         continue;
                     }
                     sql.push_str(&text);
@@ -175,12 +180,12 @@ impl Script {
                     args.append(&mut more);
                 }
                 if !sql.is_empty() {
-                    bind_all(sqlx::query(&sql), args).execute(&mut *conn).await?;
+                    bind_all(&sql, args).execute(&mut *conn).await?;
                 }
             }
             Backend::Postgres => {
                 for (text, args) in self.statements {
-                    bind_all(sqlx::query(&numbered(&text)), args).execute(&mut *conn).await?;
+                    bind_all(&numbered(&text), args).execute(&mut *conn).await?;
                 }
             }
         }

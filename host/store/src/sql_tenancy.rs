@@ -271,6 +271,6 @@ pub(crate) fn audit_args(entry: NewAudit) -> Vec<Arg> {
 /// Appends one audit entry; its sequence number.
 pub(crate) async fn insert_audit(store: &SqlStore, entry: NewAudit) -> Result<i64> {
     let sql = numbered_for(store.backend, &format!("{AUDIT_INSERT} RETURNING seq"));
-    let row = bind_all(sqlx::query(&sql), audit_args(entry)).fetch_one(&store.write).await?;
+    let row = bind_all(&sql, audit_args(entry)).fetch_one(&store.write).await?;
     Ok(row.try_get("seq")?)
 }

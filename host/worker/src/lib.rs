@@ -246,7 +246,7 @@ impl Worker {
             Some(parent) => dagr_telemetry::follow(&span, Some(parent)),
             None => dagr_telemetry::in_run(&span, &spec.key.run_id),
         }
-        tokio::spawn(tracing::Instrument::instrument(
+        let fut = tracing::Instrument::instrument(
             async move {
                 let key = spec.key.clone();
                 let mut result = worker.execute(spec, cancel).await;
@@ -279,7 +279,10 @@ impl Worker {
                 drop(running);
             },
             span,
-        ));
+        );
+        // Boxed: the future is ~6 KB, and spawning moves it through several
+        // frames; a pointer moves instead.
+        tokio::spawn(Box::pin(fut));
     }
 
     /// Stops one attempt; false if it is not running here.

@@ -107,17 +107,11 @@ impl EngineState {
     /// not be in the directory's snapshot yet: refreshed once before the
     /// attempt fails).
     fn prepare(&mut self, effects: &mut Effects, item: &ReadyTask, plugins: &dyn PluginDirectory) -> Prepared {
-        // Outputs written in this very step are not in the store yet.
-        let pending: Vec<(i64, &String)> = effects
-            .batch
-            .outputs
-            .iter()
-            .filter_map(|w| match w {
-                OutputWrite::Set { run_id, idx, output } if **run_id == *item.run => Some((*idx, output)),
-                _ => None,
-            })
-            .collect();
         let Some(run) = self.runs.get_mut(&item.run) else { return Prepared::Ready };
+        // Outputs written in this very step are not in the store yet; they
+        // are looked for only when one is needed (a step may carry hundreds
+        // of outputs and start hundreds of tasks).
+        let mut pending: Option<Vec<(i64, &String)>> = None;
         let mut missing: Vec<i64> = Vec::new();
         for &dep in &run.machine.workflow().tasks[item.task].deps {
             if run.machine.task(dep).state != TaskState::Succeeded
@@ -126,6 +120,17 @@ impl EngineState {
             {
                 continue;
             }
+            let pending = pending.get_or_insert_with(|| {
+                effects
+                    .batch
+                    .outputs
+                    .iter()
+                    .filter_map(|w| match w {
+                        OutputWrite::Set { run_id, idx, output } if **run_id == *item.run => Some((*idx, output)),
+                        _ => None,
+                    })
+                    .collect()
+            });
             match pending.iter().find(|(idx, _)| *idx == dep as i64) {
                 Some((_, output)) => {
                     run.outputs.insert(dep, Arc::from(output.as_str()));

@@ -139,7 +139,7 @@ impl ColdConn {
 
     pub(super) async fn run(&mut self, sql: &str, args: Vec<Arg>) -> Result<u64> {
         let sql = crate::sql::numbered_for(self.backend(), &self.sql(sql));
-        Ok(bind_all(sqlx::query(&sql), args).execute(&mut *self.conn).await?.rows_affected())
+        Ok(bind_all(&sql, args).execute(&mut *self.conn).await?.rows_affected())
     }
 
     /// Writes log lines back into the hot `logs` table, many rows per
@@ -151,7 +151,7 @@ impl ColdConn {
 
     pub(super) async fn fetch(&mut self, sql: &str, args: Vec<Arg>) -> Result<Vec<AnyRow>> {
         let sql = crate::sql::numbered_for(self.backend(), &self.sql(sql));
-        Ok(bind_all(sqlx::query(&sql), args).fetch_all(&mut *self.conn).await?)
+        Ok(bind_all(&sql, args).fetch_all(&mut *self.conn).await?)
     }
 
     /// Begins a transaction. On SQLite an immediate one locks every
