@@ -258,6 +258,14 @@ pub struct Runtime {
     inner: Arc<RuntimeInner>,
 }
 
+/// Tells runtimes apart on their guest threads.
+static NEXT_RUNTIME_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+thread_local! {
+    /// The runtime whose guest thread this is (0: none).
+    static GUEST_THREAD_OF: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
 struct RuntimeInner {
     engine: Engine,
     linker: Linker<StoreState>,
@@ -265,6 +273,8 @@ struct RuntimeInner {
     scratch: ScratchDirs,
     slots: Arc<Semaphore>,
     guests: Option<tokio::runtime::Runtime>,
+    /// What the guest threads' [`GUEST_THREAD_OF`] says.
+    guest_id: u64,
     ticker: Arc<Ticker>,
     tls: Arc<rustls::ClientConfig>,
     config: RuntimeConfig,
@@ -338,6 +348,7 @@ impl Runtime {
             .map_err(|e| Error::Config(format!("TLS for plugins' HTTPS: {e}")))?;
 
         let nice = config.guest_nice;
+        let guest_id = NEXT_RUNTIME_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let guests = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(config.guest_threads.max(1))
             .thread_name("dagr-guest")
@@ -347,7 +358,10 @@ impl Runtime {
             // notice its wake-up tens of milliseconds late.
             .event_interval(4)
             .enable_all()
-            .on_thread_start(move || lower_thread_priority(nice))
+            .on_thread_start(move || {
+                lower_thread_priority(nice);
+                GUEST_THREAD_OF.set(guest_id);
+            })
             .build()
             .map_err(|e| Error::Config(format!("cannot start the guest threads: {e}")))?;
 
@@ -376,6 +390,7 @@ impl Runtime {
                 scratch,
                 slots: Arc::new(Semaphore::new(config.max_concurrent_attempts as usize)),
                 guests: Some(guests),
+                guest_id,
                 ticker,
                 tls,
                 config,
@@ -468,6 +483,19 @@ impl Runtime {
             }
         };
         validate_info(info)
+    }
+
+    /// Runs `work` on the guest threads: the work around an attempt (its
+    /// plugin, its log, its report), so that [`Runtime::execute`] in it
+    /// runs the attempt on the thread it is on, with no second task and no
+    /// hand-off between runtimes, and the caller's runtime does none of it.
+    pub fn spawn_on_guests<F>(&self, work: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        // Boxed: the work around an attempt is a future of several KB,
+        // which spawning would move through several frames.
+        self.guests().spawn(Box::pin(work));
     }
 
     fn guests(&self) -> tokio::runtime::Handle {
@@ -586,8 +614,10 @@ impl Runtime {
 
     /// Runs one attempt. Never fails: every problem is in the report.
     ///
-    /// The attempt runs on the runtime's own guest threads; this future only
-    /// waits for it. Dropping this future cancels the attempt.
+    /// The attempt runs on the runtime's own guest threads: on the calling
+    /// thread if it is one of them ([`Runtime::spawn_on_guests`]), else in
+    /// a task of theirs that this future waits for. Dropping this future
+    /// cancels the attempt.
     pub async fn execute(&self, plugin: &Plugin, exec: Execution) -> AttemptReport {
         let cancel = exec.cancel.clone();
         let permit = tokio::select! {
@@ -602,6 +632,10 @@ impl Runtime {
         // The attempt starts when it has a slot: its deadline includes any
         // wait for a guest thread (as `AttemptReport::elapsed` says).
         let started = Instant::now();
+        if GUEST_THREAD_OF.get() == self.inner.guest_id {
+            let _permit = permit;
+            return Box::pin(self.run_attempt(plugin, exec, started)).await;
+        }
         let runtime = self.clone();
         let plugin = plugin.clone();
         let fut = async move {

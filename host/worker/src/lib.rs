@@ -246,7 +246,7 @@ impl Worker {
             Some(parent) => dagr_telemetry::follow(&span, Some(parent)),
             None => dagr_telemetry::in_run(&span, &spec.key.run_id),
         }
-        let fut = tracing::Instrument::instrument(
+        let work = tracing::Instrument::instrument(
             async move {
                 let key = spec.key.clone();
                 let mut result = worker.execute(spec, cancel).await;
@@ -280,9 +280,9 @@ impl Worker {
             },
             span,
         );
-        // Boxed: the future is ~6 KB, and spawning moves it through several
-        // frames; a pointer moves instead.
-        tokio::spawn(Box::pin(fut));
+        // On the guest threads: the node's own runtime (its engine and
+        // API) does none of an attempt's work.
+        self.inner.runtime.spawn_on_guests(work);
     }
 
     /// Stops one attempt; false if it is not running here.
