@@ -202,32 +202,27 @@ impl SqlStore {
         }
 
         if !batch.tasks.is_empty() {
-            // Last write wins within a batch; one row per task keeps the
-            // upsert from touching a row twice in one statement.
-            let mut last: HashMap<(&str, i64), usize> = HashMap::new();
-            for (i, t) in batch.tasks.iter().enumerate() {
-                last.insert((t.run_id.as_str(), t.idx), i);
-            }
-            let mut keep: Vec<usize> = last.into_values().collect();
-            keep.sort_unstable();
+            // The rows move into the statement (no copies of their text).
+            let keep = last_of_each(&batch.tasks, |t| (t.run_id.as_str(), t.idx));
+            let mut tasks: Vec<Option<TaskRow>> = std::mem::take(&mut batch.tasks).into_iter().map(Some).collect();
             let rows: Vec<Vec<Arg>> = keep
                 .into_iter()
-                .map(|i| {
-                    let t = &batch.tasks[i];
+                .filter_map(|i| tasks[i].take())
+                .map(|t| {
                     vec![
-                        Arg::Text(t.run_id.clone()),
+                        Arg::Text(t.run_id),
                         Arg::I64(t.idx),
-                        Arg::Text(t.name.clone()),
+                        Arg::Text(t.name),
                         Arg::Text(t.state.as_str().into()),
                         Arg::I64(t.attempts),
                         Arg::I64(t.failures),
                         Arg::I64(t.lost),
                         Arg::I64(t.forced as i64),
                         Arg::OptI64(t.retry_at),
-                        Arg::OptText(t.error.clone()),
+                        Arg::OptText(t.error),
                         Arg::OptI64(t.started_at),
                         Arg::OptI64(t.finished_at),
-                        Arg::OptText(t.child_run.clone()),
+                        Arg::OptText(t.child_run),
                     ]
                 })
                 .collect();
@@ -272,26 +267,23 @@ impl SqlStore {
         }
 
         if !batch.attempts.is_empty() {
-            let mut last: HashMap<(&str, i64, i64), usize> = HashMap::new();
-            for (i, a) in batch.attempts.iter().enumerate() {
-                last.insert((a.run_id.as_str(), a.task_idx, a.number), i);
-            }
-            let mut keep: Vec<usize> = last.into_values().collect();
-            keep.sort_unstable();
+            let keep = last_of_each(&batch.attempts, |a| (a.run_id.as_str(), a.task_idx, a.number));
+            let mut attempts: Vec<Option<AttemptRow>> =
+                std::mem::take(&mut batch.attempts).into_iter().map(Some).collect();
             let rows = keep
                 .into_iter()
-                .map(|i| {
-                    let a = &batch.attempts[i];
+                .filter_map(|i| attempts[i].take())
+                .map(|a| {
                     vec![
-                        Arg::Text(a.run_id.clone()),
+                        Arg::Text(a.run_id),
                         Arg::I64(a.task_idx),
                         Arg::I64(a.number),
-                        Arg::Text(a.task.clone()),
+                        Arg::Text(a.task),
                         Arg::Text(a.state.as_str().into()),
                         Arg::OptText(a.failure_kind.map(|k| k.as_str().to_owned())),
-                        Arg::OptText(a.message.clone()),
+                        Arg::OptText(a.message),
                         Arg::I64(a.charged as i64),
-                        Arg::Text(a.worker.clone()),
+                        Arg::Text(a.worker),
                         Arg::I64(a.epoch),
                         Arg::I64(a.started_at),
                         Arg::OptI64(a.finished_at),
@@ -531,4 +523,17 @@ fn command_insert(new: &NewRun, command: &EncodedCommand) -> (&'static str, Vec<
             Arg::I64(new.run.created_at),
         ],
     )
+}
+
+/// The places of the last item of each key, in order: last write wins
+/// within a batch, and one row per key keeps an upsert from touching a row
+/// twice in one statement.
+fn last_of_each<'a, T, K: std::hash::Hash + Eq>(items: &'a [T], key: impl Fn(&'a T) -> K) -> Vec<usize> {
+    let mut last: HashMap<K, usize> = HashMap::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        last.insert(key(item), i);
+    }
+    let mut keep: Vec<usize> = last.into_values().collect();
+    keep.sort_unstable();
+    keep
 }
