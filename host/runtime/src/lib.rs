@@ -634,7 +634,14 @@ impl Runtime {
         let started = Instant::now();
         if GUEST_THREAD_OF.get() == self.inner.guest_id {
             let _permit = permit;
-            return Box::pin(self.run_attempt(plugin, exec, started)).await;
+            // As a task of its own would: a panic in the attempt's host code
+            // fails the attempt instead of ending its caller's task unheard.
+            return caught(Box::pin(self.run_attempt(plugin, exec, started))).await.unwrap_or_else(|message| {
+                failed_before_start(Failure::new(
+                    FailureKind::Internal,
+                    format!("the attempt's host task failed: it panicked: {message}"),
+                ))
+            });
         }
         let runtime = self.clone();
         let plugin = plugin.clone();

@@ -148,3 +148,41 @@ pub(crate) fn classify_error(
 pub(crate) fn error_chain(error: &wasmtime::Error) -> String {
     error.chain().map(|c| c.to_string()).collect::<Vec<_>>().join(": ")
 }
+
+/// `future`'s output, or the message of a panic while it was polled.
+pub(crate) async fn caught<F: std::future::Future>(future: F) -> std::result::Result<F::Output, String> {
+    let mut future = std::pin::pin!(future);
+    std::future::poll_fn(|cx| {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| future.as_mut().poll(cx))) {
+            Ok(std::task::Poll::Ready(output)) => std::task::Poll::Ready(Ok(output)),
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Err(panic) => std::task::Poll::Ready(Err(panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".into()))),
+        }
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::caught;
+
+    #[tokio::test]
+    async fn a_panic_while_polled_is_caught_with_its_message() {
+        assert_eq!(caught(async { 7 }).await, Ok(7));
+        let after_a_yield = caught(async {
+            tokio::task::yield_now().await;
+            if std::hint::black_box(true) {
+                panic!("the host code failed at {}", 42);
+            }
+            7
+        });
+        assert_eq!(after_a_yield.await, Err("the host code failed at 42".to_owned()));
+        assert_eq!(caught(async { std::panic::panic_any(5u8) }).await, Err("a panic without a message".to_owned()));
+        let literal: Result<(), String> = caught(async { panic!("literal") }).await;
+        assert_eq!(literal, Err("literal".to_owned()));
+    }
+}
