@@ -33,11 +33,7 @@ impl SqlStore {
                 out.push(Created::Exists { id: Self::existing_cycle_run(&mut tx, &new.run).await? });
                 continue;
             }
-            push_run_rows(&mut script, new);
-            if let Some(command) = &command {
-                let (sql, args) = command_insert(new, command);
-                script.push(sql, args);
-            }
+            push_run_rows(&mut script, new, command.as_ref());
             out.push(Created::Created { id: new.run.id.clone() });
         }
         if let Some(entry) = audit
@@ -67,11 +63,7 @@ impl SqlStore {
                 format!("INSERT INTO runs ({RUN_COLUMNS}) VALUES {}", placeholders(1, RUN_COLUMN_COUNT)),
                 run_args(&new.run),
             );
-            push_run_rows(&mut script, new);
-            if let Some(command) = &command {
-                let (sql, args) = command_insert(new, command);
-                script.push(sql, args);
-            }
+            push_run_rows(&mut script, new, command.as_ref());
         }
         if let Some(entry) = audit
             && !runs.is_empty()
@@ -179,11 +171,7 @@ impl SqlStore {
         let new_runs = batch.new_runs.iter().chain(&batch.child_runs);
         let inserted = insert_run_rows(&mut *tx, self.backend, new_runs.clone()).await?;
         for new in new_runs.filter(|new| inserted.contains(new.run.id.as_str())) {
-            push_run_rows(&mut script, new);
-            if let Some(command) = &batch.new_run_command {
-                let (sql, args) = command_insert(new, command);
-                script.push(sql, args);
-            }
+            push_run_rows(&mut script, new, batch.new_run_command.as_ref());
         }
 
         // The rest is written in one go.
@@ -204,10 +192,7 @@ impl SqlStore {
         if !batch.tasks.is_empty() {
             // The rows move into the statement (no copies of their text).
             let keep = last_of_each(&batch.tasks, |t| (t.run_id.as_str(), t.idx));
-            let mut tasks: Vec<Option<TaskRow>> = std::mem::take(&mut batch.tasks).into_iter().map(Some).collect();
-            let rows: Vec<Vec<Arg>> = keep
-                .into_iter()
-                .filter_map(|i| tasks[i].take())
+            let rows: Vec<Vec<Arg>> = kept(std::mem::take(&mut batch.tasks), keep)
                 .map(|t| {
                     vec![
                         Arg::Text(t.run_id),
@@ -268,11 +253,7 @@ impl SqlStore {
 
         if !batch.attempts.is_empty() {
             let keep = last_of_each(&batch.attempts, |a| (a.run_id.as_str(), a.task_idx, a.number));
-            let mut attempts: Vec<Option<AttemptRow>> =
-                std::mem::take(&mut batch.attempts).into_iter().map(Some).collect();
-            let rows = keep
-                .into_iter()
-                .filter_map(|i| attempts[i].take())
+            let rows = kept(std::mem::take(&mut batch.attempts), keep)
                 .map(|a| {
                     vec![
                         Arg::Text(a.run_id),
@@ -480,9 +461,9 @@ async fn insert_run_rows<'a>(
     Ok(inserted)
 }
 
-/// What a new run brings besides its row: its tasks, all pending, and its
-/// SLA's deadline if it has one.
-fn push_run_rows(script: &mut Script, new: &NewRun) {
+/// What a new run brings besides its row: its tasks, all pending, its
+/// SLA's deadline if it has one, and `command` for it if any.
+fn push_run_rows(script: &mut Script, new: &NewRun, command: Option<&EncodedCommand>) {
     let tasks = new
         .tasks
         .iter()
@@ -508,21 +489,19 @@ fn push_run_rows(script: &mut Script, new: &NewRun) {
             ],
         );
     }
-}
-
-/// The insert of a new run's command (with `?` placeholders).
-fn command_insert(new: &NewRun, command: &EncodedCommand) -> (&'static str, Vec<Arg>) {
-    (
-        "INSERT INTO commands (tenant, run_id, slot, kind, payload, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-        vec![
-            Arg::Text(new.run.tenant.clone()),
-            Arg::Text(new.run.id.clone()),
-            Arg::I64(new.run.slot),
-            Arg::Text(command.kind.clone()),
-            Arg::Text(command.payload.clone()),
-            Arg::I64(new.run.created_at),
-        ],
-    )
+    if let Some(command) = command {
+        script.push(
+            "INSERT INTO commands (tenant, run_id, slot, kind, payload, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+            vec![
+                Arg::Text(new.run.tenant.clone()),
+                Arg::Text(new.run.id.clone()),
+                Arg::I64(new.run.slot),
+                Arg::Text(command.kind.clone()),
+                Arg::Text(command.payload.clone()),
+                Arg::I64(new.run.created_at),
+            ],
+        );
+    }
 }
 
 /// The places of the last item of each key, in order: last write wins
@@ -536,4 +515,10 @@ fn last_of_each<'a, T, K: std::hash::Hash + Eq>(items: &'a [T], key: impl Fn(&'a
     let mut keep: Vec<usize> = last.into_values().collect();
     keep.sort_unstable();
     keep
+}
+
+/// The items of `items` at the places `keep` names (ascending), moved out.
+fn kept<T>(items: Vec<T>, keep: Vec<usize>) -> impl Iterator<Item = T> {
+    let mut keep = keep.into_iter().peekable();
+    items.into_iter().enumerate().filter_map(move |(i, item)| keep.next_if_eq(&i).map(|_| item))
 }

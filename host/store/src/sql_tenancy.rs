@@ -209,7 +209,9 @@ impl TenancyStore for SqlStore {
     }
 
     async fn append_audit(&self, entry: NewAudit) -> Result<i64> {
-        insert_audit(self, entry).await
+        let sql = numbered_for(self.backend, &format!("{AUDIT_INSERT} RETURNING seq"));
+        let row = bind_all(&sql, audit_args(entry)).fetch_one(&self.write).await?;
+        Ok(row.try_get("seq")?)
     }
 
     async fn list_audit(&self, tenant: &str, after_seq: i64, limit: i64) -> Result<Vec<AuditRow>> {
@@ -266,11 +268,4 @@ pub(crate) fn audit_args(entry: NewAudit) -> Vec<Arg> {
         Arg::Text(entry.target),
         Arg::Text(entry.detail),
     ]
-}
-
-/// Appends one audit entry; its sequence number.
-pub(crate) async fn insert_audit(store: &SqlStore, entry: NewAudit) -> Result<i64> {
-    let sql = numbered_for(store.backend, &format!("{AUDIT_INSERT} RETURNING seq"));
-    let row = bind_all(&sql, audit_args(entry)).fetch_one(&store.write).await?;
-    Ok(row.try_get("seq")?)
 }
