@@ -8,18 +8,22 @@
 //! a master (the log is in the store, not in any process).
 //!
 //! One [`EventHub`] per API process reads the log for everyone: every
-//! `[api] event_poll` it reads what is new across all tenants and
-//! broadcasts it, so a hundred subscribers cost one query, not a hundred.
-//! A subscriber first reads what it missed from the store (up to the
-//! hub's head), then follows the broadcast; one that falls behind the
-//! broadcast's bounded buffer reads from the store again. Events are
-//! delivered in order, each once: a subscriber skips what it has already
-//! passed (the store guarantees that what a reader sees is a prefix of
-//! the log; see `dagr_store::Store::event_page`).
+//! `[api] event_poll` (or as soon as an engine in the process commits) it
+//! reads what is new across all tenants, frames each event once and keeps
+//! the newest (`[api] event_buffer` bytes of them) in a [`Ring`] shared by
+//! every subscriber, so a hundred subscribers cost one query and one
+//! serialization per event, not a hundred. A subscriber copies the frames
+//! it wants from where it stands in the ring; one that stands before the
+//! oldest event kept (it came with an old `Last-Event-ID`, or fell that
+//! far behind) reads the store until it reaches the ring. Events are
+//! delivered in order, each once: a subscriber only moves forward (the
+//! store guarantees that what a reader sees is a prefix of the log; see
+//! `dagr_store::Store::event_page`).
 
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
+mod ring;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -32,17 +36,15 @@ use dagr_protocol::api::{ApiError, EventPage, EventView};
 use dagr_protocol::tenancy::ADMIN_TENANT;
 use dagr_store::{EventRow, EventScope, Store};
 use serde::Deserialize;
-use tokio::sync::{OnceCell, broadcast, watch};
+use tokio::sync::{OnceCell, watch};
 
 use crate::error::AppError;
 use crate::extract::Query;
 use crate::{ApiState, Tenant};
+use ring::{Lags, Read, Ring, Shared};
 
 /// Events read from the store at once.
 const PAGE: i64 = 500;
-/// Batches the broadcast keeps for subscribers that are behind (at most
-/// `BACKLOG * PAGE` events); one further behind reads the store.
-const BACKLOG: usize = 64;
 
 /// Most bytes of events one write to a stream carries; a stream that is
 /// further behind writes several.
@@ -71,55 +73,16 @@ pub(crate) fn register_metrics() {
     stream_lag();
 }
 
-/// Counts each event of a chunk in [`stream_lag`].
-fn observe_lag<'a>(events: impl Iterator<Item = &'a Shared>) {
-    let now = chrono::Utc::now().timestamp_millis();
-    let lag = stream_lag();
-    for e in events {
-        lag.observe((now - e.row.at).max(0) as f64 / 1000.0);
-    }
-}
-
-/// An event with its SSE frame (`id`, `event` and `data` lines), made once
-/// and shared by every stream: a stream only copies the frames it wants
-/// into its next write.
-pub(crate) struct Shared {
-    row: EventRow,
-    frame: Bytes,
-}
-
-impl Shared {
-    fn new(row: EventRow) -> Arc<Shared> {
-        let json = serde_json::to_string(&dagr_notify::event_view(&row)).unwrap_or_default();
-        let frame = sse_frame(row.seq, &row.kind, &json);
-        Arc::new(Shared { row, frame })
-    }
-}
-
-/// One Server-Sent Event. Compact JSON has no line breaks, and kinds are
-/// the engine's own words; a kind with a line break in it would break the
-/// framing, so any is replaced.
-fn sse_frame(seq: i64, kind: &str, json: &str) -> Bytes {
-    let mut frame = String::with_capacity(json.len() + kind.len() + 32);
-    frame.push_str("id: ");
-    frame.push_str(&seq.to_string());
-    frame.push_str("\nevent: ");
-    frame.extend(kind.chars().map(|c| if c == '\n' || c == '\r' { ' ' } else { c }));
-    frame.push_str("\ndata: ");
-    frame.push_str(json);
-    frame.push_str("\n\n");
-    Bytes::from(frame)
-}
-
 /// Reads new events for every subscriber of this process.
 pub struct EventHub {
     store: Arc<dyn Store>,
     poll: Duration,
     max_streams: usize,
-    tx: broadcast::Sender<Arc<[Arc<Shared>]>>,
-    /// The highest sequence number broadcast so far: every event up to it
-    /// is in the store and visible.
-    head: AtomicI64,
+    /// The newest events, framed.
+    ring: RwLock<Ring>,
+    /// The highest sequence number read so far (every event up to it is
+    /// in the store and visible), sent once its events are in the ring.
+    head: watch::Sender<i64>,
     started: OnceCell<()>,
     streams: Arc<AtomicUsize>,
     /// Changes when an engine in this process committed events.
@@ -127,14 +90,14 @@ pub struct EventHub {
 }
 
 impl EventHub {
-    pub fn new(store: Arc<dyn Store>, poll: Duration, max_streams: usize) -> Arc<EventHub> {
-        let (tx, _) = broadcast::channel(BACKLOG);
+    /// `buffer`: bytes of the newest events kept for the streams.
+    pub fn new(store: Arc<dyn Store>, poll: Duration, max_streams: usize, buffer: usize) -> Arc<EventHub> {
         Arc::new(EventHub {
             store,
             poll,
             max_streams,
-            tx,
-            head: AtomicI64::new(0),
+            ring: RwLock::new(Ring::new(buffer, 0)),
+            head: watch::Sender::new(0),
             started: OnceCell::new(),
             streams: Arc::new(AtomicUsize::new(0)),
             nudge: std::sync::Mutex::new(None),
@@ -157,17 +120,22 @@ impl EventHub {
         self.started
             .get_or_try_init(|| async {
                 let head = self.store.last_event_seq().await?;
-                self.head.store(head, Ordering::Release);
+                self.ring_mut().clear(head);
+                self.head.send_replace(head);
                 tokio::spawn(follow(Arc::downgrade(self), head));
                 Ok::<(), AppError>(())
             })
             .await
             .map(|_| ())
     }
+
+    fn ring_mut(&self) -> std::sync::RwLockWriteGuard<'_, Ring> {
+        self.ring.write().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
-/// The hub's reader: what is new, every `poll` (or when nudged), to
-/// every subscriber.
+/// The hub's reader: what is new, every `poll` (or when nudged), into the
+/// ring for every subscriber.
 async fn follow(hub: Weak<EventHub>, mut head: i64) {
     let scope = EventScope::default();
     let mut nudge = hub.upgrade().and_then(|h| h.nudge.lock().unwrap_or_else(|e| e.into_inner()).clone());
@@ -183,13 +151,15 @@ async fn follow(hub: Weak<EventHub>, mut head: i64) {
         let full = page.len() as i64 == PAGE;
         if let Some(last) = page.last() {
             head = last.seq;
-            hub.head.store(head, Ordering::Release);
-            // Serialized once for every subscriber; with none, not at all
-            // (they read the store when they come).
-            if hub.tx.receiver_count() > 0 {
-                let shared: Arc<[Arc<Shared>]> = page.into_iter().map(Shared::new).collect();
-                let _ = hub.tx.send(shared);
+            // Framed once for every subscriber; with none, not at all (one
+            // that comes reads the store up to here).
+            if hub.streams() > 0 {
+                let framed: Vec<Shared> = page.into_iter().map(Shared::new).collect();
+                hub.ring_mut().push(framed);
+            } else {
+                hub.ring_mut().clear(head);
             }
+            hub.head.send_replace(head);
         }
         let poll = hub.poll;
         drop(hub);
@@ -330,12 +300,13 @@ async fn page(state: &ApiState, filter: Filter, q: &StreamQuery) -> Result<Respo
 struct Follower {
     hub: Arc<EventHub>,
     filter: Filter,
-    rx: broadcast::Receiver<Arc<[Arc<Shared>]>>,
+    /// Changes when the ring has new events.
+    head: watch::Receiver<i64>,
     /// Everything up to here was delivered or passed over.
     cursor: i64,
-    /// Read the store up to here before following the broadcast.
+    /// Read the store up to here before reading the ring.
     catch_up_to: Option<i64>,
-    ready: VecDeque<Arc<Shared>>,
+    lags: Lags,
     _open: StreamGuard,
 }
 
@@ -362,20 +333,11 @@ async fn stream(state: &ApiState, filter: Filter, after: Option<i64>) -> Result<
         });
     }
     hub.start().await?;
-    // Subscribe first, then read the head: whatever is past the head
-    // comes through the broadcast.
-    let rx = hub.tx.subscribe();
-    let head = hub.head.load(Ordering::Acquire);
-    let cursor = after.unwrap_or(head);
-    let follower = Follower {
-        hub,
-        filter,
-        rx,
-        cursor,
-        catch_up_to: (cursor < head).then_some(head),
-        ready: VecDeque::new(),
-        _open: guard,
-    };
+    let head = hub.head.subscribe();
+    // From now: whatever the ring does not hold any more is read from the
+    // store (the ring's floor says where it begins).
+    let cursor = after.unwrap_or(*head.borrow());
+    let follower = Follower { hub, filter, head, cursor, catch_up_to: None, lags: Lags::default(), _open: guard };
     // Every event that is ready goes out in one write: a hundred streams
     // following a burst make a hundred writes per batch, not one per event
     // and stream.
@@ -394,92 +356,66 @@ async fn stream(state: &ApiState, filter: Filter, after: Option<i64>) -> Result<
 }
 
 impl Follower {
-    /// The frames of every event that is ready for this subscriber (at
-    /// least one, at most about [`CHUNK`] bytes); `None` ends the stream.
+    /// The frames of the next events for this subscriber (at least one,
+    /// about [`CHUNK`] bytes at most); `None` ends the stream.
     async fn next_chunk(&mut self) -> Option<Bytes> {
-        let first = self.next().await?;
-        if self.ready.is_empty() {
-            self.drain_broadcast();
-        }
-        if self.ready.is_empty() {
-            observe_lag(std::iter::once(&*first));
-            return Some(first.frame.clone());
-        }
-        let mut chunk = BytesMut::with_capacity(CHUNK.min(first.frame.len() * (self.ready.len() + 1)));
-        chunk.extend_from_slice(&first.frame);
-        let mut taken = 0;
-        while chunk.len() < CHUNK {
-            let Some(event) = self.ready.get(taken) else { break };
-            chunk.extend_from_slice(&event.frame);
-            taken += 1;
-        }
-        observe_lag(std::iter::once(&*first).chain(self.ready.range(..taken).map(|e| &**e)));
-        self.ready.drain(..taken);
-        Some(chunk.freeze())
-    }
-
-    /// Takes the batches already broadcast, without waiting.
-    fn drain_broadcast(&mut self) {
-        if self.catch_up_to.is_some() {
-            return;
-        }
         loop {
-            match self.rx.try_recv() {
-                Ok(batch) => self.take(batch.iter()),
-                Err(broadcast::error::TryRecvError::Lagged(_)) => {
-                    self.catch_up_to = Some(self.hub.head.load(Ordering::Acquire));
-                    return;
-                }
-                Err(_) => return,
-            }
-        }
-    }
-
-    /// The next event for this subscriber; `None` ends the stream.
-    async fn next(&mut self) -> Option<Arc<Shared>> {
-        loop {
-            if let Some(event) = self.ready.pop_front() {
-                return Some(event);
-            }
+            let mut chunk = BytesMut::new();
             if let Some(target) = self.catch_up_to {
-                match self.hub.store.event_page(&self.filter.scope, self.cursor, PAGE).await {
-                    Ok(rows) => {
-                        let done = rows.len() < PAGE as usize || rows.last().is_some_and(|e| e.seq >= target);
-                        let rows: Vec<Arc<Shared>> = rows.into_iter().map(Shared::new).collect();
-                        self.take(rows.iter());
-                        if done {
-                            // Everything up to the target was visible and read.
-                            self.cursor = self.cursor.max(target);
-                            self.catch_up_to = None;
+                self.read_store(target, &mut chunk).await;
+            } else {
+                // Marks the head seen before the ring is read: an event
+                // pushed after the read changes it again.
+                self.head.borrow_and_update();
+                let read = {
+                    let ring = self.hub.ring.read().unwrap_or_else(|e| e.into_inner());
+                    ring.read(&mut self.cursor, &self.filter, CHUNK, &mut chunk, &mut self.lags)
+                };
+                match read {
+                    Read::Behind(floor) => self.catch_up_to = Some(floor),
+                    // Events this subscriber does not want: let others run
+                    // before looking further.
+                    Read::Looked if chunk.is_empty() => tokio::task::yield_now().await,
+                    Read::Looked => {}
+                    Read::Nothing => {
+                        if self.head.changed().await.is_err() {
+                            return None;
                         }
                     }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "an event stream cannot read the log; will retry");
-                        tokio::time::sleep(self.hub.poll).await;
-                    }
                 }
-                continue;
             }
-            match self.rx.recv().await {
-                Ok(batch) => self.take(batch.iter()),
-                // Behind the broadcast's buffer: read the store again.
-                Err(broadcast::error::RecvError::Lagged(_)) => {
-                    self.catch_up_to = Some(self.hub.head.load(Ordering::Acquire));
-                }
-                Err(broadcast::error::RecvError::Closed) => return None,
+            if !chunk.is_empty() {
+                self.lags.observe(stream_lag(), chrono::Utc::now().timestamp_millis());
+                return Some(chunk.freeze());
             }
         }
     }
 
-    /// Queues what this subscriber wants of `rows` that it has not passed.
-    fn take<'a>(&mut self, rows: impl Iterator<Item = &'a Arc<Shared>>) {
-        for e in rows {
-            if e.row.seq <= self.cursor {
-                continue;
+    /// The next page of this subscriber's events from the store, on the
+    /// way to `target` (where the ring begins).
+    async fn read_store(&mut self, target: i64, chunk: &mut BytesMut) {
+        match self.hub.store.event_page(&self.filter.scope, self.cursor, PAGE).await {
+            Ok(rows) => {
+                let done = rows.len() < PAGE as usize || rows.last().is_some_and(|e| e.seq >= target);
+                for row in rows {
+                    if row.seq <= self.cursor {
+                        continue;
+                    }
+                    self.cursor = row.seq;
+                    if self.filter.wants(&row) {
+                        self.lags.push(row.at);
+                        chunk.extend_from_slice(&Shared::new(row).frame);
+                    }
+                }
+                if done {
+                    // Everything up to the target was visible and read.
+                    self.cursor = self.cursor.max(target);
+                    self.catch_up_to = None;
+                }
             }
-            self.cursor = e.row.seq;
-            if self.filter.wants(&e.row) {
-                self.ready.push_back(e.clone());
+            Err(e) => {
+                tracing::warn!(error = %e, "an event stream cannot read the log; will retry");
+                tokio::time::sleep(self.hub.poll).await;
             }
         }
     }
@@ -500,22 +436,6 @@ mod tests {
             task: None,
             data: "{}".into(),
         }
-    }
-
-    #[test]
-    fn a_frame_is_one_server_sent_event() {
-        // Compact JSON writes a line break in a string as `\n`.
-        let frame = sse_frame(42, "task.state", r#"{"a":"x\ny"}"#);
-        assert_eq!(
-            &frame[..],
-            br#"id: 42
-event: task.state
-data: {"a":"x\ny"}
-
-"#
-        );
-        let odd = sse_frame(1, "run\nstate", "{}");
-        assert_eq!(&odd[..], b"id: 1\nevent: run state\ndata: {}\n\n");
     }
 
     #[test]

@@ -105,6 +105,8 @@ pub struct ApiConfig {
     pub event_poll: Duration,
     /// Event streams open at once.
     pub max_event_streams: usize,
+    /// Bytes of the newest events kept in memory for the event streams.
+    pub event_buffer: usize,
     /// `/metrics` without a token (`[metrics] public`); else the admin token.
     pub metrics_public: bool,
     /// Whether webhooks may go to loopback or private addresses.
@@ -133,6 +135,7 @@ impl Default for ApiConfig {
             secrets: dagr_protocol::sealed::SecretKey::generate(),
             event_poll: Duration::from_millis(50),
             max_event_streams: 1000,
+            event_buffer: 32 << 20,
             metrics_public: false,
             webhooks_allow_private: false,
             max_webhooks: 20,
@@ -176,7 +179,7 @@ impl ApiState {
         plugins: Arc<dyn PluginDirectory>,
         config: ApiConfig,
     ) -> ApiState {
-        let events = EventHub::new(store.clone(), config.event_poll, config.max_event_streams);
+        let events = EventHub::new(store.clone(), config.event_poll, config.max_event_streams, config.event_buffer);
         let hub = events.clone();
         events::register_metrics();
         dagr_metrics::global()

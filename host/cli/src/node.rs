@@ -501,6 +501,7 @@ pub fn api_config(
         webhooks_allow_private: settings.webhooks_allow_private,
         max_webhooks: settings.webhooks_per_tenant,
         max_event_streams: settings.max_event_streams,
+        event_buffer: settings.event_buffer as usize,
         ui_session: settings.ui_session,
         ui_secure_cookie: settings.ui_secure_cookie,
         ..Default::default()

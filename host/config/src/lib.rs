@@ -33,6 +33,7 @@
 //! max_depth = 64             # nesting of a body or definition, at most 120
 //! event_poll = "50ms"        # how often the API looks for new events to stream
 //! max_event_streams = 1000   # event streams (GET /v1/events as SSE) open at once
+//! event_buffer = "32MiB"     # newest events kept in memory for the streams (1MiB–1GiB)
 //! ui_session = "12h"         # how long a web UI sign-in lasts
 //! ui_secure_cookie = false   # mark the UI's session cookie Secure (dagr behind HTTPS)
 //!
@@ -190,6 +191,7 @@ pub struct Settings {
     pub max_depth: usize,
     pub event_poll: Duration,
     pub max_event_streams: usize,
+    pub event_buffer: u64,
     pub ui_session: Duration,
     pub ui_secure_cookie: bool,
     pub metrics_public: bool,
@@ -391,6 +393,15 @@ impl Config {
             },
             max_event_streams: match self.api.max_event_streams {
                 0 => return Err(err("api.max_event_streams", "must be at least 1".into())),
+                n => n,
+            },
+            event_buffer: match bytes("api.event_buffer", &self.api.event_buffer)? {
+                n if !(1 << 20..=1 << 30).contains(&n) => {
+                    return Err(err(
+                        "api.event_buffer",
+                        format!("`{}` must be between 1MiB and 1GiB", self.api.event_buffer),
+                    ));
+                }
                 n => n,
             },
             ui_session: match duration("api.ui_session", &self.api.ui_session)? {
@@ -677,6 +688,20 @@ mod tests {
         let mut c = Config::default();
         c.plugins.max_upload = "lots".into();
         assert_eq!(c.validate().unwrap_err().field, "plugins.max_upload");
+    }
+
+    #[test]
+    fn the_event_buffer_is_a_bounded_size() {
+        assert_eq!(Config::default().validate().unwrap().event_buffer, 32 << 20);
+        let mut c = Config::default();
+        c.api.event_buffer = "4MiB".into();
+        assert_eq!(c.validate().unwrap().event_buffer, 4 << 20);
+        for bad in ["100KiB", "2GiB", "plenty"] {
+            c.api.event_buffer = bad.into();
+            let e = c.validate().unwrap_err();
+            assert_eq!(e.field, "api.event_buffer", "{bad}");
+            assert!(e.message.contains(bad) || bad == "plenty", "{e}");
+        }
     }
 
     #[test]

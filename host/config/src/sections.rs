@@ -518,6 +518,10 @@ pub struct ApiConfig {
     pub event_poll: String,
     /// Event streams open at once; one more is refused (429).
     pub max_event_streams: usize,
+    /// The newest events the API keeps in memory for its event streams
+    /// (their frames, in bytes); a stream further behind reads the store.
+    #[serde(deserialize_with = "text")]
+    pub event_buffer: String,
     /// How long a sign-in to the web UI lasts.
     #[serde(deserialize_with = "text")]
     pub ui_session: String,
@@ -533,6 +537,7 @@ impl Default for ApiConfig {
             max_depth: dagr_core::document::DEFAULT_MAX_DEPTH,
             event_poll: "50ms".into(),
             max_event_streams: 1000,
+            event_buffer: "32MiB".into(),
             ui_session: "12h".into(),
             ui_secure_cookie: false,
         }

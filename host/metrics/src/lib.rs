@@ -83,12 +83,21 @@ impl Histogram {
     }
 
     pub fn observe(&self, value: f64) {
+        self.observe_many(value, 1);
+    }
+
+    /// `n` observations of the same value at once.
+    pub fn observe_many(&self, value: f64, n: u64) {
+        if n == 0 {
+            return;
+        }
         let value = if value.is_finite() { value } else { 0.0 };
         let i = self.bounds.iter().position(|b| value <= *b).unwrap_or(self.bounds.len());
-        self.counts[i].fetch_add(1, Ordering::Relaxed);
+        self.counts[i].fetch_add(n, Ordering::Relaxed);
+        let added = value * n as f64;
         let mut current = self.sum.load(Ordering::Relaxed);
         loop {
-            let next = (f64::from_bits(current) + value).to_bits();
+            let next = (f64::from_bits(current) + added).to_bits();
             match self.sum.compare_exchange_weak(current, next, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => return,
                 Err(seen) => current = seen,
@@ -306,6 +315,8 @@ mod tests {
         h.observe(0.05);
         h.observe(0.5);
         h.observe(7.0);
+        h.observe_many(0.25, 4);
+        h.observe_many(0.25, 0);
         let family = registry.family("dagr_runs_total", "Runs.", &["tenant"], 3, Counter::default);
         family.with(&["a\"b"]).inc();
         family.with(&["c"]).inc();
@@ -315,10 +326,10 @@ mod tests {
         let text = registry.render();
         assert!(text.contains("# TYPE dagr_things_total counter\ndagr_things_total 3\n"), "{text}");
         assert!(text.contains("dagr_wait_seconds_bucket{le=\"0.1\"} 1\n"), "{text}");
-        assert!(text.contains("dagr_wait_seconds_bucket{le=\"1\"} 2\n"), "{text}");
-        assert!(text.contains("dagr_wait_seconds_bucket{le=\"+Inf\"} 3\n"), "{text}");
-        assert!(text.contains("dagr_wait_seconds_sum 7.55\n"), "{text}");
-        assert!(text.contains("dagr_wait_seconds_count 3\n"), "{text}");
+        assert!(text.contains("dagr_wait_seconds_bucket{le=\"1\"} 6\n"), "{text}");
+        assert!(text.contains("dagr_wait_seconds_bucket{le=\"+Inf\"} 7\n"), "{text}");
+        assert!(text.contains("dagr_wait_seconds_sum 8.55\n"), "{text}");
+        assert!(text.contains("dagr_wait_seconds_count 7\n"), "{text}");
         assert!(text.contains("dagr_runs_total{tenant=\"a\\\"b\"} 1\n"), "{text}");
         assert!(text.contains("dagr_runs_total{tenant=\"other\"} 2\n"), "past the bound: {text}");
         assert!(text.contains("dagr_open 2\n"), "{text}");
