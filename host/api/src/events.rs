@@ -453,4 +453,68 @@ mod tests {
         let error = Filter::from_query(&Tenant("acme".into()), &bad).unwrap_err();
         assert!(format!("{error:?}").contains("r*n"), "{error:?}");
     }
+
+    /// The ids of a stream's frames.
+    fn ids(chunk: &[u8]) -> Vec<i64> {
+        std::str::from_utf8(chunk).unwrap().lines().filter_map(|l| l.strip_prefix("id: ")?.parse().ok()).collect()
+    }
+
+    #[tokio::test]
+    async fn a_stream_behind_the_ring_reads_the_store_and_goes_on_with_every_event_once_in_order() {
+        use dagr_store::{NewEvent, SqlStore, Synchronous, WriteBatch};
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> =
+            Arc::new(SqlStore::open_sqlite(&dir.path().join("dagr.db"), Synchronous::Normal).await.unwrap());
+        // Every third event is another tenant's; each carries 200 bytes.
+        let events = |from: i64, to: i64| WriteBatch {
+            events: (from..=to)
+                .map(|i| NewEvent {
+                    tenant: if i % 3 == 0 { "other".into() } else { "acme".into() },
+                    at: i,
+                    kind: "task.state".into(),
+                    workflow: Some("wf".into()),
+                    run_id: Some("r1".into()),
+                    task: Some(format!("t{i}")),
+                    data: format!(r#"{{"n":{i},"pad":"{}"}}"#, "x".repeat(200)),
+                })
+                .collect(),
+            ..WriteBatch::default()
+        };
+        store.commit(events(1, 10)).await.unwrap();
+        // A ring of 4 KiB: about ten events.
+        let hub = EventHub::new(store.clone(), Duration::from_millis(5), 10, 4096);
+        hub.streams.fetch_add(1, Ordering::Relaxed);
+        hub.start().await.unwrap();
+        let filter = Filter::from_query(&Tenant("acme".into()), &StreamQuery::default()).unwrap();
+        let head = hub.head.subscribe();
+        let mut follower = Follower {
+            hub: hub.clone(),
+            filter,
+            head,
+            cursor: 5,
+            catch_up_to: None,
+            lags: Lags::default(),
+            _open: StreamGuard(hub.streams.clone()),
+        };
+        let mut seen = Vec::new();
+        let mut next = async |follower: &mut Follower| {
+            let chunk = tokio::time::timeout(Duration::from_secs(10), follower.next_chunk()).await.unwrap().unwrap();
+            ids(&chunk)
+        };
+        // Resumed after 5, before the ring began: from the store.
+        seen.extend(next(&mut follower).await);
+        assert_eq!(seen, vec![7, 8, 10]);
+        // Sixty more while the stream waits: the ring keeps the last few.
+        store.commit(events(11, 70)).await.unwrap();
+        while *hub.head.borrow() < 70 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let floor = hub.ring.read().unwrap().floor();
+        assert!(floor > 20, "the ring dropped the oldest: it begins after {floor}");
+        while seen.last() != Some(&70) {
+            seen.extend(next(&mut follower).await);
+        }
+        let acme: Vec<i64> = (7..=70).filter(|i| i % 3 != 0).collect();
+        assert_eq!(seen, acme, "every event of its tenant after 5, once, in order");
+    }
 }

@@ -99,6 +99,12 @@ impl Ring {
         }
     }
 
+    /// Every event after this number is in the ring.
+    #[cfg(test)]
+    pub(crate) fn floor(&self) -> i64 {
+        self.floor
+    }
+
     /// Drops every event: nobody follows. The log up to `head` is passed.
     pub(crate) fn clear(&mut self, head: i64) {
         self.events.clear();
