@@ -497,7 +497,7 @@ mod tests {
             _open: StreamGuard(hub.streams.clone()),
         };
         let mut seen = Vec::new();
-        let mut next = async |follower: &mut Follower| {
+        let next = async |follower: &mut Follower| {
             let chunk = tokio::time::timeout(Duration::from_secs(10), follower.next_chunk()).await.unwrap().unwrap();
             ids(&chunk)
         };
