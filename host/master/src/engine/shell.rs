@@ -39,14 +39,12 @@ pub struct Engine {
     policy: Arc<dyn TenantPolicy>,
     metrics: Arc<EngineMetrics>,
     rx: mpsc::UnboundedReceiver<Message>,
-    /// Answers of probes, which arrive after their step.
+    /// Answers of dispatches, grants and probes, which arrive after their step.
     answers_tx: mpsc::UnboundedSender<Input>,
     answers_rx: mpsc::UnboundedReceiver<Input>,
     commands_tx: broadcast::Sender<(i64, dagr_protocol::control::CommandOutcome)>,
     finished_tx: broadcast::Sender<(String, String)>,
     events_tx: tokio::sync::watch::Sender<u64>,
-    /// Inputs for the next step (answers to this step's dispatches).
-    pending: Vec<Input>,
     /// Whoever waits for the verdict on a worker's result.
     acks: HashMap<u64, oneshot::Sender<Ack>>,
     next_ack: u64,
@@ -96,7 +94,6 @@ impl Engine {
             commands_tx,
             finished_tx,
             events_tx,
-            pending: Vec::new(),
             acks: HashMap::new(),
             next_ack: 0,
             limits_version: None,
@@ -112,7 +109,7 @@ impl Engine {
         let mut read_commands = false;
         loop {
             let mut messages: Vec<Message> = Vec::new();
-            let mut inputs: Vec<Input> = std::mem::take(&mut self.pending);
+            let mut inputs: Vec<Input> = Vec::new();
             let mut wake = read_commands;
             // A backlog of task changes (a burst past a step's budget)
             // goes on at once, before anything new is waited for.
@@ -319,16 +316,22 @@ impl Engine {
                     .map(move |batch| (worker.clone(), batch))
             })
             .collect();
-        let transport = &self.transport;
-        let answers = futures::future::join_all(requests.into_iter().map(|(worker, specs)| async move {
-            // What an answer needs; the specs themselves go without a copy.
-            let sent: Vec<_> = specs.iter().map(|s| (s.key.clone(), s.epoch, s.task_name.clone())).collect();
-            let answer = transport.dispatch(specs, &worker).await;
-            Input::Dispatched { worker, sent, answer }
-        }))
-        .await;
-        drop(spans);
-        self.pending.extend(answers);
+        // Each request in a task of its own: the next step does not wait
+        // for a worker's round trip (its answer is an input like any
+        // other, and may come after the attempts' results: the state
+        // machine takes them in any order, as the simulation delivers
+        // them). The dispatch spans end when the last request does.
+        let spans = Arc::new(spans);
+        for (worker, specs) in requests {
+            let (transport, answers, spans) = (self.transport.clone(), self.answers_tx.clone(), spans.clone());
+            tokio::spawn(async move {
+                // What an answer needs; the specs themselves go without a copy.
+                let sent: Vec<_> = specs.iter().map(|s| (s.key.clone(), s.epoch, s.task_name.clone())).collect();
+                let answer = transport.dispatch(specs, &worker).await;
+                drop(spans);
+                let _ = answers.send(Input::Dispatched { worker, sent, answer });
+            });
+        }
         for (key, worker) in effects.cancels.drain(..) {
             let transport = self.transport.clone();
             tokio::spawn(async move { transport.cancel(&key, &worker).await });
