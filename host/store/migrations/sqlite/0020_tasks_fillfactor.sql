@@ -1,0 +1,3 @@
+-- PostgreSQL only: its tasks table leaves room in each page for the
+-- updates a task's row gets as it runs. SQLite has no such setting; the
+-- schema is the same.
