@@ -504,7 +504,10 @@ async fn runs_and_batches(store: &dyn Store, p: &str) -> Result<()> {
         alone.len() == 2 && together == [Vec::new(), alone],
         &format!("tasks of runs read together, in the order asked: {together:?}"),
     )?;
-    check(store.running_attempts().await?.iter().any(|a| a.run_id == id), "attempt running")?;
+    check(
+        store.running_attempts_of(std::slice::from_ref(&id)).await?.iter().any(|a| a.run_id == id),
+        "attempt running",
+    )?;
     check(!store.pending_commands(0, 100).await?.iter().any(|c| c.id == command), "command done")?;
     check(
         store.get_command(command).await?.is_some_and(|c| c.result.as_deref() == Some("{\"ok\":true}")),

@@ -609,8 +609,6 @@ pub trait Store:
     async fn tasks_of_runs(&self, run_ids: &[String]) -> Result<Vec<Vec<TaskRow>>>;
     async fn outputs(&self, run_id: &str, idxs: &[i64]) -> Result<Vec<(i64, String)>>;
     async fn attempts(&self, run_id: &str, task_idx: Option<i64>) -> Result<Vec<AttemptRow>>;
-    /// Attempts still marked running (for recovery after a crash).
-    async fn running_attempts(&self) -> Result<Vec<AttemptRow>>;
 
     // Ownership (cluster mode) ------------------------------------------
 

@@ -168,8 +168,9 @@ mod tests {
         let old_rows = rows(pool.clone()).await;
         assert_eq!(old_rows.len(), 5);
 
+        // Through 0019 (a later migration drops `attempts_running`).
         let mut after = SQLITE.migrator().await.unwrap();
-        after.migrations = all.into();
+        after.migrations = all.iter().filter(|m| m.version <= 19).cloned().collect::<Vec<_>>().into();
         after.run(&pool).await.unwrap();
         assert_eq!(rows(pool.clone()).await, old_rows);
         assert_eq!(shape(pool.clone()).await, old_shape);

@@ -470,13 +470,6 @@ impl Store for SqlStore {
         rows.iter().map(attempt_from).collect()
     }
 
-    async fn running_attempts(&self) -> Result<Vec<AttemptRow>> {
-        let rows = sqlx::query(&format!("SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE state = 'running'"))
-            .fetch_all(&self.read)
-            .await?;
-        rows.iter().map(attempt_from).collect()
-    }
-
     async fn active_runs_in_slots(&self, slots: &[i64]) -> Result<Vec<RunRow>> {
         let mut out = Vec::new();
         for chunk in slots.chunks(MAX_PARAMS) {

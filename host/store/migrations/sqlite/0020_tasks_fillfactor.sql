@@ -1,3 +1,3 @@
--- PostgreSQL only: its tasks table leaves room in each page for the
--- updates a task's row gets as it runs. SQLite has no such setting; the
--- schema is the same.
+-- PostgreSQL only: its tasks and attempts tables leave room in each page
+-- for the updates their rows get as a task runs. SQLite has no such
+-- setting; the schema is the same.
