@@ -41,6 +41,7 @@ mod commands;
 mod control;
 mod dispatch;
 mod effects;
+mod in_flight;
 mod outer;
 mod placement;
 mod results;

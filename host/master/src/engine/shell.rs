@@ -45,6 +45,8 @@ pub struct Engine {
     commands_tx: broadcast::Sender<(i64, dagr_protocol::control::CommandOutcome)>,
     finished_tx: broadcast::Sender<(String, String)>,
     events_tx: tokio::sync::watch::Sender<u64>,
+    /// Dispatch requests not yet answered, by worker.
+    in_flight: super::in_flight::InFlight,
     /// Whoever waits for the verdict on a worker's result.
     acks: HashMap<u64, oneshot::Sender<Ack>>,
     next_ack: u64,
@@ -94,6 +96,7 @@ impl Engine {
             commands_tx,
             finished_tx,
             events_tx,
+            in_flight: Default::default(),
             acks: HashMap::new(),
             next_ack: 0,
             limits_version: None,
@@ -321,20 +324,27 @@ impl Engine {
         // other, and may come after the attempts' results: the state
         // machine takes them in any order, as the simulation delivers
         // them). The dispatch spans end when the last request does.
+        // A cancellation or probe decided later waits for the requests in
+        // flight to its worker (see `in_flight`).
+        self.in_flight.tidy();
         let spans = Arc::new(spans);
         for (worker, specs) in requests {
             let (transport, answers, spans) = (self.transport.clone(), self.answers_tx.clone(), spans.clone());
+            let sending = self.in_flight.send(&worker);
             tokio::spawn(async move {
                 // What an answer needs; the specs themselves go without a copy.
                 let sent: Vec<_> = specs.iter().map(|s| (s.key.clone(), s.epoch, s.task_name.clone())).collect();
                 let answer = transport.dispatch(specs, &worker).await;
-                drop(spans);
+                drop((spans, sending));
                 let _ = answers.send(Input::Dispatched { worker, sent, answer });
             });
         }
         for (key, worker) in effects.cancels.drain(..) {
-            let transport = self.transport.clone();
-            tokio::spawn(async move { transport.cancel(&key, &worker).await });
+            let (transport, answered) = (self.transport.clone(), self.in_flight.answered(&worker));
+            tokio::spawn(async move {
+                answered.await;
+                transport.cancel(&key, &worker).await
+            });
         }
         if let Some(request) = effects.resources.take() {
             let (transport, answers) = (self.transport.clone(), self.answers_tx.clone());
@@ -345,7 +355,9 @@ impl Engine {
         }
         for probe in effects.probes.drain(..) {
             let (transport, answers) = (self.transport.clone(), self.answers_tx.clone());
+            let answered = self.in_flight.answered(&probe.worker);
             tokio::spawn(async move {
+                answered.await;
                 let adoption = transport.adopt(&probe.key, &probe.worker, probe.epoch).await;
                 let _ =
                     answers.send(Input::Probed { key: probe.key, worker: probe.worker, epoch: probe.epoch, adoption });
