@@ -4,12 +4,17 @@
 //!
 //! - On Linux it commits its 1 GiB arenas eagerly, and pages it frees in
 //!   an eagerly committed arena stay resident. Off, they go back.
-//! - It gives freed pages back after a delay, but only when it next
-//!   allocates; a node that has just started and then waits keeps what
-//!   its start used. With no delay they go back as they are freed.
+//! - It gives freed pages back after a delay (10 ms), but only when it
+//!   next allocates; a node that has just started and then waits keeps
+//!   what its start used.
 //!
 //! An idle `dagr serve` (restarted on its data directory) went from 101 MiB
-//! of RSS to 68 MiB with both (docs/BENCHMARKS.md, "Idle memory").
+//! of RSS to 68 MiB with eager commit off and no delay (docs/BENCHMARKS.md,
+//! "Idle memory"). No delay at all made a busy node fault every page it
+//! allocated again, step after step (18,000–19,000 page faults per fan-out
+//! of 10,000, 5–10 % of its CPU): the delay is 100 ms, which keeps pages
+//! through a burst and costs an idle node nothing it did not cost before
+//! (docs/BENCHMARKS.md, "Freed pages kept for 100 ms").
 //!
 //! SQLite is C and does not go through Rust's global allocator: by default
 //! it allocates with glibc's `malloc` and counts every allocation under a
@@ -28,6 +33,8 @@ use libsqlite3_sys as sqlite;
 const ARENA_EAGER_COMMIT: c_int = 4;
 /// `mi_option_purge_delay`, ibid.
 const PURGE_DELAY: c_int = 15;
+/// How long freed pages stay before they go back to the system.
+const PURGE_DELAY_MS: c_int = 100;
 
 /// Runs before `main`, as the C runtime starts the process: Rust's own
 /// start-up allocates, and mimalloc reserves (and, by default, commits) its
@@ -46,15 +53,17 @@ extern "C" fn configure() {
 
 fn configure_mimalloc() {
     // Nothing here may allocate: the first allocation reserves the arena.
-    for (option, env) in [(ARENA_EAGER_COMMIT, c"MIMALLOC_ARENA_EAGER_COMMIT"), (PURGE_DELAY, c"MIMALLOC_PURGE_DELAY")]
-    {
+    for (option, env, value) in [
+        (ARENA_EAGER_COMMIT, c"MIMALLOC_ARENA_EAGER_COMMIT", 0),
+        (PURGE_DELAY, c"MIMALLOC_PURGE_DELAY", PURGE_DELAY_MS),
+    ] {
         // SAFETY: `getenv` reads the environment the C runtime set up before
         // any constructor; the name is a NUL-terminated literal.
         let set = unsafe { !libc::getenv(env.as_ptr()).is_null() };
         if !set {
             // SAFETY: sets an option by its number; mimalloc reads options
             // as it reserves arenas, and an unknown number is ignored.
-            unsafe { libmimalloc_sys::mi_option_set(option, 0 as c_long) }
+            unsafe { libmimalloc_sys::mi_option_set(option, value as c_long) }
         }
     }
 }
