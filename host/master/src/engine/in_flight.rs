@@ -31,10 +31,7 @@ impl InFlight {
     /// returned value is dropped.
     pub(crate) fn send(&mut self, worker: &str) -> Sending {
         let (tx, rx) = oneshot::channel();
-        let list = self.by_worker.entry(worker.to_owned()).or_default();
-        // Forgets what was answered meanwhile.
-        list.retain(|done| done.peek().is_none());
-        list.push(rx.shared());
+        self.by_worker.entry(worker.to_owned()).or_default().push(rx.shared());
         Sending { _done: tx }
     }
 
@@ -49,7 +46,8 @@ impl InFlight {
         }
     }
 
-    /// Forgets the workers with nothing in flight.
+    /// Forgets what was answered (the shell calls it before each step's
+    /// requests).
     pub(crate) fn tidy(&mut self) {
         self.by_worker.retain(|_, list| {
             list.retain(|done| done.peek().is_none());
