@@ -40,6 +40,7 @@ pub async fn run_all(store: &dyn Store, prefix: &str) -> Result<()> {
     fencing(store, prefix).await?;
     commands_logs_events(store, prefix).await?;
     big_batches(store, prefix).await?;
+    many_runs_in_one_batch(store, prefix).await?;
     plugin_registry(store, prefix).await?;
     tenancy(store, prefix).await?;
     audit_retention(store, prefix).await?;
@@ -394,6 +395,66 @@ async fn big_batches(store: &dyn Store, p: &str) -> Result<()> {
     let all: Vec<i64> = (0..1234).collect();
     let outs = store.outputs(&id, &all).await?;
     check(outs.len() == 1234 && outs.iter().all(|(i, o)| *o == format!("{{\"i\":{i}}}")), "1234 outputs stored")?;
+    Ok(())
+}
+
+/// A batch that changes many runs and answers many commands (SQLite
+/// writes them as multi-row updates): each run ends as its writes one after
+/// another leave it, each command is done with its own result.
+async fn many_runs_in_one_batch(store: &dyn Store, p: &str) -> Result<()> {
+    let tenant = format!("{p}many");
+    let ids: Vec<String> = (0..70).map(|i| format!("{p}many-{i}")).collect();
+    let new =
+        ids.iter().map(|id| NewRun { run: run(id, &tenant, "wf", RunKind::Manual, 5), tasks: vec![], sla_at: None });
+    store.create_runs(new.collect(), Some(EncodedCommand::new("admit", "{}".into()))).await?;
+    let commands: Vec<crate::CommandRow> =
+        store.pending_commands(0, 100_000).await?.into_iter().filter(|c| ids.contains(&c.run_id)).collect();
+    check(commands.len() == 70, "a command for each run")?;
+    let write = |id: &str, state: RunState, started_at: Option<i64>, finished_at: Option<i64>, updated_at: i64| {
+        RunWrite { id: id.to_owned(), state, started_at, finished_at, updated_at }
+    };
+    let mut runs = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        let i = i as i64;
+        // Started, then (for every other run) finished in the same batch,
+        // the second write naming a later start that must not win.
+        runs.push(write(id, RunState::Running, Some(100 + i), None, 200 + i));
+        if i % 2 == 0 {
+            runs.push(write(id, RunState::Succeeded, Some(999), Some(300 + i), 300 + i));
+        }
+    }
+    let commands_done = commands
+        .iter()
+        .map(|c| crate::DoneCommand {
+            id: c.id,
+            run_id: c.run_id.clone(),
+            result: format!("{{\"run\":\"{}\"}}", c.run_id),
+        })
+        .collect();
+    store.commit(WriteBatch { runs, commands_done, at: 400, ..Default::default() }).await?;
+    for (i, id) in ids.iter().enumerate() {
+        let i = i as i64;
+        let row = store.get_run(id).await?.ok_or_else(|| Error::Invalid(format!("{id} missing")))?;
+        let (state, finished, updated) =
+            if i % 2 == 0 { (RunState::Succeeded, Some(300 + i), 300 + i) } else { (RunState::Running, None, 200 + i) };
+        check(
+            row.state == state
+                && row.started_at == Some(100 + i)
+                && row.finished_at == finished
+                && row.updated_at == updated,
+            &format!("run {id} as its last write left it, started at its first start: {row:?}"),
+        )?;
+    }
+    let pending = store.pending_commands(0, 100_000).await?;
+    check(!pending.iter().any(|c| ids.contains(&c.run_id)), "every command done")?;
+    for c in &commands {
+        let done = store.get_command(c.id).await?.ok_or_else(|| Error::Invalid("command missing".into()))?;
+        check(
+            done.done_at == Some(400)
+                && done.result.as_deref() == Some(format!("{{\"run\":\"{}\"}}", c.run_id).as_str()),
+            &format!("command {} keeps its own result: {:?}", c.id, done.result),
+        )?;
+    }
     Ok(())
 }
 

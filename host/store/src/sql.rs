@@ -412,9 +412,10 @@ impl Store for SqlStore {
         let place: std::collections::HashMap<&str, usize> =
             run_ids.iter().enumerate().map(|(i, id)| (id.as_str(), i)).collect();
         let mut out = vec![Vec::new(); run_ids.len()];
-        for chunk in run_ids.chunks(MAX_PARAMS) {
-            let sql = format!("SELECT * FROM tasks WHERE run_id IN ({}) ORDER BY run_id, idx", in_list(1, chunk.len()));
-            let args = chunk.iter().map(|id| Arg::Text(id.clone())).collect();
+        for chunk in run_ids.chunks(PADDED_IN_LIST) {
+            let mut args = Vec::new();
+            let list = padded_in_list(1, chunk.iter().map(|id| Arg::Text(id.clone())), &mut args);
+            let sql = format!("SELECT * FROM tasks WHERE run_id IN ({list}) ORDER BY run_id, idx");
             for row in bind_all(&sql, args).fetch_all(&self.read).await? {
                 let task = task_from(&row)?;
                 if let Some(&i) = place.get(task.run_id.as_str()) {
@@ -500,13 +501,12 @@ impl Store for SqlStore {
 
     async fn claim_runs(&self, run_ids: &[String], owner: &str, now: i64) -> Result<Vec<RunRow>> {
         let mut out = Vec::with_capacity(run_ids.len());
-        for chunk in run_ids.chunks(MAX_STATEMENT_PARAMS - 2) {
-            let sql = format!(
-                "UPDATE runs SET owner = $1, epoch = epoch + 1, updated_at = $2 WHERE id IN ({}) RETURNING {RUN_COLUMNS}",
-                in_list(3, chunk.len())
-            );
+        for chunk in run_ids.chunks(MAX_STATEMENT_PARAMS / 2) {
             let mut args = vec![Arg::Text(owner.to_owned()), Arg::I64(now)];
-            args.extend(chunk.iter().map(|id| Arg::Text(id.clone())));
+            let list = padded_in_list(3, chunk.iter().map(|id| Arg::Text(id.clone())), &mut args);
+            let sql = format!(
+                "UPDATE runs SET owner = $1, epoch = epoch + 1, updated_at = $2 WHERE id IN ({list}) RETURNING {RUN_COLUMNS}"
+            );
             for row in bind_all(&sql, args).fetch_all(&self.write).await? {
                 out.push(run_from(&row)?);
             }
@@ -538,12 +538,10 @@ impl Store for SqlStore {
 
     async fn running_attempts_of(&self, run_ids: &[String]) -> Result<Vec<AttemptRow>> {
         let mut out = Vec::new();
-        for chunk in run_ids.chunks(MAX_PARAMS) {
-            let sql = format!(
-                "SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE state = 'running' AND run_id IN ({})",
-                in_list(1, chunk.len())
-            );
-            let args = chunk.iter().map(|id| Arg::Text(id.clone())).collect();
+        for chunk in run_ids.chunks(PADDED_IN_LIST) {
+            let mut args = Vec::new();
+            let list = padded_in_list(1, chunk.iter().map(|id| Arg::Text(id.clone())), &mut args);
+            let sql = format!("SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE state = 'running' AND run_id IN ({list})");
             for row in bind_all(&sql, args).fetch_all(&self.read).await? {
                 out.push(attempt_from(&row)?);
             }

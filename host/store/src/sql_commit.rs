@@ -123,9 +123,10 @@ impl SqlStore {
             let lock = if self.backend == Backend::Postgres { " FOR UPDATE" } else { "" };
             let mut stale = HashSet::new();
             let mut found = HashSet::new();
-            for chunk in ids.chunks(MAX_PARAMS) {
-                let sql = format!("SELECT id, epoch FROM runs WHERE id IN ({}){lock}", in_list(1, chunk.len()));
-                let args = chunk.iter().map(|id| Arg::Text(id.clone())).collect();
+            for chunk in ids.chunks(PADDED_IN_LIST) {
+                let mut args = Vec::new();
+                let list = padded_in_list(1, chunk.iter().map(|id| Arg::Text(id.clone())), &mut args);
+                let sql = format!("SELECT id, epoch FROM runs WHERE id IN ({list}){lock}");
                 for row in bind_all(&sql, args).fetch_all(&mut *tx).await? {
                     let id: String = row.try_get("id")?;
                     let epoch: i64 = row.try_get("epoch")?;
@@ -174,19 +175,34 @@ impl SqlStore {
             push_run_rows(&mut script, new, batch.new_run_command.as_ref());
         }
 
-        // The rest is written in one go.
-        for run in &batch.runs {
-            script.push(
-                "UPDATE runs SET state = ?, started_at = COALESCE(started_at, ?), finished_at = ?, updated_at = ? \
-                 WHERE id = ?",
-                vec![
-                    Arg::Text(run.state.as_str().into()),
-                    Arg::OptI64(run.started_at),
-                    Arg::OptI64(run.finished_at),
-                    Arg::I64(run.updated_at),
-                    Arg::Text(run.id.clone()),
-                ],
+        // The rest is written in one go. On SQLite small statements travel
+        // as one text (see `Script`), which SQLite parses again whenever it
+        // changes: hundreds of one-row updates (a step that releases or
+        // finishes many runs, or answers a page of commands) took a fifth
+        // of its writer's time to parse. Many go as multi-row updates
+        // instead, whose texts recur.
+        if self.backend == Backend::Sqlite && batch.runs.len() > 1 {
+            script.rows(
+                "WITH v (state, started_at, finished_at, updated_at, id) AS (",
+                ") UPDATE runs SET state = v.state, started_at = COALESCE(runs.started_at, v.started_at), \
+                 finished_at = v.finished_at, updated_at = v.updated_at FROM v WHERE runs.id = v.id",
+                5,
+                run_updates(&batch.runs),
             );
+        } else {
+            for run in &batch.runs {
+                script.push(
+                    "UPDATE runs SET state = ?, started_at = COALESCE(started_at, ?), finished_at = ?, updated_at = ? \
+                     WHERE id = ?",
+                    vec![
+                        Arg::Text(run.state.as_str().into()),
+                        Arg::OptI64(run.started_at),
+                        Arg::OptI64(run.finished_at),
+                        Arg::I64(run.updated_at),
+                        Arg::Text(run.id.clone()),
+                    ],
+                );
+            }
         }
 
         if !batch.tasks.is_empty() {
@@ -281,15 +297,40 @@ impl SqlStore {
             );
         }
 
-        for done in &batch.commands_done {
-            script.push(
-                "UPDATE commands SET done_at = ?, result = ? WHERE id = ?",
-                vec![Arg::I64(batch.at), Arg::Text(done.result.clone()), Arg::I64(done.id)],
+        if self.backend == Backend::Sqlite && batch.commands_done.len() > 1 {
+            let keep = last_of_each(&batch.commands_done, |c| c.id);
+            let rows = keep
+                .into_iter()
+                .map(|i| &batch.commands_done[i])
+                .map(|done| vec![Arg::I64(batch.at), Arg::Text(done.result.clone()), Arg::I64(done.id)])
+                .collect();
+            script.rows(
+                "WITH v (done_at, result, id) AS (",
+                ") UPDATE commands SET done_at = v.done_at, result = v.result FROM v WHERE commands.id = v.id",
+                3,
+                rows,
             );
+        } else {
+            for done in &batch.commands_done {
+                script.push(
+                    "UPDATE commands SET done_at = ?, result = ? WHERE id = ?",
+                    vec![Arg::I64(batch.at), Arg::Text(done.result.clone()), Arg::I64(done.id)],
+                );
+            }
         }
 
-        for id in &batch.clear_waits {
-            script.push("DELETE FROM run_waits WHERE run_id = ?", vec![Arg::Text(id.clone())]);
+        if self.backend == Backend::Sqlite && batch.clear_waits.len() > 1 {
+            let rows = batch.clear_waits.iter().map(|id| vec![Arg::Text(id.clone())]).collect();
+            script.rows(
+                "WITH v (run_id) AS (",
+                ") DELETE FROM run_waits WHERE run_id IN (SELECT run_id FROM v)",
+                1,
+                rows,
+            );
+        } else {
+            for id in &batch.clear_waits {
+                script.push("DELETE FROM run_waits WHERE run_id = ?", vec![Arg::Text(id.clone())]);
+            }
         }
         if !batch.run_waits.is_empty() {
             let rows = batch
@@ -356,23 +397,55 @@ impl SqlStore {
                     ],
                 );
             }
-            for w in &batch.wakes {
-                script.push(
-                    "INSERT INTO commands (tenant, run_id, slot, kind, payload, created_at) \
-                     SELECT DISTINCT tenant, run_id, slot, ?, ?, ? FROM run_waits \
-                     WHERE tenant = ? AND upstream = ? AND from_time <= ? AND to_time >= ? \
-                     AND (failures_only = 0 OR ? = 1)",
-                    vec![
-                        Arg::Text(wake.kind.clone()),
-                        Arg::Text(wake.payload.clone()),
-                        Arg::I64(batch.at),
-                        Arg::Text(w.tenant.clone()),
-                        Arg::Text(w.workflow.clone()),
-                        Arg::I64(w.logical_time),
-                        Arg::I64(w.logical_time),
-                        Arg::I64(i64::from(w.failed)),
-                    ],
+            if self.backend == Backend::Sqlite && batch.wakes.len() > 1 {
+                // The same rows as a statement per wake: each wake's waiting
+                // runs once (`n`, its place, keeps two wakes apart).
+                let rows = batch
+                    .wakes
+                    .iter()
+                    .enumerate()
+                    .map(|(n, w)| {
+                        vec![
+                            Arg::I64(n as i64),
+                            Arg::Text(w.tenant.clone()),
+                            Arg::Text(w.workflow.clone()),
+                            Arg::I64(w.logical_time),
+                            Arg::I64(i64::from(w.failed)),
+                            Arg::Text(wake.kind.clone()),
+                            Arg::Text(wake.payload.clone()),
+                            Arg::I64(batch.at),
+                        ]
+                    })
+                    .collect();
+                script.rows(
+                    "WITH v (n, tenant, upstream, at, failed, kind, payload, created_at) AS (",
+                    ") INSERT INTO commands (tenant, run_id, slot, kind, payload, created_at) \
+                     SELECT tenant, run_id, slot, kind, payload, created_at FROM (\
+                     SELECT DISTINCT v.n, w.tenant, w.run_id, w.slot, v.kind, v.payload, v.created_at \
+                     FROM v JOIN run_waits w ON w.tenant = v.tenant AND w.upstream = v.upstream \
+                     AND w.from_time <= v.at AND w.to_time >= v.at AND (w.failures_only = 0 OR v.failed = 1))",
+                    8,
+                    rows,
                 );
+            } else {
+                for w in &batch.wakes {
+                    script.push(
+                        "INSERT INTO commands (tenant, run_id, slot, kind, payload, created_at) \
+                         SELECT DISTINCT tenant, run_id, slot, ?, ?, ? FROM run_waits \
+                         WHERE tenant = ? AND upstream = ? AND from_time <= ? AND to_time >= ? \
+                         AND (failures_only = 0 OR ? = 1)",
+                        vec![
+                            Arg::Text(wake.kind.clone()),
+                            Arg::Text(wake.payload.clone()),
+                            Arg::I64(batch.at),
+                            Arg::Text(w.tenant.clone()),
+                            Arg::Text(w.workflow.clone()),
+                            Arg::I64(w.logical_time),
+                            Arg::I64(w.logical_time),
+                            Arg::I64(i64::from(w.failed)),
+                        ],
+                    );
+                }
             }
         }
         for c in &batch.commands {
@@ -502,6 +575,31 @@ fn push_run_rows(script: &mut Script, new: &NewRun, command: Option<&EncodedComm
             ],
         );
     }
+}
+
+/// One row per run for a multi-row update, as the one-row updates one after
+/// another would leave it: the last write's state, finish and time, and
+/// the first start any of them names (`COALESCE` keeps a start once set).
+fn run_updates(runs: &[RunWrite]) -> Vec<Vec<Arg>> {
+    let mut first_start: HashMap<&str, i64> = HashMap::new();
+    for run in runs {
+        if let Some(at) = run.started_at {
+            first_start.entry(run.id.as_str()).or_insert(at);
+        }
+    }
+    last_of_each(runs, |r| r.id.as_str())
+        .into_iter()
+        .map(|i| &runs[i])
+        .map(|run| {
+            vec![
+                Arg::Text(run.state.as_str().into()),
+                Arg::OptI64(first_start.get(run.id.as_str()).copied()),
+                Arg::OptI64(run.finished_at),
+                Arg::I64(run.updated_at),
+                Arg::Text(run.id.clone()),
+            ]
+        })
+        .collect()
 }
 
 /// The places of the last item of each key, in order: last write wins

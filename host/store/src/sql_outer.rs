@@ -8,6 +8,7 @@ use sqlx::any::AnyRow;
 
 use crate::outer::{CycleRange, CycleRun, EdgeRow, OuterStore};
 use crate::sql::{Arg, Backend, bind_all, numbered_for};
+use crate::sql_script::{chunk_rows, placeholders};
 use crate::{Error, Result, RunState, SqlStore, TaskState};
 
 /// The edges of live (not deleted) workflows; callers add the `WHERE`.
@@ -207,6 +208,10 @@ async fn ranges_query(
     ranges: &[CycleRange],
 ) -> Result<Vec<Vec<CycleRun>>> {
     let mut found: Vec<Vec<CycleRun>> = vec![Vec::new(); ranges.len()];
+    if backend == Backend::Sqlite {
+        ranges_joined(conn, ranges, &mut found).await?;
+        return Ok(found);
+    }
     for (chunk_no, chunk) in ranges.chunks(RANGES_PER_STATEMENT).enumerate() {
         let mut sql = String::new();
         let mut args = Vec::new();
@@ -235,16 +240,65 @@ async fn ranges_query(
         }
         sql.push_str(" ORDER BY q, logical_time, created_at");
         let sql = numbered_for(backend, &sql);
-        for row in bind_all(&sql, args).fetch_all(&mut *conn).await? {
-            let q: i64 = row.try_get("q")?;
-            let slot = usize::try_from(q).ok().and_then(|q| found.get_mut(q));
-            let Some(slot) = slot else {
-                return Err(Error::Invalid(format!("a range read answered for range {q} of {}", ranges.len())));
-            };
-            slot.push(cycle_run_from(&row)?);
-        }
+        let rows = bind_all(&sql, args).fetch_all(&mut *conn).await?;
+        file_ranges(rows, &mut found)?;
     }
     Ok(found)
+}
+
+/// [`ranges_query`] on SQLite: the ranges as the rows of a `VALUES` list
+/// joined to the runs, a power-of-two number of them per statement, so
+/// that a few texts serve every count of ranges and stay prepared. (The
+/// `UNION ALL` of one select per range was a new text nearly every time,
+/// which SQLite parsed again: in a burst of releases that parsing was a
+/// large part of its readers' time.)
+async fn ranges_joined(
+    conn: &mut sqlx::AnyConnection,
+    ranges: &[CycleRange],
+    found: &mut [Vec<CycleRun>],
+) -> Result<()> {
+    let mut done = 0;
+    while done < ranges.len() {
+        let n = chunk_rows(ranges.len() - done, 6);
+        let mut args = Vec::with_capacity(n * 6);
+        for (i, r) in ranges[done..done + n].iter().enumerate() {
+            args.extend([
+                Arg::I64((done + i) as i64),
+                Arg::OptText(r.task.clone()),
+                Arg::Text(r.tenant.clone()),
+                Arg::Text(r.workflow.clone()),
+                Arg::I64(r.from),
+                Arg::I64(r.to),
+            ]);
+        }
+        let sql = format!(
+            "WITH q (q, task, tenant, workflow, from_time, to_time) AS (VALUES {}) \
+             SELECT q.q AS q, r.id AS id, r.logical_time AS logical_time, r.state AS state, \
+             r.created_at AS created_at, t.state AS task_state \
+             FROM q JOIN runs r ON r.tenant = q.tenant AND r.workflow = q.workflow \
+             AND r.logical_time >= q.from_time AND r.logical_time <= q.to_time \
+             LEFT JOIN tasks t ON q.task IS NOT NULL AND t.run_id = r.id AND t.name = q.task \
+             ORDER BY q.q, r.logical_time, r.created_at",
+            placeholders(n, 6)
+        );
+        let rows = bind_all(&sql, args).fetch_all(&mut *conn).await?;
+        file_ranges(rows, found)?;
+        done += n;
+    }
+    Ok(())
+}
+
+/// Each row of a range read, into the list of the range its `q` names.
+fn file_ranges(rows: Vec<AnyRow>, found: &mut [Vec<CycleRun>]) -> Result<()> {
+    let ranges = found.len();
+    for row in rows {
+        let q: i64 = row.try_get("q")?;
+        let Some(list) = usize::try_from(q).ok().and_then(|q| found.get_mut(q)) else {
+            return Err(Error::Invalid(format!("a range read answered for range {q} of {ranges}")));
+        };
+        list.push(cycle_run_from(&row)?);
+    }
+    Ok(())
 }
 
 fn cycle_run_from(r: &AnyRow) -> Result<CycleRun> {

@@ -252,6 +252,25 @@ pub(crate) fn in_list(start: usize, n: usize) -> String {
     (start..start + n).map(|i| format!("${i}")).collect::<Vec<_>>().join(",")
 }
 
+/// Most values of an IN list that [`padded_in_list`] fills (a power of two).
+pub(crate) const PADDED_IN_LIST: usize = 1 << 13;
+
+/// An IN list for `values` (at most [`PADDED_IN_LIST`]), its parameters
+/// from `$start`, filled to a power of two by repeating the last value:
+/// a handful of statement texts then serve every count of values and stay
+/// prepared (SQLite parses again a text it has not kept, and sqlx keeps
+/// 100 per connection; a burst of releases read and claimed runs in lists
+/// of every length). `IN` does not mind the repeats.
+pub(crate) fn padded_in_list(start: usize, values: impl IntoIterator<Item = Arg>, args: &mut Vec<Arg>) -> String {
+    let first = args.len();
+    args.extend(values);
+    let n = args.len() - first;
+    if let Some(last) = args.last().cloned().filter(|_| n > 0) {
+        args.resize(first + n.next_power_of_two(), last);
+    }
+    in_list(start, args.len() - first)
+}
+
 #[cfg(test)]
 mod tests {
     use sqlx::Execute;
@@ -283,5 +302,21 @@ mod tests {
             .bind(None::<String>)
             .bind(vec![0u8, 1, 255]);
         assert_eq!(values(bind_all("", args)), values(by_sqlx));
+    }
+
+    #[test]
+    fn an_in_list_is_filled_to_a_power_of_two_with_its_last_value() {
+        let text = |v: &[Arg]| v.iter().map(|a| format!("{a:?}")).collect::<Vec<_>>().join(" ");
+        let mut args = vec![Arg::Text("owner".into())];
+        let list = padded_in_list(2, (1..=5).map(Arg::I64), &mut args);
+        assert_eq!(list, "$2,$3,$4,$5,$6,$7,$8,$9");
+        assert_eq!(text(&args), "Text(\"owner\") I64(1) I64(2) I64(3) I64(4) I64(5) I64(5) I64(5) I64(5)");
+        let mut one = Vec::new();
+        assert_eq!(padded_in_list(1, [Arg::I64(9)], &mut one), "$1");
+        assert_eq!(text(&one), "I64(9)");
+        let mut four = Vec::new();
+        assert_eq!(padded_in_list(1, (0..4).map(Arg::I64), &mut four), "$1,$2,$3,$4");
+        let mut none = Vec::new();
+        assert_eq!(padded_in_list(1, std::iter::empty(), &mut none), "");
     }
 }
