@@ -78,8 +78,13 @@ pub(crate) const MAX_PARAMS: usize = 30_000;
 pub(crate) const MAX_STATEMENT_PARAMS: usize = 4096;
 
 /// Most bind parameters of a statement that a [`Script`] sends on SQLite
-/// together with others.
-pub(crate) const SMALL_STATEMENT_PARAMS: usize = 256;
+/// together with others. The text they make together changes from commit
+/// to commit and is parsed again each time, which costs about as much per
+/// row as writing it; a bigger statement goes alone and stays prepared,
+/// for a round trip to SQLite's thread. At 256, a burst of releases spent
+/// a tenth of the writer's time parsing; 64 cut the cascade's CPU by a
+/// tenth with no change to a fan-out's or a chain's (docs/BENCHMARKS.md).
+pub(crate) const SMALL_STATEMENT_PARAMS: usize = 64;
 
 impl SqlStore {
     /// Opens (creating if needed) the SQLite database at `path` and migrates it.
