@@ -15,7 +15,9 @@ one daily cycle each plus 24 hourly cycles for a tenth of them, and:
 4. from the store (not the client): per released run, the time from the end
    of its last upstream instance (runs.finished_at over run_links) to its
    release (the run.released event) and to its first attempt's dispatch
-   (attempts.started_at), p50/p90/p99/max.
+   (attempts.started_at), and from the release to that dispatch,
+   p50/p90/p99/max; how many steps released runs (an event's time is its
+   step's) and how many the largest released.
 
 Used by scripts/bench-outer.sh (one `dagr serve`, or a 3-master cluster);
 see docs/BENCHMARKS.md. Needs only the standard library (and `psql` for
@@ -403,16 +405,26 @@ def main():
         "JOIN runs u ON u.id = l.upstream GROUP BY l.downstream), "
         "rel AS (SELECT run_id, min(at) AS released FROM events WHERE kind = 'run.released' GROUP BY run_id), "
         "first AS (SELECT run_id, min(started_at) AS dispatched FROM attempts GROUP BY run_id) "
-        "SELECT rel.released - up.last_up, first.dispatched - up.last_up FROM up "
+        "SELECT rel.released - up.last_up, first.dispatched - up.last_up, rel.released FROM up "
         "JOIN rel ON rel.run_id = up.run_id JOIN first ON first.run_id = up.run_id"
     )
     release = [int(r[0]) for r in rows]
     dispatch = [int(r[1]) for r in rows]
+    # From the release to the first dispatch (the same step, or later ones
+    # when the step's budget of task changes was spent).
+    after_release = [int(r[1]) - int(r[0]) for r in rows]
     result["released_runs_measured"] = len(rows)
-    for label, values in (("release", release), ("dispatch", dispatch)):
+    for label, values in (("release", release), ("dispatch", dispatch), ("release_to_dispatch", after_release)):
         for p in (50, 90, 99):
             result[f"{label}_ms_p{p}"] = pct(values, p)
         result[f"{label}_ms_max"] = max(values) if values else None
+    # Releases come in steps (an event's time is its step's): how many, and
+    # the largest.
+    steps = {}
+    for r in rows:
+        steps[int(r[2])] = steps.get(int(r[2]), 0) + 1
+    result["release_steps"] = len(steps)
+    result["releases_in_largest_step"] = max(steps.values()) if steps else 0
     print(json.dumps(result, indent=1))
 
 
