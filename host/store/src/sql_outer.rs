@@ -194,7 +194,8 @@ impl OuterStore for SqlStore {
     }
 }
 
-/// Ranges per statement of [`ranges_query`] (at most five parameters each).
+/// Ranges per statement of [`ranges_query`] on PostgreSQL (six parameters
+/// each).
 const RANGES_PER_STATEMENT: usize = 64;
 
 /// The runs of each of `ranges` (oldest first, with the task's state if
@@ -212,36 +213,34 @@ async fn ranges_query(
         ranges_joined(conn, ranges, &mut found).await?;
         return Ok(found);
     }
-    for (chunk_no, chunk) in ranges.chunks(RANGES_PER_STATEMENT).enumerate() {
-        let mut sql = String::new();
-        let mut args = Vec::new();
-        for (i, r) in chunk.iter().enumerate() {
-            if i > 0 {
-                sql.push_str(" UNION ALL ");
-            }
-            let q = chunk_no * RANGES_PER_STATEMENT + i;
-            match &r.task {
-                None => sql.push_str(&format!(
-                    "SELECT CAST({q} AS BIGINT) AS q, id AS id, logical_time AS logical_time, state AS state, \
-                     created_at AS created_at, NULL AS task_state FROM runs \
-                     WHERE tenant = ? AND workflow = ? AND logical_time >= ? AND logical_time <= ?"
-                )),
-                Some(task) => {
-                    sql.push_str(&format!(
-                        "SELECT CAST({q} AS BIGINT) AS q, r.id AS id, r.logical_time AS logical_time, \
-                         r.state AS state, r.created_at AS created_at, t.state AS task_state FROM runs r \
-                         LEFT JOIN tasks t ON t.run_id = r.id AND t.name = ? \
-                         WHERE r.tenant = ? AND r.workflow = ? AND r.logical_time >= ? AND r.logical_time <= ?"
-                    ));
-                    args.push(Arg::Text(task.clone()));
-                }
-            }
-            args.extend([Arg::Text(r.tenant.clone()), Arg::Text(r.workflow.clone()), Arg::I64(r.from), Arg::I64(r.to)]);
+    // One select per range, every one the same text (its place and its
+    // task are parameters; a range without a task names none, which no
+    // task row matches), in statements of a power-of-two number of them:
+    // a handful of texts for every count of ranges, which stay prepared.
+    let select = "SELECT CAST(? AS BIGINT) AS q, r.id AS id, r.logical_time AS logical_time, \
+                  r.state AS state, r.created_at AS created_at, t.state AS task_state FROM runs r \
+                  LEFT JOIN tasks t ON t.run_id = r.id AND t.name = ? \
+                  WHERE r.tenant = ? AND r.workflow = ? AND r.logical_time >= ? AND r.logical_time <= ?";
+    let mut done = 0;
+    while done < ranges.len() {
+        let left = (ranges.len() - done).min(RANGES_PER_STATEMENT);
+        let n = 1 << (usize::BITS - 1 - left.leading_zeros());
+        let mut args = Vec::with_capacity(n * 6);
+        for (i, r) in ranges[done..done + n].iter().enumerate() {
+            args.extend([
+                Arg::I64((done + i) as i64),
+                Arg::OptText(r.task.clone()),
+                Arg::Text(r.tenant.clone()),
+                Arg::Text(r.workflow.clone()),
+                Arg::I64(r.from),
+                Arg::I64(r.to),
+            ]);
         }
-        sql.push_str(" ORDER BY q, logical_time, created_at");
+        let sql = format!("{} ORDER BY q, logical_time, created_at", vec![select; n].join(" UNION ALL "));
         let sql = numbered_for(backend, &sql);
         let rows = bind_all(&sql, args).fetch_all(&mut *conn).await?;
         file_ranges(rows, &mut found)?;
+        done += n;
     }
     Ok(found)
 }
