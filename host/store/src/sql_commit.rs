@@ -181,13 +181,26 @@ impl SqlStore {
         // finishes many runs, or answers a page of commands) took a fifth
         // of its writer's time to parse. Many go as multi-row updates
         // instead, whose texts recur.
-        if self.backend == Backend::Sqlite && batch.runs.len() > 1 {
+        if self.backend == Backend::Postgres && batch.runs.len() > 1 {
+            script.keyed_updates(
+                "runs",
+                "id",
+                &["state = {}", "started_at = COALESCE(started_at, {})", "finished_at = {}", "updated_at = {}"],
+                run_updates(&batch.runs),
+            );
+        } else if self.backend == Backend::Sqlite && batch.runs.len() > 1 {
             script.rows(
                 "WITH v (state, started_at, finished_at, updated_at, id) AS (",
                 ") UPDATE runs SET state = v.state, started_at = COALESCE(runs.started_at, v.started_at), \
                  finished_at = v.finished_at, updated_at = v.updated_at FROM v WHERE runs.id = v.id",
                 5,
-                run_updates(&batch.runs),
+                run_updates(&batch.runs)
+                    .into_iter()
+                    .map(|(id, mut row)| {
+                        row.push(id);
+                        row
+                    })
+                    .collect(),
             );
         } else {
             for run in &batch.runs {
@@ -297,7 +310,15 @@ impl SqlStore {
             );
         }
 
-        if self.backend == Backend::Sqlite && batch.commands_done.len() > 1 {
+        if self.backend == Backend::Postgres && batch.commands_done.len() > 1 {
+            let keep = last_of_each(&batch.commands_done, |c| c.id);
+            let rows = keep
+                .into_iter()
+                .map(|i| &batch.commands_done[i])
+                .map(|done| (Arg::I64(done.id), vec![Arg::I64(batch.at), Arg::Text(done.result.clone())]))
+                .collect();
+            script.keyed_updates("commands", "id", &["done_at = {}", "result = {}"], rows);
+        } else if self.backend == Backend::Sqlite && batch.commands_done.len() > 1 {
             let keep = last_of_each(&batch.commands_done, |c| c.id);
             let rows = keep
                 .into_iter()
@@ -319,7 +340,13 @@ impl SqlStore {
             }
         }
 
-        if self.backend == Backend::Sqlite && batch.clear_waits.len() > 1 {
+        if self.backend == Backend::Postgres && batch.clear_waits.len() > 1 {
+            script.keyed_deletes(
+                "run_waits",
+                "run_id",
+                batch.clear_waits.iter().map(|id| Arg::Text(id.clone())).collect(),
+            );
+        } else if self.backend == Backend::Sqlite && batch.clear_waits.len() > 1 {
             let rows = batch.clear_waits.iter().map(|id| vec![Arg::Text(id.clone())]).collect();
             script.rows(
                 "WITH v (run_id) AS (",
@@ -578,9 +605,10 @@ fn push_run_rows(script: &mut Script, new: &NewRun, command: Option<&EncodedComm
 }
 
 /// One row per run for a multi-row update, as the one-row updates one after
-/// another would leave it: the last write's state, finish and time, and
-/// the first start any of them names (`COALESCE` keeps a start once set).
-fn run_updates(runs: &[RunWrite]) -> Vec<Vec<Arg>> {
+/// another would leave it: the run's id, then the last write's state, the
+/// first start any of the writes names (`COALESCE` keeps a start once
+/// set), the last write's finish and time.
+fn run_updates(runs: &[RunWrite]) -> Vec<(Arg, Vec<Arg>)> {
     let mut first_start: HashMap<&str, i64> = HashMap::new();
     for run in runs {
         if let Some(at) = run.started_at {
@@ -591,13 +619,13 @@ fn run_updates(runs: &[RunWrite]) -> Vec<Vec<Arg>> {
         .into_iter()
         .map(|i| &runs[i])
         .map(|run| {
-            vec![
+            let values = vec![
                 Arg::Text(run.state.as_str().into()),
                 Arg::OptI64(first_start.get(run.id.as_str()).copied()),
                 Arg::OptI64(run.finished_at),
                 Arg::I64(run.updated_at),
-                Arg::Text(run.id.clone()),
-            ]
+            ];
+            (Arg::Text(run.id.clone()), values)
         })
         .collect()
 }

@@ -147,6 +147,50 @@ impl Script {
         }
     }
 
+    /// `UPDATE table SET column = CASE key WHEN … THEN … END, … WHERE key IN
+    /// (…)` over `rows` (each a key and a value per entry of `sets`), in
+    /// statements of a power of two of rows (at most
+    /// [`KEYED_UPDATE_ROWS`]). Each of `sets` assigns one column, `{}`
+    /// standing for its `CASE` (e.g. `started_at = COALESCE(started_at,
+    /// {})`). For PostgreSQL, whose statements each cost a round trip: one
+    /// for many rows, planned as the one-row update is (by the key's
+    /// index), where a join to a `VALUES` list may be planned as a hash
+    /// join over the whole table. A key must appear once in `rows`.
+    pub(crate) fn keyed_updates(&mut self, table: &str, key: &str, sets: &[&str], rows: Vec<(Arg, Vec<Arg>)>) {
+        let mut rows = rows.into_iter();
+        let mut remaining = rows.len();
+        while remaining > 0 {
+            let n = 1 << (usize::BITS - 1 - remaining.min(KEYED_UPDATE_ROWS).leading_zeros());
+            remaining -= n;
+            let chunk: Vec<(Arg, Vec<Arg>)> = rows.by_ref().take(n).collect();
+            let case = format!("CASE {key} {} END", vec!["WHEN ? THEN ?"; n].join(" "));
+            let set: Vec<String> = sets.iter().map(|s| s.replace("{}", &case)).collect();
+            let sql = format!("UPDATE {table} SET {} WHERE {key} IN ({})", set.join(", "), vec!["?"; n].join(","));
+            let mut args = Vec::with_capacity(n * (2 * sets.len() + 1));
+            for column in 0..sets.len() {
+                for (k, values) in &chunk {
+                    args.push(k.clone());
+                    args.push(values[column].clone());
+                }
+            }
+            args.extend(chunk.into_iter().map(|(k, _)| k));
+            self.push(sql, args);
+        }
+    }
+
+    /// `DELETE FROM table WHERE key IN (…)` over `keys`, in statements of a
+    /// power of two of them (at most [`KEYED_UPDATE_ROWS`] times 8).
+    pub(crate) fn keyed_deletes(&mut self, table: &str, key: &str, keys: Vec<Arg>) {
+        let mut keys = keys.into_iter();
+        let mut remaining = keys.len();
+        while remaining > 0 {
+            let n = 1 << (usize::BITS - 1 - remaining.min(KEYED_UPDATE_ROWS * 8).leading_zeros());
+            remaining -= n;
+            let sql = format!("DELETE FROM {table} WHERE {key} IN ({})", vec!["?"; n].join(","));
+            self.push(sql, keys.by_ref().take(n).collect());
+        }
+    }
+
     /// Runs the statements in a transaction of their own on a connection
     /// of `pool` (on SQLite, BEGIN and COMMIT travel with them: one round
     /// trip); nothing is left behind if one fails.
@@ -252,6 +296,9 @@ pub(crate) fn in_list(start: usize, n: usize) -> String {
     (start..start + n).map(|i| format!("${i}")).collect::<Vec<_>>().join(",")
 }
 
+/// Most rows of one statement of [`Script::keyed_updates`].
+pub(crate) const KEYED_UPDATE_ROWS: usize = 64;
+
 /// Most values of an IN list that [`padded_in_list`] fills (a power of two).
 pub(crate) const PADDED_IN_LIST: usize = 1 << 13;
 
@@ -318,5 +365,35 @@ mod tests {
         assert_eq!(padded_in_list(1, (0..4).map(Arg::I64), &mut four), "$1,$2,$3,$4");
         let mut none = Vec::new();
         assert_eq!(padded_in_list(1, std::iter::empty(), &mut none), "");
+    }
+
+    #[test]
+    fn keyed_updates_pair_each_key_with_its_values_in_power_of_two_statements() {
+        let mut script = Script::new(Backend::Postgres);
+        let rows = (1..=3).map(|k| (Arg::I64(k), vec![Arg::Text(format!("s{k}")), Arg::I64(k * 10)])).collect();
+        script.keyed_updates("t", "id", &["state = {}", "n = COALESCE(n, {})"], rows);
+        let text = |v: &[Arg]| v.iter().map(|a| format!("{a:?}")).collect::<Vec<_>>().join(" ");
+        let [(first, first_args), (second, second_args)] = &script.statements[..] else {
+            panic!("two statements: {:?}", script.statements)
+        };
+        assert_eq!(
+            first,
+            "UPDATE t SET state = CASE id WHEN ? THEN ? WHEN ? THEN ? END, \
+             n = COALESCE(n, CASE id WHEN ? THEN ? WHEN ? THEN ? END) WHERE id IN (?,?)"
+        );
+        assert_eq!(
+            text(first_args),
+            "I64(1) Text(\"s1\") I64(2) Text(\"s2\") I64(1) I64(10) I64(2) I64(20) I64(1) I64(2)"
+        );
+        assert_eq!(
+            second,
+            "UPDATE t SET state = CASE id WHEN ? THEN ? END, n = COALESCE(n, CASE id WHEN ? THEN ? END) WHERE id IN (?)"
+        );
+        assert_eq!(text(second_args), "I64(3) Text(\"s3\") I64(3) I64(30) I64(3)");
+
+        let mut deletes = Script::new(Backend::Postgres);
+        deletes.keyed_deletes("w", "run_id", (0..5).map(Arg::I64).collect());
+        let texts: Vec<&str> = deletes.statements.iter().map(|(sql, _)| sql.as_str()).collect();
+        assert_eq!(texts, ["DELETE FROM w WHERE run_id IN (?,?,?,?)", "DELETE FROM w WHERE run_id IN (?)"]);
     }
 }
