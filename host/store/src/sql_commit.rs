@@ -179,8 +179,9 @@ impl SqlStore {
         // as one text (see `Script`), which SQLite parses again whenever it
         // changes: hundreds of one-row updates (a step that releases or
         // finishes many runs, or answers a page of commands) took a fifth
-        // of its writer's time to parse. Many go as multi-row updates
-        // instead, whose texts recur.
+        // of its writer's time to parse. On PostgreSQL each statement is a
+        // round trip. Many go as multi-row statements instead, whose texts
+        // recur.
         if self.backend == Backend::Postgres && batch.runs.len() > 1 {
             script.keyed_updates(
                 "runs",
