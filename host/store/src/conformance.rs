@@ -455,6 +455,31 @@ async fn many_runs_in_one_batch(store: &dyn Store, p: &str) -> Result<()> {
             &format!("command {} keeps its own result: {:?}", c.id, done.result),
         )?;
     }
+    // Many commands for other runs in one batch: each stored, in the
+    // batch's order (their ids follow it).
+    let last = commands.iter().map(|c| c.id).max().unwrap_or(0);
+    let new = ids
+        .iter()
+        .rev()
+        .enumerate()
+        .map(|(i, id)| crate::NewCommand {
+            tenant: tenant.clone(),
+            run_id: id.clone(),
+            slot: 7,
+            command: EncodedCommand::new("kill", format!("{{\"n\":{i}}}")),
+            created_at: 500,
+        })
+        .collect::<Vec<_>>();
+    store.commit(WriteBatch { commands: new.clone(), at: 500, ..Default::default() }).await?;
+    let stored: Vec<(String, String)> = store
+        .pending_commands(last, 100_000)
+        .await?
+        .into_iter()
+        .filter(|c| ids.contains(&c.run_id))
+        .map(|c| (c.run_id, c.command.payload))
+        .collect();
+    let sent: Vec<(String, String)> = new.into_iter().map(|c| (c.run_id, c.command.payload)).collect();
+    check(stored == sent, &format!("70 commands stored in the batch's order: {stored:?}"))?;
     Ok(())
 }
 
