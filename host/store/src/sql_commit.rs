@@ -175,49 +175,19 @@ impl SqlStore {
             push_run_rows(&mut script, new, batch.new_run_command.as_ref());
         }
 
-        // The rest is written in one go. On SQLite small statements travel
-        // as one text (see `Script`), which SQLite parses again whenever it
-        // changes: hundreds of one-row updates (a step that releases or
-        // finishes many runs, or answers a page of commands) took a fifth
-        // of its writer's time to parse. On PostgreSQL each statement is a
-        // round trip. Many go as multi-row statements instead, whose texts
-        // recur.
-        if self.backend == Backend::Postgres && batch.runs.len() > 1 {
-            script.keyed_updates(
-                "runs",
-                "id",
-                &["state = {}", "started_at = COALESCE(started_at, {})", "finished_at = {}", "updated_at = {}"],
-                run_updates(&batch.runs),
-            );
-        } else if self.backend == Backend::Sqlite && batch.runs.len() > 1 {
-            script.rows(
-                "WITH v (state, started_at, finished_at, updated_at, id) AS (",
-                ") UPDATE runs SET state = v.state, started_at = COALESCE(runs.started_at, v.started_at), \
-                 finished_at = v.finished_at, updated_at = v.updated_at FROM v WHERE runs.id = v.id",
-                5,
-                run_updates(&batch.runs)
-                    .into_iter()
-                    .map(|(id, mut row)| {
-                        row.push(id);
-                        row
-                    })
-                    .collect(),
-            );
-        } else {
-            for run in &batch.runs {
-                script.push(
-                    "UPDATE runs SET state = ?, started_at = COALESCE(started_at, ?), finished_at = ?, updated_at = ? \
-                     WHERE id = ?",
-                    vec![
-                        Arg::Text(run.state.as_str().into()),
-                        Arg::OptI64(run.started_at),
-                        Arg::OptI64(run.finished_at),
-                        Arg::I64(run.updated_at),
-                        Arg::Text(run.id.clone()),
-                    ],
-                );
-            }
-        }
+        // The rest is written in one go. Runs' updates, commands answered
+        // and waits cleared go as keyed multi-row statements (see
+        // `Script::keyed_updates`): as one-row statements, a step that
+        // released or finished hundreds of runs sent hundreds of them —
+        // on SQLite joined into one text parsed again at every commit (a
+        // fifth of its writer's time in a burst), on PostgreSQL a round
+        // trip each.
+        script.keyed_updates(
+            "runs",
+            "id",
+            &["state = {}", "started_at = COALESCE(started_at, {})", "finished_at = {}", "updated_at = {}"],
+            run_updates(&batch.runs),
+        );
 
         if !batch.tasks.is_empty() {
             // The rows move into the statement (no copies of their text).
@@ -311,55 +281,15 @@ impl SqlStore {
             );
         }
 
-        if self.backend == Backend::Postgres && batch.commands_done.len() > 1 {
-            let keep = last_of_each(&batch.commands_done, |c| c.id);
-            let rows = keep
-                .into_iter()
-                .map(|i| &batch.commands_done[i])
-                .map(|done| (Arg::I64(done.id), vec![Arg::I64(batch.at), Arg::Text(done.result.clone())]))
-                .collect();
-            script.keyed_updates("commands", "id", &["done_at = {}", "result = {}"], rows);
-        } else if self.backend == Backend::Sqlite && batch.commands_done.len() > 1 {
-            let keep = last_of_each(&batch.commands_done, |c| c.id);
-            let rows = keep
-                .into_iter()
-                .map(|i| &batch.commands_done[i])
-                .map(|done| vec![Arg::I64(batch.at), Arg::Text(done.result.clone()), Arg::I64(done.id)])
-                .collect();
-            script.rows(
-                "WITH v (done_at, result, id) AS (",
-                ") UPDATE commands SET done_at = v.done_at, result = v.result FROM v WHERE commands.id = v.id",
-                3,
-                rows,
-            );
-        } else {
-            for done in &batch.commands_done {
-                script.push(
-                    "UPDATE commands SET done_at = ?, result = ? WHERE id = ?",
-                    vec![Arg::I64(batch.at), Arg::Text(done.result.clone()), Arg::I64(done.id)],
-                );
-            }
-        }
+        let keep = last_of_each(&batch.commands_done, |c| c.id);
+        let answers = keep
+            .into_iter()
+            .map(|i| &batch.commands_done[i])
+            .map(|done| (Arg::I64(done.id), vec![Arg::I64(batch.at), Arg::Text(done.result.clone())]))
+            .collect();
+        script.keyed_updates("commands", "id", &["done_at = {}", "result = {}"], answers);
 
-        if self.backend == Backend::Postgres && batch.clear_waits.len() > 1 {
-            script.keyed_deletes(
-                "run_waits",
-                "run_id",
-                batch.clear_waits.iter().map(|id| Arg::Text(id.clone())).collect(),
-            );
-        } else if self.backend == Backend::Sqlite && batch.clear_waits.len() > 1 {
-            let rows = batch.clear_waits.iter().map(|id| vec![Arg::Text(id.clone())]).collect();
-            script.rows(
-                "WITH v (run_id) AS (",
-                ") DELETE FROM run_waits WHERE run_id IN (SELECT run_id FROM v)",
-                1,
-                rows,
-            );
-        } else {
-            for id in &batch.clear_waits {
-                script.push("DELETE FROM run_waits WHERE run_id = ?", vec![Arg::Text(id.clone())]);
-            }
-        }
+        script.keyed_deletes("run_waits", "run_id", batch.clear_waits.iter().map(|id| Arg::Text(id.clone())).collect());
         if !batch.run_waits.is_empty() {
             let rows = batch
                 .run_waits

@@ -7,8 +7,8 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use crate::outer::{CycleRange, CycleRun, EdgeRow, OuterStore};
-use crate::sql::{Arg, Backend, bind_all, numbered_for};
-use crate::sql_script::{chunk_rows, placeholders};
+use crate::sql::{Arg, Backend, bind_all};
+use crate::sql_script::{chunk_of, chunk_rows, numbered, placeholders};
 use crate::{Error, Result, RunState, SqlStore, TaskState};
 
 /// The edges of live (not deleted) workflows; callers add the `WHERE`.
@@ -199,32 +199,21 @@ impl OuterStore for SqlStore {
 const RANGES_PER_STATEMENT: usize = 64;
 
 /// The runs of each of `ranges` (oldest first, with the task's state if
-/// one is asked about), in one statement per [`RANGES_PER_STATEMENT`]
-/// ranges: a `UNION ALL` of one select per range, each tagged with its
-/// range's place, so that a step waking many runs costs a few round trips,
-/// not one (and a connection from the pool) per range.
+/// one is asked about), many ranges a statement ([`ranges_sql`]), each
+/// tagged with its range's place, so that a step waking many runs costs a
+/// few round trips, not one (and a connection from the pool) per range.
 async fn ranges_query(
     backend: Backend,
     conn: &mut sqlx::AnyConnection,
     ranges: &[CycleRange],
 ) -> Result<Vec<Vec<CycleRun>>> {
     let mut found: Vec<Vec<CycleRun>> = vec![Vec::new(); ranges.len()];
-    if backend == Backend::Sqlite {
-        ranges_joined(conn, ranges, &mut found).await?;
-        return Ok(found);
-    }
-    // One select per range, every one the same text (its place and its
-    // task are parameters; a range without a task names none, which no
-    // task row matches), in statements of a power-of-two number of them:
-    // a handful of texts for every count of ranges, which stay prepared.
-    let select = "SELECT CAST(? AS BIGINT) AS q, r.id AS id, r.logical_time AS logical_time, \
-                  r.state AS state, r.created_at AS created_at, t.state AS task_state FROM runs r \
-                  LEFT JOIN tasks t ON t.run_id = r.id AND t.name = ? \
-                  WHERE r.tenant = ? AND r.workflow = ? AND r.logical_time >= ? AND r.logical_time <= ?";
     let mut done = 0;
     while done < ranges.len() {
-        let left = (ranges.len() - done).min(RANGES_PER_STATEMENT);
-        let n = 1 << (usize::BITS - 1 - left.leading_zeros());
+        let n = match backend {
+            Backend::Sqlite => chunk_rows(ranges.len() - done, 6),
+            Backend::Postgres => chunk_of(ranges.len() - done, RANGES_PER_STATEMENT),
+        };
         let mut args = Vec::with_capacity(n * 6);
         for (i, r) in ranges[done..done + n].iter().enumerate() {
             args.extend([
@@ -236,41 +225,30 @@ async fn ranges_query(
                 Arg::I64(r.to),
             ]);
         }
-        let sql = format!("{} ORDER BY q, logical_time, created_at", vec![select; n].join(" UNION ALL "));
-        let sql = numbered_for(backend, &sql);
-        let rows = bind_all(&sql, args).fetch_all(&mut *conn).await?;
-        file_ranges(rows, &mut found)?;
+        let sql = ranges_sql(backend, n);
+        for row in bind_all(&sql, args).fetch_all(&mut *conn).await? {
+            let q: i64 = row.try_get("q")?;
+            let Some(list) = usize::try_from(q).ok().and_then(|q| found.get_mut(q)) else {
+                return Err(Error::Invalid(format!("a range read answered for range {q} of {}", ranges.len())));
+            };
+            list.push(cycle_run_from(&row)?);
+        }
         done += n;
     }
     Ok(found)
 }
 
-/// [`ranges_query`] on SQLite: the ranges as the rows of a `VALUES` list
-/// joined to the runs, a power-of-two number of them per statement, so
-/// that a few texts serve every count of ranges and stay prepared. (The
-/// `UNION ALL` of one select per range was a new text nearly every time,
-/// which SQLite parsed again: in a burst of releases that parsing was a
-/// large part of its readers' time.)
-async fn ranges_joined(
-    conn: &mut sqlx::AnyConnection,
-    ranges: &[CycleRange],
-    found: &mut [Vec<CycleRun>],
-) -> Result<()> {
-    let mut done = 0;
-    while done < ranges.len() {
-        let n = chunk_rows(ranges.len() - done, 6);
-        let mut args = Vec::with_capacity(n * 6);
-        for (i, r) in ranges[done..done + n].iter().enumerate() {
-            args.extend([
-                Arg::I64((done + i) as i64),
-                Arg::OptText(r.task.clone()),
-                Arg::Text(r.tenant.clone()),
-                Arg::Text(r.workflow.clone()),
-                Arg::I64(r.from),
-                Arg::I64(r.to),
-            ]);
-        }
-        let sql = format!(
+/// The text that reads `n` ranges, each given by six values (its place,
+/// its task or none, tenant, workflow, from, to), every count a power of
+/// two so that a few texts serve every read and stay prepared.
+///
+/// SQLite: the ranges as the rows of a `VALUES` list joined to the runs.
+/// PostgreSQL (which may plan such a join as a hash join over every run):
+/// a `UNION ALL` of one select per range, every select the same text. A
+/// range without a task names none, which no task row matches.
+fn ranges_sql(backend: Backend, n: usize) -> String {
+    match backend {
+        Backend::Sqlite => format!(
             "WITH q (q, task, tenant, workflow, from_time, to_time) AS (VALUES {}) \
              SELECT q.q AS q, r.id AS id, r.logical_time AS logical_time, r.state AS state, \
              r.created_at AS created_at, t.state AS task_state \
@@ -279,25 +257,15 @@ async fn ranges_joined(
              LEFT JOIN tasks t ON q.task IS NOT NULL AND t.run_id = r.id AND t.name = q.task \
              ORDER BY q.q, r.logical_time, r.created_at",
             placeholders(n, 6)
-        );
-        let rows = bind_all(&sql, args).fetch_all(&mut *conn).await?;
-        file_ranges(rows, found)?;
-        done += n;
+        ),
+        Backend::Postgres => {
+            let select = "SELECT CAST(? AS BIGINT) AS q, r.id AS id, r.logical_time AS logical_time, \
+                          r.state AS state, r.created_at AS created_at, t.state AS task_state FROM runs r \
+                          LEFT JOIN tasks t ON t.run_id = r.id AND t.name = ? \
+                          WHERE r.tenant = ? AND r.workflow = ? AND r.logical_time >= ? AND r.logical_time <= ?";
+            numbered(&format!("{} ORDER BY q, logical_time, created_at", vec![select; n].join(" UNION ALL ")))
+        }
     }
-    Ok(())
-}
-
-/// Each row of a range read, into the list of the range its `q` names.
-fn file_ranges(rows: Vec<AnyRow>, found: &mut [Vec<CycleRun>]) -> Result<()> {
-    let ranges = found.len();
-    for row in rows {
-        let q: i64 = row.try_get("q")?;
-        let Some(list) = usize::try_from(q).ok().and_then(|q| found.get_mut(q)) else {
-            return Err(Error::Invalid(format!("a range read answered for range {q} of {ranges}")));
-        };
-        list.push(cycle_run_from(&row)?);
-    }
-    Ok(())
 }
 
 fn cycle_run_from(r: &AnyRow) -> Result<CycleRun> {

@@ -105,7 +105,13 @@ pub(crate) fn values(backend: Backend, rows: usize, cols: usize) -> String {
 /// Rows per multi-row statement: powers of two, so that a handful of
 /// statement texts cover every batch size (and stay prepared).
 pub(crate) fn chunk_rows(remaining: usize, cols: usize) -> usize {
-    let cap = (MAX_STATEMENT_PARAMS / cols).clamp(1, 512).min(remaining);
+    chunk_of(remaining, (MAX_STATEMENT_PARAMS / cols).clamp(1, 512))
+}
+
+/// The largest power of two at most `remaining` and `most` (both ≥ 1):
+/// the next chunk of a list cut into power-of-two chunks.
+pub(crate) fn chunk_of(remaining: usize, most: usize) -> usize {
+    let cap = remaining.min(most).max(1);
     1 << (usize::BITS - 1 - cap.leading_zeros())
 }
 
@@ -152,15 +158,15 @@ impl Script {
     /// statements of a power of two of rows (at most
     /// [`KEYED_UPDATE_ROWS`]). Each of `sets` assigns one column, `{}`
     /// standing for its `CASE` (e.g. `started_at = COALESCE(started_at,
-    /// {})`). For PostgreSQL, whose statements each cost a round trip: one
-    /// for many rows, planned as the one-row update is (by the key's
-    /// index), where a join to a `VALUES` list may be planned as a hash
-    /// join over the whole table. A key must appear once in `rows`.
+    /// {})`). One statement for many rows, whose texts recur, planned as
+    /// the one-row update is (by the key's index), where PostgreSQL may
+    /// plan a join to a `VALUES` list as a hash join over the whole table.
+    /// A key must appear once in `rows`.
     pub(crate) fn keyed_updates(&mut self, table: &str, key: &str, sets: &[&str], rows: Vec<(Arg, Vec<Arg>)>) {
         let mut rows = rows.into_iter();
         let mut remaining = rows.len();
         while remaining > 0 {
-            let n = 1 << (usize::BITS - 1 - remaining.min(KEYED_UPDATE_ROWS).leading_zeros());
+            let n = chunk_of(remaining, KEYED_UPDATE_ROWS);
             remaining -= n;
             let chunk: Vec<(Arg, Vec<Arg>)> = rows.by_ref().take(n).collect();
             let case = format!("CASE {key} {} END", vec!["WHEN ? THEN ?"; n].join(" "));
@@ -184,7 +190,7 @@ impl Script {
         let mut keys = keys.into_iter();
         let mut remaining = keys.len();
         while remaining > 0 {
-            let n = 1 << (usize::BITS - 1 - remaining.min(KEYED_UPDATE_ROWS * 8).leading_zeros());
+            let n = chunk_of(remaining, KEYED_UPDATE_ROWS * 8);
             remaining -= n;
             let sql = format!("DELETE FROM {table} WHERE {key} IN ({})", vec!["?"; n].join(","));
             self.push(sql, keys.by_ref().take(n).collect());
