@@ -75,11 +75,17 @@ impl Transport for HttpTransport {
         if let Some(value) = traceparent {
             request = request.header("traceparent", value);
         }
-        let response = request
-            .json(&DispatchBatch { attempts: specs })
-            .send()
-            .await
-            .map_err(|e| DispatchError::Unreachable { worker: worker.into(), reason: e.to_string() })?;
+        let response = request.json(&DispatchBatch { attempts: specs }).send().await.map_err(|e| {
+            // Only a connection never made is sure to have carried
+            // nothing; a timeout or a reset may come after the worker
+            // read the request.
+            let (worker, reason) = (worker.into(), e.to_string());
+            if e.is_connect() || e.is_builder() {
+                DispatchError::Unreachable { worker, reason }
+            } else {
+                DispatchError::NoAnswer { worker, reason }
+            }
+        })?;
         let status = response.status();
         if !status.is_success() {
             let text = response.text().await.unwrap_or_default();

@@ -108,21 +108,35 @@ impl std::str::FromStr for Resources {
     }
 }
 
-/// Why a dispatch failed as a whole (no attempt of it was accepted).
+/// Why a dispatch failed as a whole: no attempt of it was accepted, and
+/// unless [`DispatchError::may_have_run`], none reached the worker.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DispatchError {
     /// The worker left the membership.
     #[error("worker {0} is not a member any more")]
     NotMember(String),
-    /// It could not be reached.
+    /// It could not be reached: no connection, so no request reached it.
     #[error("worker {worker} unreachable: {reason}")]
     Unreachable { worker: String, reason: String },
+    /// The request went out and no answer came back (a timeout, a
+    /// connection reset): the worker may have taken the attempts.
+    #[error("worker {worker} did not answer: {reason}")]
+    NoAnswer { worker: String, reason: String },
     /// It answered with an error status (e.g. a wrong cluster secret).
     #[error("worker {worker} answered {status}: {body}")]
     Refused { worker: String, status: u16, body: String },
     /// Its answer does not make sense.
     #[error("worker {worker} answered badly: {reason}")]
     BadAnswer { worker: String, reason: String },
+}
+
+impl DispatchError {
+    /// Whether the worker may have taken the attempts anyway: then they
+    /// are not "never ran" (that would run them twice, here and wherever
+    /// they go next) but in flight until the worker says, or leaves.
+    pub fn may_have_run(&self) -> bool {
+        matches!(self, DispatchError::NoAnswer { .. } | DispatchError::BadAnswer { .. })
+    }
 }
 
 /// The limits the engine enforces per tenant at dispatch: concurrent

@@ -74,6 +74,28 @@ pub struct Worker {
     inner: Arc<Inner>,
 }
 
+/// Attempts a worker remembers having disowned ([`Worker::disown`]): a
+/// dispatch that waited longer than the last this many disowned ones is
+/// not expected (a master asks about an attempt seconds after sending it).
+pub const DISOWNED_KEPT: usize = 65_536;
+
+#[derive(Default)]
+struct Disowned {
+    keys: std::collections::HashSet<AttemptKey>,
+    order: std::collections::VecDeque<AttemptKey>,
+}
+
+/// Why a worker takes no slot for an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("the worker is at capacity")]
+    Full,
+    #[error(
+        "the attempt was cancelled, or this worker told a master it does not know the attempt, before its dispatch came: it will not run it"
+    )]
+    Disowned,
+}
+
 struct Inner {
     id: String,
     runtime: Runtime,
@@ -83,6 +105,9 @@ struct Inner {
     running: Mutex<HashMap<AttemptKey, CancellationToken>>,
     /// Attempts stopped because this worker lost its lease: reported lost.
     abandoned: Mutex<std::collections::HashSet<AttemptKey>>,
+    /// Attempts this worker told a master it does not know (taken after
+    /// `running`, never before).
+    disowned: Mutex<Disowned>,
     /// "This worker may still act" (its lease is safe), checked by guests.
     keep_going: Mutex<Option<KeepGoing>>,
     /// Compiles components not in the code cache, outside this process.
@@ -107,6 +132,7 @@ impl Worker {
                 plugins: Mutex::new(HashMap::new()),
                 running: Mutex::new(HashMap::new()),
                 abandoned: Mutex::new(Default::default()),
+                disowned: Mutex::new(Default::default()),
                 keep_going: Mutex::new(None),
                 precompile: Mutex::new(None),
                 logs,
@@ -165,6 +191,26 @@ impl Worker {
         f(running.contains_key(key))
     }
 
+    /// This worker told a master it does not know attempt `key` (which
+    /// the master then counts as lost and runs again), or was told to stop
+    /// it before it had it: should its dispatch still arrive (a request
+    /// that waited in a frozen worker's socket, or was overtaken), it is
+    /// refused. Called under the lock of running attempts (within
+    /// [`Worker::while_running`]'s `f`), so that no dispatch of it slips in
+    /// between the look and the refusal. The last [`DISOWNED_KEPT`] are
+    /// remembered.
+    pub fn disown(&self, key: &AttemptKey) {
+        let mut disowned = self.inner.disowned.lock().unwrap_or_else(|e| e.into_inner());
+        if disowned.keys.insert(key.clone()) {
+            disowned.order.push_back(key.clone());
+        }
+        while disowned.order.len() > DISOWNED_KEPT {
+            if let Some(oldest) = disowned.order.pop_front() {
+                disowned.keys.remove(&oldest);
+            }
+        }
+    }
+
     fn lock_running(&self) -> std::sync::MutexGuard<'_, HashMap<AttemptKey, CancellationToken>> {
         self.inner.running.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -209,18 +255,21 @@ impl Worker {
         loaded
     }
 
-    /// Claims a slot for an attempt about to start: `None` when full,
-    /// `Some(true)` when claimed now, `Some(false)` when it already had one.
-    pub fn reserve(&self, key: &AttemptKey) -> Option<bool> {
+    /// Claims a slot for an attempt about to start: `Ok(true)` when
+    /// claimed now, `Ok(false)` when it already had one.
+    pub fn reserve(&self, key: &AttemptKey) -> Result<bool, Refusal> {
         let mut running = self.lock_running();
         if running.contains_key(key) {
-            return Some(false);
+            return Ok(false);
+        }
+        if self.inner.disowned.lock().unwrap_or_else(|e| e.into_inner()).keys.contains(key) {
+            return Err(Refusal::Disowned);
         }
         if running.len() >= self.slots() {
-            return None;
+            return Err(Refusal::Full);
         }
         running.insert(key.clone(), CancellationToken::new());
-        Some(true)
+        Ok(true)
     }
 
     /// Gives back a slot reserved for an attempt that will not start.
@@ -285,14 +334,18 @@ impl Worker {
         self.inner.runtime.spawn_on_guests(work);
     }
 
-    /// Stops one attempt; false if it is not running here.
+    /// Stops one attempt; false if it is not running here — then it is
+    /// [disowned](Worker::disown): its dispatch may still be on its way.
     pub fn cancel(&self, key: &AttemptKey) -> bool {
         match self.lock_running().get(key) {
             Some(token) => {
                 token.cancel();
                 true
             }
-            None => false,
+            None => {
+                self.disown(key);
+                false
+            }
         }
     }
 

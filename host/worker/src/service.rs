@@ -6,9 +6,16 @@
 //! control-plane failure:
 //! - before starting an attempt, the worker registers it, then checks in the
 //!   store that the run's epoch is still the one the attempt was dispatched
-//!   with. A master that took the run over bumped the epoch *before* asking
-//!   workers about its attempts, so either it sees this attempt (and adopts
-//!   it) or this worker sees the new epoch (and refuses the attempt).
+//!   with, and that the store still has the attempt running. A master that
+//!   took the run over bumped the epoch *before* asking workers about its
+//!   attempts, so either it sees this attempt (and adopts it) or this worker
+//!   sees the new epoch (and refuses the attempt); a master that ended the
+//!   attempt (its worker left, it was cancelled, its dispatch got no
+//!   answer and the worker did not know it) wrote so before it dispatched
+//!   another, and a request that arrives after that is refused. A worker
+//!   that says it does not know an attempt, or is told to stop one it does
+//!   not have, refuses its dispatch from then on too (it may come after
+//!   the look at the store).
 //! - a result is kept until the run's current owner acknowledges it; a new
 //!   owner that adopts a running attempt gets its result, with its epoch.
 
@@ -278,27 +285,40 @@ async fn accept_batch(s: WorkerService, batch: DispatchBatch) -> Json<DispatchRe
     let mut verdicts: Vec<Verdict> = Vec::with_capacity(batch.attempts.len());
     for spec in &batch.attempts {
         let reservation = Reservation::new(&s.worker, &spec.key);
-        verdicts.push(match reservation {
-            Some(_) => Verdict::Accepted,
-            None => Verdict::Refused { reason: "the worker is at capacity".into() },
+        verdicts.push(match &reservation {
+            Ok(_) => Verdict::Accepted,
+            Err(refusal) => Verdict::Refused { reason: refusal.to_string() },
         });
-        reserved.push(reservation);
+        reserved.push(reservation.ok());
     }
     // One look at the store per run: a batch is mostly one run's tasks.
-    let mut epochs: HashMap<&str, Result<Option<i64>, String>> = HashMap::new();
+    let mut asked: HashMap<&str, Vec<(i64, i64)>> = HashMap::new();
     for spec in batch.attempts.iter().zip(&reserved).filter(|(_, r)| r.is_some()).map(|(spec, _)| spec) {
-        if !epochs.contains_key(spec.key.run_id.as_str()) {
-            let epoch = s.store.run_epoch(&spec.key.run_id).await.map_err(|e| e.to_string());
-            epochs.insert(&spec.key.run_id, epoch);
-        }
+        asked.entry(&spec.key.run_id).or_default().push((spec.key.task as i64, spec.key.number as i64));
+    }
+    type Found = Result<Option<(i64, HashSet<(i64, i64)>)>, String>;
+    let mut found: HashMap<&str, Found> = HashMap::new();
+    for (run_id, attempts) in asked {
+        let answer = s.store.attempts_to_start(run_id, &attempts).await.map_err(|e| e.to_string());
+        found.insert(run_id, answer.map(|a| a.map(|(epoch, running)| (epoch, running.into_iter().collect()))));
     }
     for ((spec, reservation), verdict) in batch.attempts.iter().zip(&mut reserved).zip(&mut verdicts) {
         if reservation.is_none() {
             continue;
         }
-        match &epochs[spec.key.run_id.as_str()] {
-            Ok(Some(epoch)) if *epoch == spec.epoch => {}
-            Ok(current) => {
+        let key = (spec.key.task as i64, spec.key.number as i64);
+        match &found[spec.key.run_id.as_str()] {
+            Ok(Some((epoch, running))) if *epoch == spec.epoch && running.contains(&key) => {}
+            Ok(Some((epoch, _))) if *epoch == spec.epoch => {
+                *reservation = None;
+                *verdict = Verdict::Refused {
+                    reason: "the store has ended this attempt (lost, cancelled, or its dispatch failed) \
+                             while its dispatch was on the way: it will not run"
+                        .into(),
+                };
+            }
+            Ok(found) => {
+                let current = found.as_ref().map(|(epoch, _)| *epoch);
                 *reservation = None;
                 *verdict = Verdict::Refused {
                     reason: format!(
@@ -309,7 +329,7 @@ async fn accept_batch(s: WorkerService, batch: DispatchBatch) -> Json<DispatchRe
             }
             Err(e) => {
                 *reservation = None;
-                *verdict = Verdict::Refused { reason: format!("cannot check the run's epoch: {e}") };
+                *verdict = Verdict::Refused { reason: format!("cannot check the run's epoch and attempts: {e}") };
             }
         }
     }
@@ -334,9 +354,9 @@ struct Reservation<'a> {
 }
 
 impl<'a> Reservation<'a> {
-    fn new(worker: &'a Worker, key: &AttemptKey) -> Option<Reservation<'a>> {
+    fn new(worker: &'a Worker, key: &AttemptKey) -> Result<Reservation<'a>, crate::Refusal> {
         let fresh = worker.reserve(key)?;
-        Some(Reservation { worker, key: fresh.then(|| key.clone()) })
+        Ok(Reservation { worker, key: fresh.then(|| key.clone()) })
     }
 
     /// Keeps the slot; true if the reservation was made for this dispatch
@@ -366,6 +386,7 @@ async fn adopt(State(s): State<WorkerService>, Json(req): Json<AdoptRequest>) ->
         None if running => Json(AdoptResponse::Running),
         None => {
             s.reporter.forget(&req.key);
+            s.worker.disown(&req.key);
             Json(AdoptResponse::Unknown)
         }
     })

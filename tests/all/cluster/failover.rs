@@ -600,3 +600,68 @@ async fn chaos_soak() {
     eprintln!("chaos audit: {audit:?}");
     assert!(audit.task_instances > 0);
 }
+
+/// A worker that told a master it does not know an attempt refuses that
+/// attempt if its dispatch arrives afterwards — a request that waited in a
+/// frozen worker's socket while the master, which got no answer, asked
+/// about it, counted it lost and ran it elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_refuses_an_attempt_it_said_it_does_not_know() {
+    use dagr_protocol::wire::{AdoptRequest, AttemptKey, AttemptSpec, DispatchBatch, PluginSpec};
+
+    let _one = exclusive().await;
+    let ledger = Ledger::start().await;
+    let cluster = Cluster::up(1, 1, "3s").await;
+    cluster.apply(&ledger.workflow("fan", &fan(1), 10)).await;
+    let run = cluster.trigger("fan").await;
+    cluster.wait_all(std::slice::from_ref(&run), Duration::from_secs(60)).await;
+    let epoch: i64 = psql_value(&cluster, &format!("SELECT epoch FROM runs WHERE id = '{run}'")).parse().unwrap();
+    let spec = |number: u32| AttemptSpec {
+        key: AttemptKey { run_id: run.clone(), task: 1, number },
+        epoch,
+        master: "m1".into(),
+        tenant: "default".into(),
+        workflow: "fan".into(),
+        task_name: "t0".into(),
+        plugin: PluginSpec { name: "ledger".into(), version: "0".into(), sha256: "0".repeat(64) },
+        params: "{}".into(),
+        inputs: "{}".into(),
+        logical_time: "2026-01-01T00:00:00Z".into(),
+        idempotency_key: format!("{run}/t0/{number}"),
+        priority: 0,
+        grade: 0,
+        deadline_ms: 5_000,
+        memory_bytes: 64 << 20,
+        max_output_bytes: 1 << 16,
+        max_log_bytes: 1 << 16,
+        allow_hosts: vec![],
+        scratch_bytes: None,
+        trace: None,
+    };
+    let http = reqwest::Client::new();
+    let worker = cluster.addr("w1");
+    let post = |path: &str, body: Value| {
+        http.post(format!("{worker}{path}")).header("x-dagr-cluster-secret", cluster.secret()).json(&body).send()
+    };
+    let dispatch = |number: u32| {
+        let batch = serde_json::to_value(DispatchBatch { attempts: vec![spec(number)] }).unwrap();
+        async move {
+            let answer: Value = post("/internal/attempts", batch).await.unwrap().json().await.unwrap();
+            answer["verdicts"][0].clone()
+        }
+    };
+
+    // An attempt it never heard of, with the run's epoch, is taken.
+    let verdict = dispatch(90).await;
+    assert_eq!(verdict["verdict"], "accepted", "{verdict}");
+
+    // One it said it does not know is not, and the refusal says why.
+    let adopt = AdoptRequest { key: spec(91).key, epoch, master: "m1".into() };
+    let answer: Value =
+        post("/internal/attempts/adopt", serde_json::to_value(adopt).unwrap()).await.unwrap().json().await.unwrap();
+    assert_eq!(answer["state"], "unknown", "{answer}");
+    let verdict = dispatch(91).await;
+    assert_eq!(verdict["verdict"], "refused", "{verdict}");
+    let reason = verdict["reason"].as_str().unwrap();
+    assert!(reason.contains("does not know the attempt"), "{reason}");
+}

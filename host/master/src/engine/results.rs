@@ -203,6 +203,12 @@ impl EngineState {
                 self.placement.answered(worker, accepted.running);
                 accepted.verdicts
             }
+            Err(error) if error.may_have_run() => {
+                let pause = self.placement.failed(worker, now);
+                tracing::warn!(%worker, pause_ms = pause, %error, "no answer to a dispatch; its attempts stay in flight");
+                self.unanswered(worker, &sent);
+                return;
+            }
             Err(error) => {
                 let pause = self.placement.failed(worker, now);
                 tracing::warn!(%worker, pause_ms = pause, %error, "dispatch failed; the worker rests");
@@ -224,6 +230,23 @@ impl EngineState {
                 trace: None,
             };
             self.apply_result(effects, result, now, true);
+        }
+    }
+
+    /// Attempts whose dispatch got no answer: the worker may run them, so
+    /// they stay in flight, and it is asked about them at the next check.
+    /// It answers that it runs them, or has their result, or does not
+    /// know them (then they are lost, and it will refuse them if the
+    /// request still reaches it); a worker that does not answer leaves
+    /// with its lease, and they are lost with it.
+    fn unanswered(&mut self, worker: &str, sent: &[(AttemptKey, i64, String)]) {
+        let every = self.settings.attempt_check.map_or(0, |every| every.as_millis() as i64);
+        for (key, _, _) in sent {
+            if let Some(flight) = self.in_flight.get_mut(key)
+                && flight.worker == worker
+            {
+                flight.confirmed_at = flight.confirmed_at.min(self.last_attempt_check - every);
+            }
         }
     }
 

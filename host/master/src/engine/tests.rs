@@ -715,6 +715,58 @@ fn a_paused_run_taken_over_and_resumed_retries_its_tasks() {
     assert_eq!(names(&effects), ["d"], "{:?}", env.task_state(&run, "d"));
 }
 
+/// Found by the chaos soak and the simulation: a worker took an attempt,
+/// then the answer to its dispatch was lost (the worker was killed, or
+/// frozen past the call's timeout). Recorded as `dispatch-failed` ("never
+/// ran"), it went again elsewhere while the first worker ran it too.
+#[test]
+fn a_dispatch_without_an_answer_stays_in_flight_until_the_worker_says() {
+    let check = |c: &mut crate::EngineConfig| c.attempt_check = Some(std::time::Duration::from_secs(5));
+    let mut env = TestEnv::with(check, vec![worker("w1", 8)]);
+    env.apply("name: two\ntasks:\n- {name: t, plugin: echo, retries: 0}\n- {name: u, plugin: echo, retries: 0}\n");
+    let run = env.trigger("two");
+    let effects = env.step(vec![]);
+    assert_eq!(effects.dispatches.len(), 2);
+    let to = "w1".to_owned();
+    let sent: Vec<_> =
+        effects.dispatches.iter().map(|(spec, _)| (spec.key.clone(), spec.epoch, spec.task_name.clone())).collect();
+    let reason = "error sending request: connection reset".to_owned();
+    let answer = Err(crate::DispatchError::NoAnswer { worker: to.clone(), reason });
+    let effects = env.step(vec![Input::Dispatched { worker: to.clone(), sent: sent.clone(), answer }]);
+    assert!(effects.dispatches.is_empty(), "it may run on {to}: it does not go again yet");
+    for (key, _, _) in &sent {
+        let attempt = &env.store.attempts[&(run.clone(), key.task as i64, key.number as i64)];
+        assert_eq!(attempt.state, AttemptState::Running, "{attempt:?}");
+    }
+
+    // The worker is asked at the next check, not after a whole period.
+    env.advance(1_000);
+    let effects = env.step(vec![]);
+    let mut asked: Vec<_> = effects.probes.iter().map(|p| (p.key.clone(), p.worker.clone())).collect();
+    asked.sort();
+    let mut expected: Vec<_> = sent.iter().map(|(key, _, _)| (key.clone(), to.clone())).collect();
+    expected.sort();
+    assert_eq!(asked, expected);
+
+    // It runs the first: that one stays; it does not know the second: lost,
+    // and it goes again, uncharged.
+    let epoch = sent[0].1;
+    let (first, second) = (sent[0].0.clone(), sent[1].0.clone());
+    let inputs = vec![
+        Input::Probed { key: first.clone(), worker: to.clone(), epoch, adoption: Adoption::Running },
+        Input::Probed { key: second.clone(), worker: to.clone(), epoch, adoption: Adoption::Unknown },
+    ];
+    let effects = env.step(inputs);
+    assert_eq!(effects.dispatches.len(), 1, "the unknown one goes again");
+    assert_eq!(effects.dispatches[0].0.key.task, second.task);
+    let lost = &env.store.attempts[&(run.clone(), second.task as i64, second.number as i64)];
+    assert_eq!(lost.failure_kind, Some(FailureKind::WorkerLost));
+    let task = &env.store.tasks[&run][second.task as usize];
+    assert_eq!((task.failures, task.lost), (0, 1), "lost with its worker: uncharged, counted as lost");
+    env.succeed(&first, "{}");
+    assert_eq!(env.task_state(&run, &sent[0].2), TaskState::Succeeded);
+}
+
 /// Found by the simulation (`dagr sim`, seed 204943): a master slept
 /// (SIGSTOP, within its lease) while its slot went to another master and
 /// came back. The other claimed its paused run and handed the slot back;

@@ -4,16 +4,19 @@
 //!   unfenced write could come from a master that lost the run).
 //! - The store takes no write from a stale epoch.
 //! - A task instance has at most one attempt accepted as its result.
+//! - No worker starts an attempt that the store has ended.
 //! - Scheduler writes are taken only from the newest leader's token (at
 //!   most one leader acts per term), and a cycle has one scheduled run.
 //! - The event log of a run is gap-free: each state event of a run and
 //!   of each of its tasks starts where the previous one ended.
 //! - At the end: every run has ended (the caller checks it), nothing
-//!   runs, and a succeeded run's tasks all ended.
+//!   runs, and a succeeded run's tasks all ended; no attempt recorded as
+//!   `dispatch-failed` (it never ran) was started by a worker.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use dagr_core::attempt::AttemptState;
+use dagr_core::attempt::{AttemptState, FailureKind};
+use dagr_protocol::wire::AttemptKey;
 use dagr_store::{Committed, RunKind, RunState, WriteBatch};
 
 use crate::engine::testkit::FakeStore;
@@ -24,6 +27,9 @@ pub(crate) struct Checker {
     scheduler_token: i64,
     /// The last state each run's (task `None`) and task's events reached.
     last_state: HashMap<(String, Option<String>), String>,
+    /// Every attempt a worker started, and the first worker that did.
+    started: HashMap<(String, i64, i64), String>,
+    broken: Option<String>,
 }
 
 impl Checker {
@@ -130,6 +136,32 @@ impl Checker {
         }
     }
 
+    /// A worker starts an attempt: not one the store has ended already
+    /// (its task would run twice: a new attempt of it goes, or went).
+    /// Broken, it is kept for [`Checker::broken`].
+    pub(crate) fn started(&mut self, key: &AttemptKey, worker: &str, store: &FakeStore) {
+        let key = (key.run_id.clone(), key.task as i64, key.number as i64);
+        if let Some(a) = store.attempts.get(&key)
+            && a.state != AttemptState::Running
+            && self.broken.is_none()
+        {
+            self.broken = Some(format!(
+                "{worker} started attempt {}/{}#{}, which had ended already ({:?}, {})",
+                a.run_id,
+                a.task,
+                a.number,
+                a.state,
+                a.failure_kind.map_or("", |k| k.as_str())
+            ));
+        }
+        self.started.entry(key).or_insert_with(|| worker.to_owned());
+    }
+
+    /// An invariant found broken outside a commit (by a worker).
+    pub(crate) fn broken(&mut self) -> Result<(), String> {
+        self.broken.take().map_or(Ok(()), Err)
+    }
+
     /// At the end: every run that ended, checked whole.
     pub(crate) fn at_end(&self, store: &FakeStore) -> Result<(), String> {
         for run in store.runs.values().filter(|r| r.state.is_terminal()) {
@@ -147,6 +179,18 @@ impl Checker {
         let ended = |run: &str| store.runs.get(run).is_some_and(|r| r.state.is_terminal());
         if let Some(a) = store.attempts.values().find(|a| a.state == AttemptState::Running && ended(&a.run_id)) {
             return Err(format!("attempt {}/{}#{} is still running, and its run ended", a.run_id, a.task, a.number));
+        }
+        // `dispatch-failed` says the attempt never ran: it goes again, and
+        // is not counted as lost. A worker that did run it ran it twice.
+        for (key, a) in &store.attempts {
+            if a.failure_kind == Some(FailureKind::DispatchFailed)
+                && let Some(worker) = self.started.get(key)
+            {
+                return Err(format!(
+                    "attempt {}/{}#{} is recorded as dispatch-failed (never ran), but {worker} started it",
+                    a.run_id, a.task, a.number
+                ));
+            }
         }
         Ok(())
     }

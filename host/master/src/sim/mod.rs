@@ -67,7 +67,7 @@ impl FaultMix {
             loss: 0.02,
             duplicate: 0.02,
             delay: 0.1,
-            max_delay_ms: 2_000,
+            max_delay_ms: 3_000,
             commit_error: 0.01,
             slow_commit: 0.02,
         }

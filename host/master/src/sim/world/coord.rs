@@ -116,6 +116,7 @@ impl World {
                 worker.alive = false;
                 worker.running.clear();
                 worker.outbox.clear();
+                worker.disowned.clear();
                 worker.held.clear();
                 self.report.faults.worker_crashes += 1;
                 self.note(|| format!("w{} crashes (kill -9)", w + 1));

@@ -189,6 +189,9 @@ struct Worker {
     running: BTreeMap<AttemptKey, Running>,
     /// Results not yet acknowledged, with the master they go to first.
     outbox: BTreeMap<AttemptKey, (AttemptResult, String)>,
+    /// Attempts it told a master it does not know: refused if their
+    /// dispatch arrives after all (the real worker's tombstones).
+    disowned: BTreeSet<AttemptKey>,
     /// Its resend round is scheduled (one per worker incarnation).
     resending: bool,
 }
@@ -259,6 +262,7 @@ impl World {
                 lease_until: 0,
                 running: BTreeMap::new(),
                 outbox: BTreeMap::new(),
+                disowned: BTreeSet::new(),
                 resending: false,
             })
             .collect();
@@ -336,6 +340,7 @@ impl World {
                 self.heal();
             }
             self.handle(event)?;
+            self.checker.broken()?;
             if healed && self.all_finished() {
                 break;
             }
@@ -509,7 +514,7 @@ impl World {
                 Event::Deliver(Msg::Dispatch { master, m_inc, worker, specs, late: false }) => {
                     let sent = specs.iter().map(|s| (s.key.clone(), s.epoch, s.task_name.clone())).collect();
                     let id = self.workers[worker].id.clone();
-                    let answer = Err(DispatchError::Unreachable { worker: id.clone(), reason: "timed out".into() });
+                    let answer = Err(DispatchError::NoAnswer { worker: id.clone(), reason: "timed out".into() });
                     let timeout = Msg::Dispatched { master, m_inc, worker: id, sent, answer };
                     self.schedule(self.now + HTTP_TIMEOUT_MS, Event::Deliver(timeout));
                     Event::Deliver(Msg::Dispatch { master, m_inc, worker, specs, late: true })

@@ -34,6 +34,19 @@ impl World {
             self.report.faults.delayed += 1;
             delay += self.rng.between(1, f.max_delay_ms.max(1));
         }
+        // A request slower than its call's timeout: the master gives up on
+        // it (no answer), and it arrives all the same.
+        let msg = match msg {
+            Msg::Dispatch { master, m_inc, worker, specs, late: false } if delay > HTTP_TIMEOUT_MS => {
+                let sent = specs.iter().map(|s| (s.key.clone(), s.epoch, s.task_name.clone())).collect();
+                let id = self.workers[worker].id.clone();
+                let answer = Err(DispatchError::NoAnswer { worker: id.clone(), reason: "timed out".into() });
+                let timeout = Msg::Dispatched { master, m_inc, worker: id, sent, answer };
+                self.schedule(self.now + HTTP_TIMEOUT_MS, Event::Deliver(timeout));
+                Msg::Dispatch { master, m_inc, worker, specs, late: true }
+            }
+            msg => msg,
+        };
         if !call && self.rng.chance(f.duplicate) {
             self.report.faults.duplicated += 1;
             let again = self.rng.between(1, f.max_delay_ms.max(10));
@@ -66,11 +79,11 @@ impl World {
             Msg::Dispatch { master, m_inc, worker, specs, .. } => {
                 let sent = specs.iter().map(|s| (s.key.clone(), s.epoch, s.task_name.clone())).collect();
                 let worker = self.workers[worker].id.clone();
-                let answer = Err(DispatchError::Unreachable { worker: worker.clone(), reason: "timed out".into() });
+                let answer = Err(DispatchError::NoAnswer { worker: worker.clone(), reason: "timed out".into() });
                 self.schedule(at, Event::Deliver(Msg::Dispatched { master, m_inc, worker, sent, answer }));
             }
             Msg::Dispatched { master, m_inc, worker, sent, .. } => {
-                let answer = Err(DispatchError::Unreachable { worker: worker.clone(), reason: "timed out".into() });
+                let answer = Err(DispatchError::NoAnswer { worker: worker.clone(), reason: "timed out".into() });
                 self.schedule(at, Event::Deliver(Msg::Dispatched { master, m_inc, worker, sent, answer }));
             }
             // A member that does not answer may still run it: the shell
@@ -94,7 +107,16 @@ impl World {
                 if self.workers[worker].alive {
                     self.accept(master, m_inc, worker, specs, late);
                 } else if !late {
-                    self.time_out(Msg::Dispatch { master, m_inc, worker, specs, late });
+                    // A crashed process: the connection is refused, and
+                    // nothing reached it.
+                    let sent = specs.iter().map(|s| (s.key.clone(), s.epoch, s.task_name.clone())).collect();
+                    let worker = self.workers[worker].id.clone();
+                    let reason = "connection refused".into();
+                    let answer = Err(DispatchError::Unreachable { worker: worker.clone(), reason });
+                    self.schedule(
+                        self.now + 1,
+                        Event::Deliver(Msg::Dispatched { master, m_inc, worker, sent, answer }),
+                    );
                 }
             }
             Msg::Dispatched { master, m_inc, worker, sent, answer } => {
@@ -127,6 +149,10 @@ impl World {
                 if let Some(run) = self.workers[worker].running.remove(&key) {
                     let outcome = Outcome::Failed { kind: FailureKind::Cancelled, message: "cancelled".into() };
                     self.report_result(worker, run, outcome);
+                } else {
+                    // Its dispatch may still come (overtaken, or held by a
+                    // frozen worker): it is refused then.
+                    self.workers[worker].disowned.insert(key);
                 }
             }
             Msg::Probe { master, m_inc, worker, probe } => {
@@ -145,6 +171,7 @@ impl World {
                     *target = asker;
                     Adoption::Finished(result.clone())
                 } else {
+                    w.disowned.insert(probe.key.clone());
                     Adoption::Unknown
                 };
                 self.send(Msg::Probed { master, m_inc, probe, adoption });

@@ -49,13 +49,20 @@ impl World {
                 Err("the worker is at capacity".to_owned())
             } else if worker.running.contains_key(&spec.key) || worker.outbox.contains_key(&spec.key) {
                 Err("the attempt is already here".to_owned())
+            } else if worker.disowned.contains(&spec.key) {
+                Err("it was cancelled, or this worker said it does not know it: it will not run it".to_owned())
             } else {
+                let row = (spec.key.run_id.clone(), spec.key.task as i64, spec.key.number as i64);
+                let running =
+                    self.store.attempts.get(&row).is_some_and(|a| a.state == dagr_store::AttemptState::Running);
                 match self.store.runs.get(&spec.key.run_id).map(|r| r.epoch) {
-                    Some(epoch) if epoch == spec.epoch => Ok(()),
+                    Some(epoch) if epoch == spec.epoch && running => Ok(()),
+                    Some(epoch) if epoch == spec.epoch => Err("the store has ended this attempt".to_owned()),
                     current => Err(format!("stale dispatch: the run's epoch is {current:?}, not {}", spec.epoch)),
                 }
             };
             if verdict.is_ok() {
+                self.checker.started(&spec.key, &worker.id, &self.store);
                 started.push(spec.key.clone());
                 let master_id = spec.master.clone();
                 worker.running.insert(spec.key.clone(), Running { epoch: spec.epoch, master: master_id, spec });
