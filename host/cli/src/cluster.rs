@@ -178,6 +178,7 @@ pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
             capacity: 0,
             labels: Default::default(),
             pid: std::process::id(),
+            lease: 0,
         };
         let coordinator = join(&settings, node, true).await?;
         let strategy: Strategy = settings.dispatch.parse().map_err(anyhow::Error::msg)?;
@@ -277,6 +278,7 @@ pub fn worker(args: RoleArgs) -> anyhow::Result<ExitCode> {
             capacity: settings.slots,
             labels,
             pid: std::process::id(),
+            lease: 0,
         };
         let coordinator = join(&settings, node, false).await?;
         let logs = LogWriter::start(store.clone());
@@ -298,6 +300,7 @@ pub fn worker(args: RoleArgs) -> anyhow::Result<ExitCode> {
             store: store.clone(),
             reporter,
             healthy: coordinator.health(),
+            coordinator: coordinator.clone(),
         });
         let app = internal_only(app, internal.secret().clone(), settings.metrics_public);
         announce(Role::Worker, &id, &url);
@@ -342,6 +345,7 @@ pub fn api(args: RoleArgs) -> anyhow::Result<ExitCode> {
             capacity: 0,
             labels: Default::default(),
             pid: std::process::id(),
+            lease: 0,
         };
         let coordinator = join(&settings, node, false).await?;
         let control = Arc::new(ClusterControl::new(store.clone(), coordinator.membership(), &internal));

@@ -28,6 +28,7 @@ pub fn node(id: &str, role: Role) -> NodeInfo {
         capacity: 4,
         labels: Default::default(),
         pid: std::process::id(),
+        lease: 0,
     }
 }
 

@@ -126,6 +126,10 @@ impl Coordinator for EtcdCoordinator {
         self.guard.clone()
     }
 
+    fn lease(&self) -> Option<i64> {
+        self.lease_id()
+    }
+
     fn leadership(&self) -> watch::Receiver<Option<FencingToken>> {
         self.leadership.clone()
     }
@@ -213,10 +217,6 @@ async fn run_session(
 ) {
     let ttl_secs = config.ttl.as_secs().max(1) as i64;
     let key = format!("{prefix}/nodes/{}", node.id);
-    let value = match serde_json::to_vec(&node) {
-        Ok(v) => v,
-        Err(_) => return,
-    };
     loop {
         // Register under a fresh lease.
         let asked = Instant::now();
@@ -225,9 +225,13 @@ async fn run_session(
                 .await
                 .map_err(|_| crate::Error::Other("lease grant timed out".into()))??
                 .id();
+            // The value names its lease: requests addressed to it are
+            // refused once the node holds another.
+            let value = serde_json::to_vec(&NodeInfo { lease, ..node.clone() })
+                .map_err(|e| crate::Error::Other(format!("cannot encode the node: {e}")))?;
             tokio::time::timeout(
                 config.ttl,
-                client.put(key.as_str(), value.clone(), Some(PutOptions::new().with_lease(lease))),
+                client.put(key.as_str(), value, Some(PutOptions::new().with_lease(lease))),
             )
             .await
             .map_err(|_| crate::Error::Other("registration timed out".into()))??;

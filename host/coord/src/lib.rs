@@ -69,6 +69,11 @@ pub struct NodeInfo {
     /// Process id, for people and tests.
     #[serde(default)]
     pub pid: u32,
+    /// The lease it registered under, set by the coordinator: a new one
+    /// each time the node (re)joins. A request addressed to an earlier one
+    /// was meant for a node that has since lost its lease (0: unknown).
+    #[serde(default)]
+    pub lease: i64,
 }
 
 /// The live members, by id.
@@ -186,6 +191,9 @@ pub trait Coordinator: Send + Sync + 'static {
     fn health(&self) -> watch::Receiver<bool>;
     /// The same, as a guard that can be checked synchronously.
     fn lease_guard(&self) -> LeaseGuard;
+    /// The lease this node is registered under now ([`NodeInfo::lease`] in
+    /// the membership), if it is.
+    fn lease(&self) -> Option<i64>;
     /// `Some(token)` while this node is the leader.
     fn leadership(&self) -> watch::Receiver<Option<FencingToken>>;
     /// Who leads now, as this node sees it (a little after the fact: the

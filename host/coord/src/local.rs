@@ -25,6 +25,8 @@ struct HubState {
     token: FencingToken,
     membership: Option<watch::Sender<Membership>>,
     leader_tx: Option<watch::Sender<Option<Leader>>>,
+    /// The last lease handed out.
+    leases: i64,
 }
 
 struct Member {
@@ -64,6 +66,8 @@ impl LocalHub {
         let (health, health_rx) = watch::channel(true);
         let (leadership, leadership_rx) = watch::channel(None);
         let guard = LeaseGuard::forever();
+        state.leases += 1;
+        let node = NodeInfo { lease: state.leases, ..node };
         state.nodes.insert(
             node.id.clone(),
             Member {
@@ -106,9 +110,12 @@ impl LocalHub {
     /// The node re-joins under a new lease (and campaigns again, last in line).
     pub fn heal(&self, id: &str) {
         let mut state = self.lock();
+        state.leases += 1;
+        let lease = state.leases;
         let campaign = match state.nodes.get_mut(id) {
             Some(member) if !member.live => {
                 member.live = true;
+                member.info.lease = lease;
                 member.guard.extend(std::time::Instant::now() + std::time::Duration::from_secs(100 * 365 * 24 * 3600));
                 let _ = member.health.send(true);
                 member.campaign
@@ -173,6 +180,11 @@ impl Coordinator for LocalCoordinator {
 
     fn lease_guard(&self) -> LeaseGuard {
         self.guard.clone()
+    }
+
+    fn lease(&self) -> Option<i64> {
+        let state = self.hub.lock();
+        state.nodes.get(&self.node.id).filter(|m| m.live).map(|m| m.info.lease)
     }
 
     fn leadership(&self) -> watch::Receiver<Option<FencingToken>> {

@@ -130,6 +130,12 @@ pub struct CancelRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DispatchBatch {
     pub attempts: Vec<AttemptSpec>,
+    /// The worker's lease the master saw in the membership when it sent
+    /// them: a worker that holds another since (it lost that one, and
+    /// joined again) refuses the batch — it may have waited, in a frozen
+    /// worker's socket, past the master's giving up on it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<i64>,
 }
 
 /// A worker's answer to a [`DispatchBatch`]: one verdict per attempt, in

@@ -594,11 +594,6 @@ async fn runs_and_batches(store: &dyn Store, p: &str) -> Result<()> {
         store.running_attempts_of(std::slice::from_ref(&id)).await?.iter().any(|a| a.run_id == id),
         "attempt running",
     )?;
-    let epoch = store.get_run(&id).await?.map(|r| r.epoch).unwrap_or(-1);
-    let to_start = store.attempts_to_start(&id, &[(0, 1), (0, 2), (1, 1)]).await?;
-    check(to_start == Some((epoch, vec![(0, 1)])), &format!("a worker may start attempt 1 only: {to_start:?}"))?;
-    let unknown = store.attempts_to_start(&format!("{p}no-such-run"), &[(0, 1)]).await?;
-    check(unknown.is_none(), &format!("no run, nothing to start: {unknown:?}"))?;
     check(!store.pending_commands(0, 100).await?.iter().any(|c| c.id == command), "command done")?;
     check(
         store.get_command(command).await?.is_some_and(|c| c.result.as_deref() == Some("{\"ok\":true}")),
@@ -623,8 +618,6 @@ async fn runs_and_batches(store: &dyn Store, p: &str) -> Result<()> {
         attempts.len() == 1 && attempts[0].state == AttemptState::Succeeded && attempts[0].finished_at == Some(1002),
         "attempt finished",
     )?;
-    let to_start = store.attempts_to_start(&id, &[(0, 1)]).await?;
-    check(to_start == Some((epoch, vec![])), &format!("an ended attempt is not to start: {to_start:?}"))?;
     store
         .commit(WriteBatch { outputs: vec![OutputWrite::Clear { run_id: id.clone(), idx: 0 }], ..Default::default() })
         .await?;

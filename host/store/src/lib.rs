@@ -628,12 +628,8 @@ pub trait Store:
     async fn acquire_singleton(&self, name: &str, holder: &str, token: i64, now: i64) -> Result<bool>;
     /// The running attempts of these runs.
     async fn running_attempts_of(&self, run_ids: &[String]) -> Result<Vec<AttemptRow>>;
-    /// What a worker checks before it starts attempts of a run: the run's
-    /// current epoch (`None`: no such run), and which of `attempts` (task
-    /// index, number) the store still has running. One the store ended
-    /// (lost, cancelled, failed to dispatch) while its request was on the
-    /// way must not start: another attempt of its task runs, or ran.
-    async fn attempts_to_start(&self, run_id: &str, attempts: &[(i64, i64)]) -> Result<Option<(i64, Vec<(i64, i64)>)>>;
+    /// The current epoch of a run (workers check it before starting an attempt).
+    async fn run_epoch(&self, run_id: &str) -> Result<Option<i64>>;
 
     // Rebalancing (cluster mode) -----------------------------------------
 

@@ -592,28 +592,9 @@ impl Store for SqlStore {
         Ok(())
     }
 
-    async fn attempts_to_start(&self, run_id: &str, attempts: &[(i64, i64)]) -> Result<Option<(i64, Vec<(i64, i64)>)>> {
+    async fn run_epoch(&self, run_id: &str) -> Result<Option<i64>> {
         let row = sqlx::query("SELECT epoch FROM runs WHERE id = $1").bind(run_id).fetch_optional(&self.read).await?;
-        let Some(epoch) = row.map(|r| r.try_get::<i64, _>("epoch")).transpose()? else { return Ok(None) };
-        let wanted: std::collections::HashSet<(i64, i64)> = attempts.iter().copied().collect();
-        let mut tasks: Vec<i64> = attempts.iter().map(|(task, _)| *task).collect();
-        tasks.sort_unstable();
-        tasks.dedup();
-        let mut running = Vec::new();
-        for chunk in tasks.chunks(PADDED_IN_LIST) {
-            let mut args = vec![Arg::Text(run_id.to_owned())];
-            let list = padded_in_list(2, chunk.iter().map(|t| Arg::I64(*t)), &mut args);
-            let sql = format!(
-                "SELECT task_idx, number FROM attempts WHERE run_id = $1 AND state = 'running' AND task_idx IN ({list})"
-            );
-            for row in bind_all(&sql, args).fetch_all(&self.read).await? {
-                let key = (row.try_get::<i64, _>("task_idx")?, row.try_get::<i64, _>("number")?);
-                if wanted.contains(&key) {
-                    running.push(key);
-                }
-            }
-        }
-        Ok(Some((epoch, running)))
+        row.map(|r| r.try_get("epoch")).transpose().map_err(Error::from)
     }
 
     async fn commit(&self, batch: WriteBatch) -> Result<Committed> {

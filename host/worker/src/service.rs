@@ -6,16 +6,16 @@
 //! control-plane failure:
 //! - before starting an attempt, the worker registers it, then checks in the
 //!   store that the run's epoch is still the one the attempt was dispatched
-//!   with, and that the store still has the attempt running. A master that
-//!   took the run over bumped the epoch *before* asking workers about its
-//!   attempts, so either it sees this attempt (and adopts it) or this worker
-//!   sees the new epoch (and refuses the attempt); a master that ended the
-//!   attempt (its worker left, it was cancelled, its dispatch got no
-//!   answer and the worker did not know it) wrote so before it dispatched
-//!   another, and a request that arrives after that is refused. A worker
-//!   that says it does not know an attempt, or is told to stop one it does
-//!   not have, refuses its dispatch from then on too (it may come after
-//!   the look at the store).
+//!   with. A master that took the run over bumped the epoch *before* asking
+//!   workers about its attempts, so either it sees this attempt (and adopts
+//!   it) or this worker sees the new epoch (and refuses the attempt).
+//! - a dispatch that arrives late (it waited in a frozen worker's socket,
+//!   or its call timed out) does not start an attempt its master ended
+//!   meanwhile: a master ends an attempt it sent only when the worker said
+//!   it does not know it or was told to stop it first (the worker then
+//!   refuses its dispatch: [`Worker::disown`]), or when the worker's lease
+//!   ended (a dispatch names the lease it was sent to, and a worker that
+//!   joined again under another refuses it; one without a lease is fenced).
 //! - a result is kept until the run's current owner acknowledges it; a new
 //!   owner that adopts a running attempt gets its result, with its epoch.
 
@@ -27,7 +27,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
-use dagr_coord::{Membership, Role};
+use dagr_coord::{Coordinator, Membership, Role};
 use dagr_protocol::sharding::SlotMap;
 use dagr_protocol::wire::{
     self, Ack, AdoptRequest, AdoptResponse, AttemptKey, AttemptResult, AttemptSpec, CancelRequest, DispatchBatch,
@@ -232,6 +232,8 @@ pub struct WorkerService {
     pub reporter: Arc<ClusterReporter>,
     /// False while this worker's lease is not safely alive.
     pub healthy: watch::Receiver<bool>,
+    /// Its membership: the lease it holds now, which a dispatch names.
+    pub coordinator: Arc<dyn Coordinator>,
 }
 
 /// The worker's internal HTTP endpoint.
@@ -260,6 +262,16 @@ async fn accept(
         return Err((
             axum::http::StatusCode::SERVICE_UNAVAILABLE,
             "this worker is fenced (its lease is not safe): it takes no attempts",
+        ));
+    }
+    // Sent to this worker under a lease it lost since (and the master
+    // that sent it may have counted its attempts lost when it did).
+    if let Some(lease) = batch.lease
+        && s.coordinator.lease() != Some(lease)
+    {
+        return Err((
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "this dispatch was sent to an earlier lease of this worker, which it lost: it takes none of it",
         ));
     }
     // The span is the dispatch's link in a trace; with no exporter there
@@ -292,33 +304,20 @@ async fn accept_batch(s: WorkerService, batch: DispatchBatch) -> Json<DispatchRe
         reserved.push(reservation.ok());
     }
     // One look at the store per run: a batch is mostly one run's tasks.
-    let mut asked: HashMap<&str, Vec<(i64, i64)>> = HashMap::new();
+    let mut epochs: HashMap<&str, Result<Option<i64>, String>> = HashMap::new();
     for spec in batch.attempts.iter().zip(&reserved).filter(|(_, r)| r.is_some()).map(|(spec, _)| spec) {
-        asked.entry(&spec.key.run_id).or_default().push((spec.key.task as i64, spec.key.number as i64));
-    }
-    type Found = Result<Option<(i64, HashSet<(i64, i64)>)>, String>;
-    let mut found: HashMap<&str, Found> = HashMap::new();
-    for (run_id, attempts) in asked {
-        let answer = s.store.attempts_to_start(run_id, &attempts).await.map_err(|e| e.to_string());
-        found.insert(run_id, answer.map(|a| a.map(|(epoch, running)| (epoch, running.into_iter().collect()))));
+        if !epochs.contains_key(spec.key.run_id.as_str()) {
+            let epoch = s.store.run_epoch(&spec.key.run_id).await.map_err(|e| e.to_string());
+            epochs.insert(&spec.key.run_id, epoch);
+        }
     }
     for ((spec, reservation), verdict) in batch.attempts.iter().zip(&mut reserved).zip(&mut verdicts) {
         if reservation.is_none() {
             continue;
         }
-        let key = (spec.key.task as i64, spec.key.number as i64);
-        match &found[spec.key.run_id.as_str()] {
-            Ok(Some((epoch, running))) if *epoch == spec.epoch && running.contains(&key) => {}
-            Ok(Some((epoch, _))) if *epoch == spec.epoch => {
-                *reservation = None;
-                *verdict = Verdict::Refused {
-                    reason: "the store has ended this attempt (lost, cancelled, or its dispatch failed) \
-                             while its dispatch was on the way: it will not run"
-                        .into(),
-                };
-            }
-            Ok(found) => {
-                let current = found.as_ref().map(|(epoch, _)| *epoch);
+        match &epochs[spec.key.run_id.as_str()] {
+            Ok(Some(epoch)) if *epoch == spec.epoch => {}
+            Ok(current) => {
                 *reservation = None;
                 *verdict = Verdict::Refused {
                     reason: format!(
@@ -329,7 +328,7 @@ async fn accept_batch(s: WorkerService, batch: DispatchBatch) -> Json<DispatchRe
             }
             Err(e) => {
                 *reservation = None;
-                *verdict = Verdict::Refused { reason: format!("cannot check the run's epoch and attempts: {e}") };
+                *verdict = Verdict::Refused { reason: format!("cannot check the run's epoch: {e}") };
             }
         }
     }

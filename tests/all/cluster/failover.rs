@@ -603,9 +603,9 @@ async fn chaos_soak() {
 
 /// A dispatch that arrives late — it waited in a frozen worker's socket,
 /// or its call timed out, while the master moved on — does not start an
-/// attempt the master has ended: the worker finds it ended in the store,
-/// or remembers having told a master it does not know it (the master's
-/// write that ends it may not have landed yet).
+/// attempt the master has ended: the worker remembers having told a master
+/// it does not know the attempt, and refuses a dispatch sent to a lease it
+/// no longer holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_dispatch_does_not_start_an_attempt_the_master_ended() {
     use dagr_protocol::wire::{AdoptRequest, AttemptKey, AttemptSpec, DispatchBatch, PluginSpec};
@@ -617,10 +617,10 @@ async fn a_late_dispatch_does_not_start_an_attempt_the_master_ended() {
     let run = cluster.trigger("fan").await;
     cluster.wait_all(std::slice::from_ref(&run), Duration::from_secs(60)).await;
     let epoch: i64 = psql_value(&cluster, &format!("SELECT epoch FROM runs WHERE id = '{run}'")).parse().unwrap();
-    // Task t0 (index 1), its attempt 1: it ran and succeeded.
-    let key = AttemptKey { run_id: run.clone(), task: 1, number: 1 };
-    let spec = AttemptSpec {
-        key: key.clone(),
+    // Attempts of task t0 (index 1) that no master made: the worker cannot
+    // tell, and the plugin is none, so one it takes fails at once.
+    let spec = |number: u32| AttemptSpec {
+        key: AttemptKey { run_id: run.clone(), task: 1, number },
         epoch,
         master: "m1".into(),
         tenant: "default".into(),
@@ -630,7 +630,7 @@ async fn a_late_dispatch_does_not_start_an_attempt_the_master_ended() {
         params: "{}".into(),
         inputs: "{}".into(),
         logical_time: "2026-01-01T00:00:00Z".into(),
-        idempotency_key: format!("{run}/t0/1"),
+        idempotency_key: format!("{run}/t0/{number}"),
         priority: 0,
         grade: 0,
         deadline_ms: 5_000,
@@ -646,33 +646,33 @@ async fn a_late_dispatch_does_not_start_an_attempt_the_master_ended() {
     let post = |path: &str, body: Value| {
         http.post(format!("{worker}{path}")).header("x-dagr-cluster-secret", cluster.secret()).json(&body).send()
     };
-    let batch = serde_json::to_value(DispatchBatch { attempts: vec![spec] }).unwrap();
-    let dispatch = || async {
-        let answer: Value = post("/internal/attempts", batch.clone()).await.unwrap().json().await.unwrap();
+    let dispatch = |number: u32, lease: Option<i64>| {
+        let batch = serde_json::to_value(DispatchBatch { attempts: vec![spec(number)], lease }).unwrap();
+        async move { post("/internal/attempts", batch).await.unwrap() }
+    };
+    let verdict = |response: reqwest::Response| async move {
+        assert!(response.status().is_success(), "{}", response.status());
+        let answer: Value = response.json().await.unwrap();
         answer["verdicts"][0].clone()
     };
 
-    // Ended in the store: refused, though the run's epoch is the same.
-    let verdict = dispatch().await;
-    assert_eq!(verdict["verdict"], "refused", "{verdict}");
-    let reason = verdict["reason"].as_str().unwrap();
-    assert!(reason.contains("the store has ended this attempt"), "{reason}");
+    // One it never heard of, with the run's epoch, is taken.
+    let taken = verdict(dispatch(90, None).await).await;
+    assert_eq!(taken["verdict"], "accepted", "{taken}");
 
-    // The worker says it does not know it (once its result is acknowledged).
-    let adopt = serde_json::to_value(AdoptRequest { key, epoch, master: "m1".into() }).unwrap();
-    until(Duration::from_secs(20), "the worker to say it does not know the attempt", || async {
-        let answer: Value = post("/internal/attempts/adopt", adopt.clone()).await.unwrap().json().await.unwrap();
-        (answer["state"] == "unknown").then_some(())
-    })
-    .await;
-    // The master's write that ends it has not landed, say: the store has it
-    // running. Refused all the same, and the refusal says why.
-    psql_value(
-        &cluster,
-        &format!("UPDATE attempts SET state = 'running' WHERE run_id = '{run}' AND task_idx = 1 AND number = 1"),
-    );
-    let verdict = dispatch().await;
-    assert_eq!(verdict["verdict"], "refused", "{verdict}");
-    let reason = verdict["reason"].as_str().unwrap();
+    // One it said it does not know is not, and the refusal says why.
+    let adopt = AdoptRequest { key: spec(91).key, epoch, master: "m1".into() };
+    let answer: Value =
+        post("/internal/attempts/adopt", serde_json::to_value(adopt).unwrap()).await.unwrap().json().await.unwrap();
+    assert_eq!(answer["state"], "unknown", "{answer}");
+    let refused = verdict(dispatch(91, None).await).await;
+    assert_eq!(refused["verdict"], "refused", "{refused}");
+    let reason = refused["reason"].as_str().unwrap();
     assert!(reason.contains("does not know the attempt"), "{reason}");
+
+    // Nor is one sent to a lease it does not hold: the whole request is.
+    let response = dispatch(92, Some(1)).await;
+    assert_eq!(response.status(), reqwest::StatusCode::SERVICE_UNAVAILABLE);
+    let text = response.text().await.unwrap();
+    assert!(text.contains("an earlier lease of this worker"), "{text}");
 }

@@ -24,8 +24,10 @@ impl World {
                 m.lease_until = self.now + ttl;
                 m.joining = false;
             }
-            for w in self.workers.iter_mut().filter(|w| w.alive && !w.paused) {
-                w.lease_until = self.now + ttl;
+            for w in 0..self.workers.len() {
+                if self.workers[w].alive && !self.workers[w].paused {
+                    self.renew_worker_lease(w);
+                }
             }
         }
         for w in 0..self.workers.len() {

@@ -87,12 +87,14 @@ enum Event {
 #[derive(Debug)]
 enum Msg {
     /// `late`: the master's call timed out already; its answer goes nowhere.
+    /// `lease`: the worker's lease it was sent to.
     Dispatch {
         master: usize,
         m_inc: u32,
         worker: usize,
         specs: Vec<AttemptSpec>,
         late: bool,
+        lease: u32,
     },
     Dispatched {
         master: usize,
@@ -186,6 +188,8 @@ struct Worker {
     held: Vec<Event>,
     incarnation: u32,
     lease_until: i64,
+    /// Its lease: a new one each time it gets one after the last expired.
+    lease: u32,
     running: BTreeMap<AttemptKey, Running>,
     /// Results not yet acknowledged, with the master they go to first.
     outbox: BTreeMap<AttemptKey, (AttemptResult, String)>,
@@ -260,6 +264,7 @@ impl World {
                 held: Vec::new(),
                 incarnation: 0,
                 lease_until: 0,
+                lease: 0,
                 running: BTreeMap::new(),
                 outbox: BTreeMap::new(),
                 disowned: BTreeSet::new(),
@@ -511,13 +516,13 @@ impl World {
             // A call to a frozen worker times out at the caller; the
             // request is still there when the worker wakes up.
             let event = match event {
-                Event::Deliver(Msg::Dispatch { master, m_inc, worker, specs, late: false }) => {
+                Event::Deliver(Msg::Dispatch { master, m_inc, worker, specs, late: false, lease }) => {
                     let sent = specs.iter().map(|s| (s.key.clone(), s.epoch, s.task_name.clone())).collect();
                     let id = self.workers[worker].id.clone();
                     let answer = Err(DispatchError::NoAnswer { worker: id.clone(), reason: "timed out".into() });
                     let timeout = Msg::Dispatched { master, m_inc, worker: id, sent, answer };
                     self.schedule(self.now + HTTP_TIMEOUT_MS, Event::Deliver(timeout));
-                    Event::Deliver(Msg::Dispatch { master, m_inc, worker, specs, late: true })
+                    Event::Deliver(Msg::Dispatch { master, m_inc, worker, specs, late: true, lease })
                 }
                 Event::Deliver(probe @ Msg::Probe { .. }) => {
                     self.time_out(probe);
@@ -551,7 +556,7 @@ impl World {
             Event::FenceWorker(w) => {
                 if self.workers[w].alive && !self.workers[w].paused {
                     self.abandon_all(w);
-                    self.workers[w].lease_until = self.now + self.config.lease_ttl_ms;
+                    self.renew_worker_lease(w);
                 }
             }
             Event::EtcdUp => {

@@ -22,11 +22,20 @@ impl World {
 
     /// A dispatch reaching a worker: it accepts what it has room for and
     /// whose epoch the store confirms (as the real worker does).
-    pub(super) fn accept(&mut self, master: usize, m_inc: u32, w: usize, specs: Vec<AttemptSpec>, late: bool) {
+    pub(super) fn accept(
+        &mut self,
+        master: usize,
+        m_inc: u32,
+        w: usize,
+        specs: Vec<AttemptSpec>,
+        late: bool,
+        lease: u32,
+    ) {
         let worker = &mut self.workers[w];
         let sent: Vec<(AttemptKey, i64, String)> =
             specs.iter().map(|s| (s.key.clone(), s.epoch, s.task_name.clone())).collect();
-        let healthy = worker.alive && worker.lease_until >= self.now;
+        // Fenced, or sent to a lease it lost since (it joined again).
+        let healthy = worker.alive && worker.lease_until >= self.now && worker.lease == lease;
         if !healthy {
             // A fenced worker refuses the dispatch as a whole (503), as the
             // real one does: the master rests it.
@@ -52,12 +61,8 @@ impl World {
             } else if worker.disowned.contains(&spec.key) {
                 Err("it was cancelled, or this worker said it does not know it: it will not run it".to_owned())
             } else {
-                let row = (spec.key.run_id.clone(), spec.key.task as i64, spec.key.number as i64);
-                let running =
-                    self.store.attempts.get(&row).is_some_and(|a| a.state == dagr_store::AttemptState::Running);
                 match self.store.runs.get(&spec.key.run_id).map(|r| r.epoch) {
-                    Some(epoch) if epoch == spec.epoch && running => Ok(()),
-                    Some(epoch) if epoch == spec.epoch => Err("the store has ended this attempt".to_owned()),
+                    Some(epoch) if epoch == spec.epoch => Ok(()),
                     current => Err(format!("stale dispatch: the run's epoch is {current:?}, not {}", spec.epoch)),
                 }
             };
@@ -89,6 +94,7 @@ impl World {
             return;
         }
         let Some(run) = worker.running.remove(&key) else { return };
+        self.checker.ran(&key, &worker.id);
         let outcome = if fails {
             Outcome::Failed { kind: FailureKind::Retryable, message: "it failed, as some do".into() }
         } else {
@@ -172,9 +178,21 @@ impl World {
         worker.alive = true;
         worker.incarnation += 1;
         worker.resending = false;
-        worker.lease_until = self.now + self.config.lease_ttl_ms;
+        // A new process registers under a new lease.
+        worker.lease += 1;
         let id = worker.id.clone();
+        self.renew_worker_lease(w);
         self.note(|| format!("{id} restarts"));
+    }
+
+    /// The worker's lease goes on; one that expired is replaced by a new
+    /// lease (as a real node joins again under a new one).
+    pub(super) fn renew_worker_lease(&mut self, w: usize) {
+        let worker = &mut self.workers[w];
+        if worker.lease_until < self.now {
+            worker.lease += 1;
+        }
+        worker.lease_until = self.now + self.config.lease_ttl_ms;
     }
 
     /// A frozen worker goes on: what waited for it arrives; if its lease
@@ -191,7 +209,7 @@ impl World {
         let fence_first = lost && self.rng.chance(0.5);
         if fence_first {
             self.abandon_all(w);
-            self.workers[w].lease_until = self.now + self.config.lease_ttl_ms;
+            self.renew_worker_lease(w);
         }
         for event in std::mem::take(&mut self.workers[w].held) {
             self.schedule(self.now + 1, event);
