@@ -604,11 +604,11 @@ async fn chaos_soak() {
 /// A dispatch that arrives late — it waited in a frozen worker's socket,
 /// or its call timed out, while the master moved on — does not start an
 /// attempt the master has ended: the worker remembers having told a master
-/// it does not know the attempt, and refuses a dispatch sent to a lease it
-/// no longer holds.
+/// it does not know the attempt, or having been told to stop it, and
+/// refuses a dispatch sent to a lease it no longer holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_dispatch_does_not_start_an_attempt_the_master_ended() {
-    use dagr_protocol::wire::{AdoptRequest, AttemptKey, AttemptSpec, DispatchBatch, PluginSpec};
+    use dagr_protocol::wire::{AdoptRequest, AttemptKey, AttemptSpec, CancelRequest, DispatchBatch, PluginSpec};
 
     let _one = exclusive().await;
     let ledger = Ledger::start().await;
@@ -670,8 +670,16 @@ async fn a_late_dispatch_does_not_start_an_attempt_the_master_ended() {
     let reason = refused["reason"].as_str().unwrap();
     assert!(reason.contains("does not know the attempt"), "{reason}");
 
+    // Nor is one it was told to stop before it had it (the cancellation
+    // overtook a dispatch whose call had timed out).
+    let cancel = serde_json::to_value(CancelRequest { key: spec(92).key }).unwrap();
+    let status = post("/internal/attempts/cancel", cancel).await.unwrap().status();
+    assert_eq!(status, reqwest::StatusCode::NOT_FOUND, "not here");
+    let refused = verdict(dispatch(92, None).await).await;
+    assert_eq!(refused["verdict"], "refused", "{refused}");
+
     // Nor is one sent to a lease it does not hold: the whole request is.
-    let response = dispatch(92, Some(1)).await;
+    let response = dispatch(93, Some(1)).await;
     assert_eq!(response.status(), reqwest::StatusCode::SERVICE_UNAVAILABLE);
     let text = response.text().await.unwrap();
     assert!(text.contains("an earlier lease of this worker"), "{text}");

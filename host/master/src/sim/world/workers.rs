@@ -94,7 +94,6 @@ impl World {
             return;
         }
         let Some(run) = worker.running.remove(&key) else { return };
-        self.checker.ran(&key, &worker.id);
         let outcome = if fails {
             Outcome::Failed { kind: FailureKind::Retryable, message: "it failed, as some do".into() }
         } else {
