@@ -130,6 +130,7 @@ impl Node {
             capacity: worker.slots() as u32,
             group: None,
             any_group: true,
+            lease: 0,
         }]);
         // One node owns every slot and leads; taking the slots over is how
         // it recovers the runs of a previous process.

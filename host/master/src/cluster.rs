@@ -67,13 +67,7 @@ impl HttpTransport {
 impl Transport for HttpTransport {
     async fn dispatch(&self, specs: Vec<AttemptSpec>, worker: &str) -> Result<Accepted, DispatchError> {
         let n = specs.len();
-        let (addr, lease) = self
-            .membership
-            .borrow()
-            .nodes
-            .get(worker)
-            .map(|n| (n.addr.clone(), Some(n.lease).filter(|l| *l != 0)))
-            .ok_or_else(|| DispatchError::NotMember(worker.into()))?;
+        let addr = self.addr(worker).ok_or_else(|| DispatchError::NotMember(worker.into()))?;
         // The request continues the trace of its first attempt (a batch is
         // mostly one run's); each attempt carries its own in its spec.
         let traceparent = specs.first().and_then(|s| s.trace.clone());
@@ -81,7 +75,7 @@ impl Transport for HttpTransport {
         if let Some(value) = traceparent {
             request = request.header("traceparent", value);
         }
-        let response = request.json(&DispatchBatch { attempts: specs, lease }).send().await.map_err(|e| {
+        let response = request.json(&DispatchBatch { attempts: specs }).send().await.map_err(|e| {
             // Only a connection never made is sure to have carried
             // nothing; a timeout or a reset may come after the worker
             // read the request.
@@ -169,6 +163,7 @@ pub fn workers_of(members: &Membership) -> Vec<WorkerInfo> {
             capacity: w.capacity,
             group: w.labels.get("group").cloned(),
             any_group: false,
+            lease: w.lease,
         })
         .collect()
 }

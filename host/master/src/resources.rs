@@ -260,7 +260,7 @@ mod tests {
     use super::*;
 
     fn worker(id: &str, capacity: u32, group: Option<&str>) -> WorkerInfo {
-        WorkerInfo { id: id.into(), capacity, group: group.map(Into::into), any_group: false }
+        WorkerInfo { id: id.into(), capacity, group: group.map(Into::into), any_group: false, lease: 0 }
     }
 
     fn ask(master: &str, holding: &[(&str, u32)], want: u32) -> ResourceRequest {

@@ -62,6 +62,12 @@ pub struct AttemptSpec {
     /// are exported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<String>,
+    /// The worker's lease its master knew when it chose the worker: a
+    /// worker that holds another since (it lost that one and joined again)
+    /// refuses it — the request may have waited, in a frozen worker's
+    /// socket, while the master counted the attempt lost with that lease.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_lease: Option<i64>,
 }
 
 pub use dagr_core::attempt::FailureKind;
@@ -130,12 +136,6 @@ pub struct CancelRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DispatchBatch {
     pub attempts: Vec<AttemptSpec>,
-    /// The worker's lease the master saw in the membership when it sent
-    /// them: a worker that holds another since (it lost that one, and
-    /// joined again) refuses the batch — it may have waited, in a frozen
-    /// worker's socket, past the master's giving up on it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lease: Option<i64>,
 }
 
 /// A worker's answer to a [`DispatchBatch`]: one verdict per attempt, in

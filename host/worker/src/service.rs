@@ -264,16 +264,6 @@ async fn accept(
             "this worker is fenced (its lease is not safe): it takes no attempts",
         ));
     }
-    // Sent to this worker under a lease it lost since (and the master
-    // that sent it may have counted its attempts lost when it did).
-    if let Some(lease) = batch.lease
-        && s.coordinator.lease() != Some(lease)
-    {
-        return Err((
-            axum::http::StatusCode::SERVICE_UNAVAILABLE,
-            "this dispatch was sent to an earlier lease of this worker, which it lost: it takes none of it",
-        ));
-    }
     // The span is the dispatch's link in a trace; with no exporter there
     // is nothing to link, and a batch need not pay for one.
     if !dagr_telemetry::enabled() {
@@ -295,7 +285,18 @@ async fn accept_batch(s: WorkerService, batch: DispatchBatch) -> Json<DispatchRe
     // that the attempt runs.
     let mut reserved: Vec<Option<Reservation<'_>>> = Vec::with_capacity(batch.attempts.len());
     let mut verdicts: Vec<Verdict> = Vec::with_capacity(batch.attempts.len());
+    // Sent to this worker under a lease it lost since: the master counted
+    // them lost when it saw that lease go.
+    let lease = s.coordinator.lease();
     for spec in &batch.attempts {
+        if spec.worker_lease.is_some_and(|sent| Some(sent) != lease) {
+            verdicts.push(Verdict::Refused {
+                reason: "it was sent to an earlier lease of this worker, which it lost since: it will not run here"
+                    .into(),
+            });
+            reserved.push(None);
+            continue;
+        }
         let reservation = Reservation::new(&s.worker, &spec.key);
         verdicts.push(match &reservation {
             Ok(_) => Verdict::Accepted,

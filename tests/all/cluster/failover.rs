@@ -640,6 +640,7 @@ async fn a_late_dispatch_does_not_start_an_attempt_the_master_ended() {
         allow_hosts: vec![],
         scratch_bytes: None,
         trace: None,
+        worker_lease: None,
     };
     let http = reqwest::Client::new();
     let worker = cluster.addr("w1");
@@ -647,7 +648,8 @@ async fn a_late_dispatch_does_not_start_an_attempt_the_master_ended() {
         http.post(format!("{worker}{path}")).header("x-dagr-cluster-secret", cluster.secret()).json(&body).send()
     };
     let dispatch = |number: u32, lease: Option<i64>| {
-        let batch = serde_json::to_value(DispatchBatch { attempts: vec![spec(number)], lease }).unwrap();
+        let batch = DispatchBatch { attempts: vec![AttemptSpec { worker_lease: lease, ..spec(number) }] };
+        let batch = serde_json::to_value(batch).unwrap();
         async move { post("/internal/attempts", batch).await.unwrap() }
     };
     let verdict = |response: reqwest::Response| async move {
@@ -678,9 +680,10 @@ async fn a_late_dispatch_does_not_start_an_attempt_the_master_ended() {
     let refused = verdict(dispatch(92, None).await).await;
     assert_eq!(refused["verdict"], "refused", "{refused}");
 
-    // Nor is one sent to a lease it does not hold: the whole request is.
-    let response = dispatch(93, Some(1)).await;
-    assert_eq!(response.status(), reqwest::StatusCode::SERVICE_UNAVAILABLE);
-    let text = response.text().await.unwrap();
-    assert!(text.contains("an earlier lease of this worker"), "{text}");
+    // Nor is one sent to a lease it does not hold (it lost that one and
+    // joined again under another).
+    let refused = verdict(dispatch(93, Some(1)).await).await;
+    assert_eq!(refused["verdict"], "refused", "{refused}");
+    let reason = refused["reason"].as_str().unwrap();
+    assert!(reason.contains("an earlier lease of this worker"), "{reason}");
 }

@@ -199,7 +199,8 @@ impl EngineState {
             finished_at: None,
         };
         match spec {
-            Ok(spec) => {
+            Ok(mut spec) => {
+                spec.worker_lease = self.placement.lease_of(&worker);
                 effects.batch.attempts.push(started);
                 self.count_running(&workflow, &item.tenant);
                 let flight = InFlight {

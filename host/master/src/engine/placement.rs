@@ -47,6 +47,9 @@ pub struct WorkerInfo {
     pub group: Option<String>,
     /// It takes tasks of every group (the one worker of `dagr serve`).
     pub any_group: bool,
+    /// The lease it holds in the membership (0: none known); a worker
+    /// under a new lease is another: what ran under the old one is lost.
+    pub lease: i64,
 }
 
 impl WorkerInfo {
@@ -125,9 +128,16 @@ impl Placement {
     }
 
     /// The workers now; returns those that are gone.
+    /// The workers now; those that left, or hold another lease now (they
+    /// lost theirs and joined again), are returned.
     pub(crate) fn set_workers(&mut self, workers: Vec<WorkerInfo>) -> Vec<String> {
         let fresh: BTreeMap<String, WorkerInfo> = workers.into_iter().map(|w| (w.id.clone(), w)).collect();
-        let gone: Vec<String> = self.workers.keys().filter(|id| !fresh.contains_key(*id)).cloned().collect();
+        let gone: Vec<String> = self
+            .workers
+            .iter()
+            .filter(|(id, old)| fresh.get(*id).is_none_or(|new| new.lease != old.lease))
+            .map(|(id, _)| id.clone())
+            .collect();
         for id in &gone {
             if let Some(grants) = self.grants.as_mut() {
                 grants.held.remove(id);
@@ -138,6 +148,11 @@ impl Placement {
         }
         self.workers = fresh;
         gone
+    }
+
+    /// The lease `worker` holds, as last told (none when not known).
+    pub(crate) fn lease_of(&self, worker: &str) -> Option<i64> {
+        self.workers.get(worker).map(|w| w.lease).filter(|lease| *lease != 0)
     }
 
     pub(crate) fn knows(&self, worker: &str) -> bool {
@@ -392,7 +407,7 @@ mod tests {
     use super::*;
 
     fn worker(id: &str, capacity: u32, group: Option<&str>) -> WorkerInfo {
-        WorkerInfo { id: id.into(), capacity, group: group.map(Into::into), any_group: false }
+        WorkerInfo { id: id.into(), capacity, group: group.map(Into::into), any_group: false, lease: 0 }
     }
 
     #[test]

@@ -85,6 +85,8 @@ pub(crate) fn build_spec(
         scratch_bytes: limits.and_then(|l| l.scratch_bytes),
         // Set by the shell as it dispatches, if traces are exported.
         trace: None,
+        // Set when the worker is chosen.
+        worker_lease: None,
     })
 }
 

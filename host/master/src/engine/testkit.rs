@@ -748,7 +748,7 @@ impl Default for TestEnv {
 
 /// A worker with `slots` slots, of no group.
 pub fn worker(id: &str, slots: u32) -> WorkerInfo {
-    WorkerInfo { id: id.into(), capacity: slots, group: None, any_group: false }
+    WorkerInfo { id: id.into(), capacity: slots, group: None, any_group: false, lease: 0 }
 }
 
 /// The dispatches of a step: (run, task index, worker).

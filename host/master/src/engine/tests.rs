@@ -436,7 +436,7 @@ fn a_stale_epoch_is_refused_and_a_fenced_run_is_dropped() {
 
 #[test]
 fn a_full_worker_group_does_not_hold_up_other_groups() {
-    let gpu = WorkerInfo { id: "gpu1".into(), capacity: 1, group: Some("gpu".into()), any_group: false };
+    let gpu = WorkerInfo { id: "gpu1".into(), capacity: 1, group: Some("gpu".into()), any_group: false, lease: 0 };
     let mut env = TestEnv::with(|_| {}, vec![gpu, worker("cpu1", 4)]);
     env.apply(
         "name: mixed\ntasks:\n- {name: g1, plugin: echo, worker_group: gpu, priority: 9}\n\
@@ -765,6 +765,28 @@ fn a_dispatch_without_an_answer_stays_in_flight_until_the_worker_says() {
     assert_eq!((task.failures, task.lost), (0, 1), "lost with its worker: uncharged, counted as lost");
     env.succeed(&first, "{}");
     assert_eq!(env.task_state(&run, &sent[0].2), TaskState::Succeeded);
+}
+
+/// A worker that lost its lease and joined again is another worker: what
+/// it ran under the old lease is lost (it stopped it), and a dispatch names
+/// the lease it was meant for, so that one sent to the old lease and
+/// delivered late is refused.
+#[test]
+fn a_worker_under_a_new_lease_loses_what_ran_under_the_old_one() {
+    let leased = |lease| WorkerInfo { lease, ..worker("w1", 8) };
+    let mut env = TestEnv::with(|_| {}, vec![leased(7)]);
+    env.apply("name: one\ntasks:\n- {name: t, plugin: echo, retries: 0}\n");
+    let run = env.trigger("one");
+    let effects = env.step(vec![]);
+    assert_eq!(effects.dispatches[0].0.worker_lease, Some(7));
+    let effects = env.step(vec![Input::Workers(vec![leased(7)])]);
+    assert!(effects.dispatches.is_empty(), "the same lease: nothing changed");
+    let effects = env.step(vec![Input::Workers(vec![leased(8)])]);
+    assert_eq!(effects.dispatches.len(), 1, "lost with the old lease: it goes again");
+    assert_eq!(effects.dispatches[0].0.worker_lease, Some(8));
+    let lost = &env.store.attempts[&(run.clone(), 0, 1)];
+    assert_eq!(lost.failure_kind, Some(FailureKind::WorkerLost), "{lost:?}");
+    assert_eq!(env.store.tasks[&run][0].failures, 0, "uncharged");
 }
 
 /// Found by the simulation (`dagr sim`, seed 204943): a master slept

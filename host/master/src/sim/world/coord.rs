@@ -46,10 +46,22 @@ impl World {
         }
         let workers: Vec<String> =
             self.workers.iter().filter(|w| w.alive && w.lease_until >= self.now).map(|w| w.id.clone()).collect();
+        let leases: BTreeMap<String, u32> = self
+            .workers
+            .iter()
+            .filter(|w| w.alive && w.lease_until >= self.now)
+            .map(|w| (w.id.clone(), w.lease))
+            .collect();
         let slots = self.config.slots;
         let infos: Vec<WorkerInfo> = workers
             .iter()
-            .map(|id| WorkerInfo { id: id.clone(), capacity: slots, group: None, any_group: false })
+            .map(|id| WorkerInfo {
+                id: id.clone(),
+                capacity: slots,
+                group: None,
+                any_group: false,
+                lease: leases[id] as i64,
+            })
             .collect();
         self.follow_book(&infos, &members);
         for (rank, &i) in members.iter().enumerate() {
@@ -61,9 +73,10 @@ impl World {
                 continue;
             }
             let mut told = false;
-            if m.told_workers.as_ref() != Some(&workers) {
+            if m.told_workers.as_ref() != Some(&workers) || m.told_leases.as_ref() != Some(&leases) {
                 m.inbox.push(Input::Workers(infos.clone()));
                 m.told_workers = Some(workers.clone());
+                m.told_leases = Some(leases.clone());
                 told = true;
             }
             if m.told_slots.as_ref() != Some(&own) {

@@ -24,6 +24,7 @@ impl World {
             m.lease_lost = false;
             m.joining = true;
             m.told_workers = None;
+            m.told_leases = None;
             if m.told_slots.as_ref().is_none_or(|s| !s.is_empty()) {
                 m.inbox.push(Input::Ownership(Default::default()));
                 m.told_slots = Some(BTreeSet::new());
@@ -117,10 +118,7 @@ impl World {
         for (worker, mut specs) in by_worker {
             specs.sort_by(|a, b| a.key.cmp(&b.key));
             match self.member_worker(&worker) {
-                Some(w) => {
-                    let lease = self.workers[w].lease;
-                    self.send(Msg::Dispatch { master: i, m_inc, worker: w, specs, late: false, lease })
-                }
+                Some(w) => self.send(Msg::Dispatch { master: i, m_inc, worker: w, specs, late: false }),
                 None => {
                     let sent = specs.iter().map(|s| (s.key.clone(), s.epoch, s.task_name.clone())).collect();
                     let answer = Err(DispatchError::NotMember(worker.clone()));

@@ -87,14 +87,12 @@ enum Event {
 #[derive(Debug)]
 enum Msg {
     /// `late`: the master's call timed out already; its answer goes nowhere.
-    /// `lease`: the worker's lease it was sent to.
     Dispatch {
         master: usize,
         m_inc: u32,
         worker: usize,
         specs: Vec<AttemptSpec>,
         late: bool,
-        lease: u32,
     },
     Dispatched {
         master: usize,
@@ -169,6 +167,8 @@ struct Master {
     told_slots: Option<BTreeSet<u32>>,
     told_lead: Option<Option<i64>>,
     told_workers: Option<Vec<String>>,
+    /// The workers' leases in the last membership it was told.
+    told_leases: Option<BTreeMap<String, u32>>,
     tick_at: Option<i64>,
 }
 
@@ -252,6 +252,7 @@ impl World {
                     told_slots: None,
                     told_lead: None,
                     told_workers: None,
+                    told_leases: None,
                     tick_at: None,
                 }
             })
@@ -264,7 +265,7 @@ impl World {
                 held: Vec::new(),
                 incarnation: 0,
                 lease_until: 0,
-                lease: 0,
+                lease: 1,
                 running: BTreeMap::new(),
                 outbox: BTreeMap::new(),
                 disowned: BTreeSet::new(),
@@ -417,6 +418,7 @@ impl World {
         m.told_slots = None;
         m.told_lead = None;
         m.told_workers = None;
+        m.told_leases = None;
         m.tick_at = None;
         self.wake(i, self.now + 1);
     }
@@ -516,13 +518,13 @@ impl World {
             // A call to a frozen worker times out at the caller; the
             // request is still there when the worker wakes up.
             let event = match event {
-                Event::Deliver(Msg::Dispatch { master, m_inc, worker, specs, late: false, lease }) => {
+                Event::Deliver(Msg::Dispatch { master, m_inc, worker, specs, late: false }) => {
                     let sent = specs.iter().map(|s| (s.key.clone(), s.epoch, s.task_name.clone())).collect();
                     let id = self.workers[worker].id.clone();
                     let answer = Err(DispatchError::NoAnswer { worker: id.clone(), reason: "timed out".into() });
                     let timeout = Msg::Dispatched { master, m_inc, worker: id, sent, answer };
                     self.schedule(self.now + HTTP_TIMEOUT_MS, Event::Deliver(timeout));
-                    Event::Deliver(Msg::Dispatch { master, m_inc, worker, specs, late: true, lease })
+                    Event::Deliver(Msg::Dispatch { master, m_inc, worker, specs, late: true })
                 }
                 Event::Deliver(probe @ Msg::Probe { .. }) => {
                     self.time_out(probe);

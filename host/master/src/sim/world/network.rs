@@ -37,13 +37,13 @@ impl World {
         // A request slower than its call's timeout: the master gives up on
         // it (no answer), and it arrives all the same.
         let msg = match msg {
-            Msg::Dispatch { master, m_inc, worker, specs, late: false, lease } if delay > HTTP_TIMEOUT_MS => {
+            Msg::Dispatch { master, m_inc, worker, specs, late: false } if delay > HTTP_TIMEOUT_MS => {
                 let sent = specs.iter().map(|s| (s.key.clone(), s.epoch, s.task_name.clone())).collect();
                 let id = self.workers[worker].id.clone();
                 let answer = Err(DispatchError::NoAnswer { worker: id.clone(), reason: "timed out".into() });
                 let timeout = Msg::Dispatched { master, m_inc, worker: id, sent, answer };
                 self.schedule(self.now + HTTP_TIMEOUT_MS, Event::Deliver(timeout));
-                Msg::Dispatch { master, m_inc, worker, specs, late: true, lease }
+                Msg::Dispatch { master, m_inc, worker, specs, late: true }
             }
             msg => msg,
         };
@@ -103,9 +103,9 @@ impl World {
     pub(super) fn deliver(&mut self, msg: Msg) {
         self.note(|| format!("delivered: {}", describe(&msg)));
         match msg {
-            Msg::Dispatch { master, m_inc, worker, specs, late, lease } => {
+            Msg::Dispatch { master, m_inc, worker, specs, late } => {
                 if self.workers[worker].alive {
-                    self.accept(master, m_inc, worker, specs, late, lease);
+                    self.accept(master, m_inc, worker, specs, late);
                 } else if !late {
                     // A crashed process: the connection is refused, and
                     // nothing reached it.

@@ -22,20 +22,11 @@ impl World {
 
     /// A dispatch reaching a worker: it accepts what it has room for and
     /// whose epoch the store confirms (as the real worker does).
-    pub(super) fn accept(
-        &mut self,
-        master: usize,
-        m_inc: u32,
-        w: usize,
-        specs: Vec<AttemptSpec>,
-        late: bool,
-        lease: u32,
-    ) {
+    pub(super) fn accept(&mut self, master: usize, m_inc: u32, w: usize, specs: Vec<AttemptSpec>, late: bool) {
         let worker = &mut self.workers[w];
         let sent: Vec<(AttemptKey, i64, String)> =
             specs.iter().map(|s| (s.key.clone(), s.epoch, s.task_name.clone())).collect();
-        // Fenced, or sent to a lease it lost since (it joined again).
-        let healthy = worker.alive && worker.lease_until >= self.now && worker.lease == lease;
+        let healthy = worker.alive && worker.lease_until >= self.now;
         if !healthy {
             // A fenced worker refuses the dispatch as a whole (503), as the
             // real one does: the master rests it.
@@ -58,6 +49,8 @@ impl World {
                 Err("the worker is at capacity".to_owned())
             } else if worker.running.contains_key(&spec.key) || worker.outbox.contains_key(&spec.key) {
                 Err("the attempt is already here".to_owned())
+            } else if spec.worker_lease.is_some_and(|sent| sent != worker.lease as i64) {
+                Err("it was sent to an earlier lease of this worker: it will not run here".to_owned())
             } else if worker.disowned.contains(&spec.key) {
                 Err("it was cancelled, or this worker said it does not know it: it will not run it".to_owned())
             } else {
