@@ -264,6 +264,7 @@ async fn run_session(
         let why = keep_alive(&mut client, lease, expires, &config, &guard).await;
         // Stop acting first, then clean up.
         guard.revoke();
+        *current_lease.lock().unwrap_or_else(|e| e.into_inner()) = None;
         health.send_replace(false);
         leadership.send_replace(None);
         if let Some(task) = campaign {

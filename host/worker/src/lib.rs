@@ -85,7 +85,7 @@ struct Disowned {
     order: std::collections::VecDeque<AttemptKey>,
 }
 
-/// Why a worker takes no slot for an attempt.
+/// Why a worker does not take an attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
     #[error("the worker is at capacity")]
@@ -94,6 +94,8 @@ pub enum Refusal {
         "the attempt was cancelled, or this worker told a master it does not know the attempt, before its dispatch came: it will not run it"
     )]
     Disowned,
+    #[error("it was sent to an earlier lease of this worker, which it lost since: it will not run here")]
+    OtherLease,
 }
 
 struct Inner {

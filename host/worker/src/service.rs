@@ -14,8 +14,9 @@
 //!   meanwhile: a master ends an attempt it sent only when the worker said
 //!   it does not know it or was told to stop it first (the worker then
 //!   refuses its dispatch: [`Worker::disown`]), or when the worker's lease
-//!   ended (a dispatch names the lease it was sent to, and a worker that
-//!   joined again under another refuses it; one without a lease is fenced).
+//!   ended (each attempt names the lease it was sent to, and a worker that
+//!   joined again under another refuses it; one that holds no lease takes
+//!   nothing).
 //! - a result is kept until the run's current owner acknowledges it; a new
 //!   owner that adopts a running attempt gets its result, with its epoch.
 
@@ -290,10 +291,7 @@ async fn accept_batch(s: WorkerService, batch: DispatchBatch) -> Json<DispatchRe
     let lease = s.coordinator.lease();
     for spec in &batch.attempts {
         if spec.worker_lease.is_some_and(|sent| Some(sent) != lease) {
-            verdicts.push(Verdict::Refused {
-                reason: "it was sent to an earlier lease of this worker, which it lost since: it will not run here"
-                    .into(),
-            });
+            verdicts.push(Verdict::Refused { reason: crate::Refusal::OtherLease.to_string() });
             reserved.push(None);
             continue;
         }

@@ -127,7 +127,6 @@ impl Placement {
         }
     }
 
-    /// The workers now; returns those that are gone.
     /// The workers now; those that left, or hold another lease now (they
     /// lost theirs and joined again), are returned.
     pub(crate) fn set_workers(&mut self, workers: Vec<WorkerInfo>) -> Vec<String> {

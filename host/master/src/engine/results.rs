@@ -135,9 +135,10 @@ impl EngineState {
         }
     }
 
-    /// Attempts on workers that left are lost; their tasks go again.
+    /// Attempts on workers that left (or lost their lease and joined
+    /// again) are lost; their tasks go again.
     pub(crate) fn workers_gone(&mut self, effects: &mut Effects, workers: &[String], now: i64) {
-        tracing::warn!(?workers, "workers left");
+        tracing::warn!(?workers, "workers left or lost their lease");
         let lost: Vec<(AttemptKey, String)> = self
             .in_flight
             .iter()
@@ -145,7 +146,7 @@ impl EngineState {
             .map(|(k, f)| (k.clone(), f.worker.clone()))
             .collect();
         for (key, worker) in lost {
-            let message = format!("worker {worker} left the cluster while running it");
+            let message = format!("worker {worker} left the cluster, or lost its lease, while running it");
             self.lose_in_flight(effects, key, &worker, message, now);
         }
     }
@@ -188,7 +189,11 @@ impl EngineState {
 
     /// A worker's answer to a dispatch: refused attempts never ran, so
     /// they go again uncharged; a dispatch that failed as a whole rests the
-    /// worker.
+    /// worker. One that got no (usable) answer may have reached it: its
+    /// attempts stay in flight and the worker is asked about them
+    /// ([`Self::unanswered`]) — where workers are asked at all
+    /// (`attempt_check`; the one worker in the process of `dagr serve`
+    /// always answers).
     pub(crate) fn dispatched(
         &mut self,
         effects: &mut Effects,
@@ -203,9 +208,9 @@ impl EngineState {
                 self.placement.answered(worker, accepted.running);
                 accepted.verdicts
             }
-            Err(error) if error.may_have_run() => {
+            Err(error) if error.may_have_run() && self.settings.attempt_check.is_some() => {
                 let pause = self.placement.failed(worker, now);
-                tracing::warn!(%worker, pause_ms = pause, %error, "no answer to a dispatch; its attempts stay in flight");
+                tracing::warn!(%worker, pause_ms = pause, %error, "no usable answer to a dispatch; its attempts stay in flight");
                 self.unanswered(worker, &sent);
                 return;
             }
@@ -236,9 +241,10 @@ impl EngineState {
     /// Attempts whose dispatch got no answer: the worker may run them, so
     /// they stay in flight, and it is asked about them at the next check.
     /// It answers that it runs them, or has their result, or does not
-    /// know them (then they are lost, and it will refuse them if the
-    /// request still reaches it); a worker that does not answer leaves
-    /// with its lease, and they are lost with it.
+    /// know them (then they never ran, and it will refuse them if the
+    /// request still reaches it: they go again as `dispatch-failed`, not
+    /// counted as lost); a worker that does not answer leaves with its
+    /// lease, and they are lost with it.
     fn unanswered(&mut self, worker: &str, sent: &[(AttemptKey, i64, String)]) {
         let every = self.settings.attempt_check.map_or(0, |every| every.as_millis() as i64);
         for (key, _, _) in sent {
@@ -246,6 +252,7 @@ impl EngineState {
                 && flight.worker == worker
             {
                 flight.confirmed_at = flight.confirmed_at.min(self.last_attempt_check - every);
+                flight.unanswered = true;
             }
         }
     }
@@ -298,6 +305,27 @@ impl EngineState {
             }
             Adoption::Finished(mut result) => {
                 result.epoch = epoch;
+                self.apply_result(effects, result, now, true);
+            }
+            Adoption::Unknown if self.in_flight.get(&key).is_some_and(|f| f.unanswered) => {
+                // Its dispatch got no answer, and the worker never had it
+                // (it refuses it from now on): it never ran.
+                tracing::warn!(attempt = %key, %worker, "the unanswered dispatch never reached its worker");
+                let message = format!(
+                    "worker {worker} did not answer its dispatch, and does not know the attempt: it never ran there"
+                );
+                let run = self.runs.get(key.run_id.as_str());
+                let task_name = run.map(|r| r.machine.workflow().tasks[key.task as usize].name.clone());
+                let result = AttemptResult {
+                    key,
+                    epoch,
+                    task_name: task_name.unwrap_or_default(),
+                    worker: worker.to_owned(),
+                    started_at: now,
+                    finished_at: now,
+                    outcome: Outcome::Failed { kind: FailureKind::DispatchFailed, message },
+                    trace: None,
+                };
                 self.apply_result(effects, result, now, true);
             }
             Adoption::Unknown => {

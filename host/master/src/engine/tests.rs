@@ -748,8 +748,9 @@ fn a_dispatch_without_an_answer_stays_in_flight_until_the_worker_says() {
     expected.sort();
     assert_eq!(asked, expected);
 
-    // It runs the first: that one stays; it does not know the second: lost,
-    // and it goes again, uncharged.
+    // It runs the first: that one stays; it does not know the second: it
+    // never ran there (the worker refuses it from now on), and it goes
+    // again, neither charged nor counted as lost.
     let epoch = sent[0].1;
     let (first, second) = (sent[0].0.clone(), sent[1].0.clone());
     let inputs = vec![
@@ -759,12 +760,29 @@ fn a_dispatch_without_an_answer_stays_in_flight_until_the_worker_says() {
     let effects = env.step(inputs);
     assert_eq!(effects.dispatches.len(), 1, "the unknown one goes again");
     assert_eq!(effects.dispatches[0].0.key.task, second.task);
-    let lost = &env.store.attempts[&(run.clone(), second.task as i64, second.number as i64)];
-    assert_eq!(lost.failure_kind, Some(FailureKind::WorkerLost));
+    let never = &env.store.attempts[&(run.clone(), second.task as i64, second.number as i64)];
+    assert_eq!(never.failure_kind, Some(FailureKind::DispatchFailed), "{never:?}");
     let task = &env.store.tasks[&run][second.task as usize];
-    assert_eq!((task.failures, task.lost), (0, 1), "lost with its worker: uncharged, counted as lost");
+    assert_eq!((task.failures, task.lost), (0, 0));
     env.succeed(&first, "{}");
     assert_eq!(env.task_state(&run, &sent[0].2), TaskState::Succeeded);
+}
+
+/// Where workers are never asked about their attempts (no `attempt_check`),
+/// an attempt whose dispatch got no answer cannot wait for an answer: it
+/// goes again at once, as one refused.
+#[test]
+fn without_attempt_checks_a_dispatch_without_an_answer_goes_again() {
+    let mut env = TestEnv::with(|_| {}, vec![worker("w1", 8), worker("w2", 8)]);
+    env.apply("name: one\ntasks:\n- {name: t, plugin: echo, retries: 0}\n");
+    let run = env.trigger("one");
+    let effects = env.step(vec![]);
+    let (spec, to) = effects.dispatches[0].clone();
+    let sent = vec![(spec.key.clone(), spec.epoch, spec.task_name.clone())];
+    let answer = Err(crate::DispatchError::NoAnswer { worker: to.clone(), reason: "timed out".into() });
+    let effects = env.step(vec![Input::Dispatched { worker: to.clone(), sent, answer }]);
+    assert_eq!(effects.dispatches.len(), 1);
+    assert_eq!(env.store.attempts[&(run, 0, 1)].failure_kind, Some(FailureKind::DispatchFailed));
 }
 
 /// A worker that lost its lease and joined again is another worker: what

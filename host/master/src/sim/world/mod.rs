@@ -519,12 +519,7 @@ impl World {
             // request is still there when the worker wakes up.
             let event = match event {
                 Event::Deliver(Msg::Dispatch { master, m_inc, worker, specs, late: false }) => {
-                    let sent = specs.iter().map(|s| (s.key.clone(), s.epoch, s.task_name.clone())).collect();
-                    let id = self.workers[worker].id.clone();
-                    let answer = Err(DispatchError::NoAnswer { worker: id.clone(), reason: "timed out".into() });
-                    let timeout = Msg::Dispatched { master, m_inc, worker: id, sent, answer };
-                    self.schedule(self.now + HTTP_TIMEOUT_MS, Event::Deliver(timeout));
-                    Event::Deliver(Msg::Dispatch { master, m_inc, worker, specs, late: true })
+                    Event::Deliver(self.outlive_call(master, m_inc, worker, specs))
                 }
                 Event::Deliver(probe @ Msg::Probe { .. }) => {
                     self.time_out(probe);

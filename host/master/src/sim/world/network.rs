@@ -38,12 +38,7 @@ impl World {
         // it (no answer), and it arrives all the same.
         let msg = match msg {
             Msg::Dispatch { master, m_inc, worker, specs, late: false } if delay > HTTP_TIMEOUT_MS => {
-                let sent = specs.iter().map(|s| (s.key.clone(), s.epoch, s.task_name.clone())).collect();
-                let id = self.workers[worker].id.clone();
-                let answer = Err(DispatchError::NoAnswer { worker: id.clone(), reason: "timed out".into() });
-                let timeout = Msg::Dispatched { master, m_inc, worker: id, sent, answer };
-                self.schedule(self.now + HTTP_TIMEOUT_MS, Event::Deliver(timeout));
-                Msg::Dispatch { master, m_inc, worker, specs, late: true }
+                self.outlive_call(master, m_inc, worker, specs)
             }
             msg => msg,
         };
@@ -71,6 +66,22 @@ impl World {
         self.schedule(self.now + delay, Event::Deliver(msg));
     }
 
+    /// A dispatch's call ends, at its timeout, with no answer.
+    fn answer_timed_out(&mut self, master: usize, m_inc: u32, worker: String, sent: Vec<(AttemptKey, i64, String)>) {
+        let answer = Err(DispatchError::NoAnswer { worker: worker.clone(), reason: "timed out".into() });
+        let msg = Msg::Dispatched { master, m_inc, worker, sent, answer };
+        self.schedule(self.now + HTTP_TIMEOUT_MS, Event::Deliver(msg));
+    }
+
+    /// A dispatch whose request reaches its worker only after the call
+    /// timed out: the master gets no answer, and the request arrives late.
+    pub(super) fn outlive_call(&mut self, master: usize, m_inc: u32, worker: usize, specs: Vec<AttemptSpec>) -> Msg {
+        let sent = specs.iter().map(|s| (s.key.clone(), s.epoch, s.task_name.clone())).collect();
+        let id = self.workers[worker].id.clone();
+        self.answer_timed_out(master, m_inc, id, sent);
+        Msg::Dispatch { master, m_inc, worker, specs, late: true }
+    }
+
     /// A call whose request or answer was lost ends in an error at its
     /// timeout.
     pub(super) fn time_out(&mut self, msg: Msg) {
@@ -79,13 +90,9 @@ impl World {
             Msg::Dispatch { master, m_inc, worker, specs, .. } => {
                 let sent = specs.iter().map(|s| (s.key.clone(), s.epoch, s.task_name.clone())).collect();
                 let worker = self.workers[worker].id.clone();
-                let answer = Err(DispatchError::NoAnswer { worker: worker.clone(), reason: "timed out".into() });
-                self.schedule(at, Event::Deliver(Msg::Dispatched { master, m_inc, worker, sent, answer }));
+                self.answer_timed_out(master, m_inc, worker, sent);
             }
-            Msg::Dispatched { master, m_inc, worker, sent, .. } => {
-                let answer = Err(DispatchError::NoAnswer { worker: worker.clone(), reason: "timed out".into() });
-                self.schedule(at, Event::Deliver(Msg::Dispatched { master, m_inc, worker, sent, answer }));
-            }
+            Msg::Dispatched { master, m_inc, worker, sent, .. } => self.answer_timed_out(master, m_inc, worker, sent),
             // A member that does not answer may still run it: the shell
             // keeps it in flight (its result comes, or its lease ends).
             Msg::Probe { master, m_inc, probe, .. } | Msg::Probed { master, m_inc, probe, .. } => {

@@ -178,13 +178,14 @@ impl World {
     }
 
     /// The worker's lease goes on; one that expired is replaced by a new
-    /// lease (as a real node joins again under a new one).
+    /// lease, after the worker stopped what it ran under the old one (as a
+    /// real node fences before it joins again).
     pub(super) fn renew_worker_lease(&mut self, w: usize) {
-        let worker = &mut self.workers[w];
-        if worker.lease_until < self.now {
-            worker.lease += 1;
+        if self.workers[w].lease_until < self.now {
+            self.abandon_all(w);
+            self.workers[w].lease += 1;
         }
-        worker.lease_until = self.now + self.config.lease_ttl_ms;
+        self.workers[w].lease_until = self.now + self.config.lease_ttl_ms;
     }
 
     /// A frozen worker goes on: what waited for it arrives; if its lease
