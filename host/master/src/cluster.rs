@@ -132,7 +132,7 @@ impl Transport for HttpTransport {
     async fn adopt(&self, key: &AttemptKey, worker: &str, epoch: i64) -> Adoption {
         let Some(addr) = self.addr(worker) else {
             // Not a member: its lease expired; whatever it ran is lost.
-            return Adoption::Unknown;
+            return Adoption::Gone;
         };
         let request = AdoptRequest { key: key.clone(), epoch, master: self.me.clone() };
         for _ in 0..3 {

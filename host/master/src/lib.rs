@@ -62,6 +62,9 @@ pub enum Adoption {
     /// The worker does not know it (never received, or restarted): it will
     /// never run there.
     Unknown,
+    /// The worker is not a member any more (its lease ended): what it ran
+    /// is lost with it.
+    Gone,
 }
 
 /// How attempts reach workers. In `dagr serve` a worker in the same

@@ -328,6 +328,11 @@ impl EngineState {
                 };
                 self.apply_result(effects, result, now, true);
             }
+            Adoption::Gone => {
+                tracing::warn!(attempt = %key, %worker, "the attempt's worker is not a member any more: lost");
+                let message = format!("worker {worker} left the cluster while running it");
+                self.lose_in_flight(effects, key, worker, message, now);
+            }
             Adoption::Unknown => {
                 tracing::warn!(attempt = %key, %worker, "the attempt's worker does not know it: lost");
                 let message = format!(

@@ -768,6 +768,27 @@ fn a_dispatch_without_an_answer_stays_in_flight_until_the_worker_says() {
     assert_eq!(env.task_state(&run, &sent[0].2), TaskState::Succeeded);
 }
 
+/// An unanswered dispatch whose worker then left the membership: it may
+/// have run there, so it is lost with the worker (not "never ran").
+#[test]
+fn a_dispatch_without_an_answer_to_a_worker_that_left_is_lost_with_it() {
+    let check = |c: &mut crate::EngineConfig| c.attempt_check = Some(std::time::Duration::from_secs(5));
+    let mut env = TestEnv::with(check, vec![worker("w1", 8)]);
+    env.apply("name: one\ntasks:\n- {name: t, plugin: echo, retries: 0}\n");
+    let run = env.trigger("one");
+    let effects = env.step(vec![]);
+    let (spec, to) = effects.dispatches[0].clone();
+    let sent = vec![(spec.key.clone(), spec.epoch, spec.task_name.clone())];
+    let answer = Err(crate::DispatchError::NoAnswer { worker: to.clone(), reason: "timed out".into() });
+    env.step(vec![Input::Dispatched { worker: to.clone(), sent, answer }]);
+    let gone = Input::Probed { key: spec.key.clone(), worker: to, epoch: spec.epoch, adoption: Adoption::Gone };
+    env.advance(10_000); // past the worker's rest after the failed call
+    let effects = env.step(vec![gone]);
+    assert_eq!(effects.dispatches.len(), 1, "it goes again");
+    assert_eq!(env.store.attempts[&(run.clone(), 0, 1)].failure_kind, Some(FailureKind::WorkerLost));
+    assert_eq!(env.store.tasks[&run][0].lost, 1);
+}
+
 /// Where workers are never asked about their attempts (no `attempt_check`),
 /// an attempt whose dispatch got no answer cannot wait for an answer: it
 /// goes again at once, as one refused.

@@ -142,7 +142,7 @@ impl World {
                     key: probe.key,
                     worker: probe.worker,
                     epoch: probe.epoch,
-                    adoption: Adoption::Unknown,
+                    adoption: Adoption::Gone,
                 }),
             }
         }

@@ -222,6 +222,7 @@ pub(super) fn describe(msg: &Msg) -> String {
                 Adoption::Running => "running",
                 Adoption::Finished(_) => "finished",
                 Adoption::Unknown => "unknown",
+                Adoption::Gone => "gone",
             };
             format!("probe of {} → m{}: {what}", key(&probe.key), master + 1)
         }
