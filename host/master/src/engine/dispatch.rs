@@ -209,7 +209,6 @@ impl EngineState {
                     worker: worker.clone(),
                     confirmed_at: now,
                     adopting: false,
-                    unanswered: false,
                 };
                 if let Some(warn) =
                     self.runs.get(&item.run).and_then(|r| r.machine.workflow().tasks[item.task].timeout_warn)

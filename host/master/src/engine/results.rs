@@ -241,10 +241,11 @@ impl EngineState {
     /// Attempts whose dispatch got no answer: the worker may run them, so
     /// they stay in flight, and it is asked about them at the next check.
     /// It answers that it runs them, or has their result, or does not
-    /// know them (then they never ran, and it will refuse them if the
-    /// request still reaches it: they go again as `dispatch-failed`, not
-    /// counted as lost); a worker that does not answer leaves with its
-    /// lease, and they are lost with it.
+    /// know them: then they are lost (it refuses them if the request still
+    /// reaches it; "unknown" cannot tell one that never arrived from one
+    /// that ran and whose result was dropped, so they count as lost); a
+    /// worker that does not answer leaves with its lease, and they are lost
+    /// with it.
     fn unanswered(&mut self, worker: &str, sent: &[(AttemptKey, i64, String)]) {
         let every = self.settings.attempt_check.map_or(0, |every| every.as_millis() as i64);
         for (key, _, _) in sent {
@@ -252,7 +253,6 @@ impl EngineState {
                 && flight.worker == worker
             {
                 flight.confirmed_at = flight.confirmed_at.min(self.last_attempt_check - every);
-                flight.unanswered = true;
             }
         }
     }
@@ -305,27 +305,6 @@ impl EngineState {
             }
             Adoption::Finished(mut result) => {
                 result.epoch = epoch;
-                self.apply_result(effects, result, now, true);
-            }
-            Adoption::Unknown if self.in_flight.get(&key).is_some_and(|f| f.unanswered) => {
-                // Its dispatch got no answer, and the worker never had it
-                // (it refuses it from now on): it never ran.
-                tracing::warn!(attempt = %key, %worker, "the unanswered dispatch never reached its worker");
-                let message = format!(
-                    "worker {worker} did not answer its dispatch, and does not know the attempt: it never ran there"
-                );
-                let run = self.runs.get(key.run_id.as_str());
-                let task_name = run.map(|r| r.machine.workflow().tasks[key.task as usize].name.clone());
-                let result = AttemptResult {
-                    key,
-                    epoch,
-                    task_name: task_name.unwrap_or_default(),
-                    worker: worker.to_owned(),
-                    started_at: now,
-                    finished_at: now,
-                    outcome: Outcome::Failed { kind: FailureKind::DispatchFailed, message },
-                    trace: None,
-                };
                 self.apply_result(effects, result, now, true);
             }
             Adoption::Gone => {

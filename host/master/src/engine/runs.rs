@@ -133,8 +133,6 @@ pub(crate) struct InFlight {
     pub confirmed_at: i64,
     /// Its worker has not said yet whether it still runs it (taken over).
     pub adopting: bool,
-    /// Its dispatch got no answer: the worker may never have had it.
-    pub unanswered: bool,
 }
 
 /// The wake-up a state change of (a task of) a run owes, if anyone waits
@@ -281,7 +279,6 @@ impl EngineState {
                     worker: attempt.worker.clone(),
                     confirmed_at: now,
                     adopting: true,
-                    unanswered: false,
                 },
             );
             effects.probes.push(Probe { key, worker: attempt.worker, epoch });

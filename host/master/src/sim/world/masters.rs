@@ -118,7 +118,10 @@ impl World {
         for (worker, mut specs) in by_worker {
             specs.sort_by(|a, b| a.key.cmp(&b.key));
             match self.member_worker(&worker) {
-                Some(w) => self.send(Msg::Dispatch { master: i, m_inc, worker: w, specs, late: false }),
+                Some(w) => {
+                    let deadline = self.now + HTTP_TIMEOUT_MS;
+                    self.send(Msg::Dispatch { master: i, m_inc, worker: w, specs, late: false, deadline })
+                }
                 None => {
                     let sent = specs.iter().map(|s| (s.key.clone(), s.epoch, s.task_name.clone())).collect();
                     let answer = Err(DispatchError::NotMember(worker.clone()));

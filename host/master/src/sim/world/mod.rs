@@ -87,12 +87,14 @@ enum Event {
 #[derive(Debug)]
 enum Msg {
     /// `late`: the master's call timed out already; its answer goes nowhere.
+    /// `deadline`: when the master's call times out (request and answer).
     Dispatch {
         master: usize,
         m_inc: u32,
         worker: usize,
         specs: Vec<AttemptSpec>,
         late: bool,
+        deadline: i64,
     },
     Dispatched {
         master: usize,
@@ -100,6 +102,7 @@ enum Msg {
         worker: String,
         sent: Vec<(AttemptKey, i64, String)>,
         answer: Answer,
+        deadline: i64,
     },
     Result {
         master: usize,
@@ -518,8 +521,8 @@ impl World {
             // A call to a frozen worker times out at the caller; the
             // request is still there when the worker wakes up.
             let event = match event {
-                Event::Deliver(Msg::Dispatch { master, m_inc, worker, specs, late: false }) => {
-                    Event::Deliver(self.outlive_call(master, m_inc, worker, specs))
+                Event::Deliver(Msg::Dispatch { master, m_inc, worker, specs, late: false, deadline }) => {
+                    Event::Deliver(self.outlive_call(master, m_inc, worker, specs, deadline))
                 }
                 Event::Deliver(probe @ Msg::Probe { .. }) => {
                     self.time_out(probe);

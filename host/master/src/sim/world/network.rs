@@ -35,10 +35,15 @@ impl World {
             delay += self.rng.between(1, f.max_delay_ms.max(1));
         }
         // A request slower than its call's timeout: the master gives up on
-        // it (no answer), and it arrives all the same.
+        // it (no answer), and it arrives all the same. An answer that would
+        // come after the timeout is no answer.
         let msg = match msg {
-            Msg::Dispatch { master, m_inc, worker, specs, late: false } if delay > HTTP_TIMEOUT_MS => {
-                self.outlive_call(master, m_inc, worker, specs)
+            Msg::Dispatch { master, m_inc, worker, specs, late: false, deadline } if self.now + delay > deadline => {
+                self.outlive_call(master, m_inc, worker, specs, deadline)
+            }
+            Msg::Dispatched { master, m_inc, worker, sent, deadline, .. } if self.now + delay > deadline => {
+                self.answer_timed_out(master, m_inc, worker, sent, deadline);
+                return;
             }
             msg => msg,
         };
@@ -66,20 +71,34 @@ impl World {
         self.schedule(self.now + delay, Event::Deliver(msg));
     }
 
-    /// A dispatch's call ends, at its timeout, with no answer.
-    fn answer_timed_out(&mut self, master: usize, m_inc: u32, worker: String, sent: Vec<(AttemptKey, i64, String)>) {
+    /// A dispatch's call ends, at its `deadline`, with no answer.
+    fn answer_timed_out(
+        &mut self,
+        master: usize,
+        m_inc: u32,
+        worker: String,
+        sent: Vec<(AttemptKey, i64, String)>,
+        deadline: i64,
+    ) {
         let answer = Err(DispatchError::NoAnswer { worker: worker.clone(), reason: "timed out".into() });
-        let msg = Msg::Dispatched { master, m_inc, worker, sent, answer };
-        self.schedule(self.now + HTTP_TIMEOUT_MS, Event::Deliver(msg));
+        let msg = Msg::Dispatched { master, m_inc, worker, sent, answer, deadline };
+        self.schedule(deadline, Event::Deliver(msg));
     }
 
     /// A dispatch whose request reaches its worker only after the call
     /// timed out: the master gets no answer, and the request arrives late.
-    pub(super) fn outlive_call(&mut self, master: usize, m_inc: u32, worker: usize, specs: Vec<AttemptSpec>) -> Msg {
+    pub(super) fn outlive_call(
+        &mut self,
+        master: usize,
+        m_inc: u32,
+        worker: usize,
+        specs: Vec<AttemptSpec>,
+        deadline: i64,
+    ) -> Msg {
         let sent = specs.iter().map(|s| (s.key.clone(), s.epoch, s.task_name.clone())).collect();
         let id = self.workers[worker].id.clone();
-        self.answer_timed_out(master, m_inc, id, sent);
-        Msg::Dispatch { master, m_inc, worker, specs, late: true }
+        self.answer_timed_out(master, m_inc, id, sent, deadline);
+        Msg::Dispatch { master, m_inc, worker, specs, late: true, deadline }
     }
 
     /// A call whose request or answer was lost ends in an error at its
@@ -87,12 +106,14 @@ impl World {
     pub(super) fn time_out(&mut self, msg: Msg) {
         let at = self.now + HTTP_TIMEOUT_MS;
         match msg {
-            Msg::Dispatch { master, m_inc, worker, specs, .. } => {
+            Msg::Dispatch { master, m_inc, worker, specs, deadline, .. } => {
                 let sent = specs.iter().map(|s| (s.key.clone(), s.epoch, s.task_name.clone())).collect();
                 let worker = self.workers[worker].id.clone();
-                self.answer_timed_out(master, m_inc, worker, sent);
+                self.answer_timed_out(master, m_inc, worker, sent, deadline);
             }
-            Msg::Dispatched { master, m_inc, worker, sent, .. } => self.answer_timed_out(master, m_inc, worker, sent),
+            Msg::Dispatched { master, m_inc, worker, sent, deadline, .. } => {
+                self.answer_timed_out(master, m_inc, worker, sent, deadline)
+            }
             // A member that does not answer may still run it: the shell
             // keeps it in flight (its result comes, or its lease ends).
             Msg::Probe { master, m_inc, probe, .. } | Msg::Probed { master, m_inc, probe, .. } => {
@@ -110,9 +131,9 @@ impl World {
     pub(super) fn deliver(&mut self, msg: Msg) {
         self.note(|| format!("delivered: {}", describe(&msg)));
         match msg {
-            Msg::Dispatch { master, m_inc, worker, specs, late } => {
+            Msg::Dispatch { master, m_inc, worker, specs, late, deadline } => {
                 if self.workers[worker].alive {
-                    self.accept(master, m_inc, worker, specs, late);
+                    self.accept(master, m_inc, worker, specs, late, deadline);
                 } else if !late {
                     // A crashed process: the connection is refused, and
                     // nothing reached it.
@@ -122,11 +143,11 @@ impl World {
                     let answer = Err(DispatchError::Unreachable { worker: worker.clone(), reason });
                     self.schedule(
                         self.now + 1,
-                        Event::Deliver(Msg::Dispatched { master, m_inc, worker, sent, answer }),
+                        Event::Deliver(Msg::Dispatched { master, m_inc, worker, sent, answer, deadline }),
                     );
                 }
             }
-            Msg::Dispatched { master, m_inc, worker, sent, answer } => {
+            Msg::Dispatched { master, m_inc, worker, sent, answer, .. } => {
                 if self.masters[master].incarnation == m_inc && self.masters[master].state.is_some() {
                     self.masters[master].inbox.push(Input::Dispatched { worker, sent, answer });
                     self.wake(master, self.now + 1);

@@ -22,7 +22,15 @@ impl World {
 
     /// A dispatch reaching a worker: it accepts what it has room for and
     /// whose epoch the store confirms (as the real worker does).
-    pub(super) fn accept(&mut self, master: usize, m_inc: u32, w: usize, specs: Vec<AttemptSpec>, late: bool) {
+    pub(super) fn accept(
+        &mut self,
+        master: usize,
+        m_inc: u32,
+        w: usize,
+        specs: Vec<AttemptSpec>,
+        late: bool,
+        deadline: i64,
+    ) {
         let worker = &mut self.workers[w];
         let sent: Vec<(AttemptKey, i64, String)> =
             specs.iter().map(|s| (s.key.clone(), s.epoch, s.task_name.clone())).collect();
@@ -37,7 +45,7 @@ impl World {
                     status: 503,
                     body: "this worker is fenced (its lease is not safe): it takes no attempts".into(),
                 });
-                self.send(Msg::Dispatched { master, m_inc, worker, sent, answer });
+                self.send(Msg::Dispatched { master, m_inc, worker, sent, answer, deadline });
             }
             return;
         }
@@ -77,7 +85,7 @@ impl World {
         }
         let worker = self.workers[w].id.clone();
         let answer = Ok(Accepted { verdicts, running: Some(running) });
-        self.send(Msg::Dispatched { master, m_inc, worker, sent, answer });
+        self.send(Msg::Dispatched { master, m_inc, worker, sent, answer, deadline });
     }
 
     pub(super) fn finish(&mut self, w: usize, inc: u32, key: AttemptKey) {
