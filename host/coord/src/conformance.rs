@@ -114,6 +114,13 @@ pub async fn run_all(cluster: &dyn Cluster, prefix: &str) -> Result<(), String> 
     if !leader.lease_guard().is_safe() {
         return Err("a healthy node's lease guard says it is not safe".into());
     }
+    // Its membership entry names the lease it holds (dispatches name it).
+    let leader_id = leader.node().id.clone();
+    let first_lease = leader.lease().ok_or("a healthy node holds no lease")?;
+    eventually(&w.membership(), "the membership names the node's lease", |m| {
+        m.nodes.get(&leader_id).map(|n| n.lease) == Some(first_lease)
+    })
+    .await?;
     cluster.expire(leader).await;
     eventually(&leader.health(), "the expired node self-fences", |h| !*h).await?;
     if leader.lease_guard().is_safe() {
@@ -127,8 +134,16 @@ pub async fn run_all(cluster: &dyn Cluster, prefix: &str) -> Result<(), String> 
     let second = Leader { id: follower.node().id.clone(), token: second_token };
     eventually(&w.leader(), "the worker knows the new leader", |l| l.as_ref() == Some(&second)).await?;
     eventually(&leader.health(), "the expired node re-joins", |h| *h).await?;
-    let leader_id = leader.node().id.clone();
     eventually(&w.membership(), "the re-joined node is a member again", |m| m.contains(&leader_id)).await?;
+    // Under a new lease, which its entry names.
+    let second_lease = leader.lease().ok_or("a re-joined node holds no lease")?;
+    if second_lease == first_lease {
+        return Err(format!("the node re-joined under its old lease {first_lease}"));
+    }
+    eventually(&w.membership(), "the membership names the new lease", |m| {
+        m.nodes.get(&leader_id).map(|n| n.lease) == Some(second_lease)
+    })
+    .await?;
     if leader.leadership().borrow().is_some() && follower.leadership().borrow().is_some() {
         return Err("two leaders after re-joining".into());
     }
