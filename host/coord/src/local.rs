@@ -110,8 +110,7 @@ impl LocalHub {
     /// The node re-joins under a new lease (and campaigns again, last in line).
     pub fn heal(&self, id: &str) {
         let mut state = self.lock();
-        state.leases += 1;
-        let lease = state.leases;
+        let lease = state.leases + 1;
         let campaign = match state.nodes.get_mut(id) {
             Some(member) if !member.live => {
                 member.live = true;
@@ -122,6 +121,7 @@ impl LocalHub {
             }
             _ => return,
         };
+        state.leases = lease;
         if campaign {
             state.queue.push(id.to_owned());
         }

@@ -47,6 +47,12 @@ pub enum Input {
     Granted(Result<ResourceAnswer, String>),
 }
 
+/// What the answer to a dispatch of `specs` needs of them
+/// ([`Input::Dispatched`]'s `sent`): each attempt's key, epoch and task.
+pub(crate) fn sent_of(specs: &[AttemptSpec]) -> Vec<(AttemptKey, i64, String)> {
+    specs.iter().map(|s| (s.key.clone(), s.epoch, s.task_name.clone())).collect()
+}
+
 /// A worker's answer to a dispatch that reached it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Accepted {

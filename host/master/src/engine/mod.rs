@@ -41,6 +41,7 @@ mod commands;
 mod control;
 mod dispatch;
 mod effects;
+pub(crate) use effects::sent_of;
 mod in_flight;
 mod outer;
 mod placement;

@@ -333,7 +333,7 @@ impl Engine {
             let sending = self.in_flight.send(&worker);
             tokio::spawn(async move {
                 // What an answer needs; the specs themselves go without a copy.
-                let sent: Vec<_> = specs.iter().map(|s| (s.key.clone(), s.epoch, s.task_name.clone())).collect();
+                let sent = super::sent_of(&specs);
                 let answer = transport.dispatch(specs, &worker).await;
                 drop((spans, sending));
                 let _ = answers.send(Input::Dispatched { worker, sent, answer });

@@ -683,6 +683,17 @@ impl TestEnv {
     }
 
     /// A step in which attempt `key` succeeded with `output`.
+    /// A step in which `worker` answers the dispatch of `specs`.
+    pub fn answer(
+        &mut self,
+        worker: &str,
+        specs: &[AttemptSpec],
+        answer: Result<crate::Accepted, crate::DispatchError>,
+    ) -> Effects {
+        let sent = crate::engine::sent_of(specs);
+        self.step(vec![Input::Dispatched { worker: worker.to_owned(), sent, answer }])
+    }
+
     pub fn succeed(&mut self, key: &AttemptKey, output: &str) -> Effects {
         self.report(key, Outcome::Succeeded { output: output.into() })
     }

@@ -518,12 +518,7 @@ fn a_refused_dispatch_goes_again_uncharged_and_rests_the_worker() {
     let run = env.trigger("one");
     let effects = env.step(vec![]);
     let (spec, to) = effects.dispatches[0].clone();
-    let sent = vec![(spec.key.clone(), spec.epoch, spec.task_name.clone())];
-    let effects = env.step(vec![Input::Dispatched {
-        worker: to.clone(),
-        sent,
-        answer: Err(crate::DispatchError::NotMember(to.clone())),
-    }]);
+    let effects = env.answer(&to, &[spec], Err(crate::DispatchError::NotMember(to.clone())));
     assert_eq!(effects.dispatches.len(), 1, "the attempt never ran: it goes again");
     assert_ne!(effects.dispatches[0].1, to, "to another worker while the first rests");
     let attempt = &env.store.attempts[&(run.clone(), 0, 1)];
@@ -532,9 +527,8 @@ fn a_refused_dispatch_goes_again_uncharged_and_rests_the_worker() {
     assert_eq!(env.store.tasks[&run][0].lost, 0, "a dispatch that never ran is not a loss");
     // An answer that reaches the worker ends its rest.
     let (spec, to2) = effects.dispatches[0].clone();
-    let sent = vec![(spec.key.clone(), spec.epoch, spec.task_name.clone())];
     let accepted = Accepted { verdicts: vec![Ok(())], running: Some(1) };
-    let effects = env.step(vec![Input::Dispatched { worker: to2, sent, answer: Ok(accepted) }]);
+    let effects = env.answer(&to2, &[spec], Ok(accepted));
     assert!(effects.dispatches.is_empty());
 }
 
@@ -728,11 +722,11 @@ fn a_dispatch_without_an_answer_stays_in_flight_until_the_worker_says() {
     let effects = env.step(vec![]);
     assert_eq!(effects.dispatches.len(), 2);
     let to = "w1".to_owned();
-    let sent: Vec<_> =
-        effects.dispatches.iter().map(|(spec, _)| (spec.key.clone(), spec.epoch, spec.task_name.clone())).collect();
+    let specs: Vec<_> = effects.dispatches.iter().map(|(spec, _)| spec.clone()).collect();
+    let sent = crate::engine::sent_of(&specs);
     let reason = "error sending request: connection reset".to_owned();
     let answer = Err(crate::DispatchError::NoAnswer { worker: to.clone(), reason });
-    let effects = env.step(vec![Input::Dispatched { worker: to.clone(), sent: sent.clone(), answer }]);
+    let effects = env.answer(&to, &specs, answer);
     assert!(effects.dispatches.is_empty(), "it may run on {to}: it does not go again yet");
     for (key, _, _) in &sent {
         let attempt = &env.store.attempts[&(run.clone(), key.task as i64, key.number as i64)];
@@ -779,9 +773,8 @@ fn a_dispatch_without_an_answer_to_a_worker_that_left_is_lost_with_it() {
     let run = env.trigger("one");
     let effects = env.step(vec![]);
     let (spec, to) = effects.dispatches[0].clone();
-    let sent = vec![(spec.key.clone(), spec.epoch, spec.task_name.clone())];
     let answer = Err(crate::DispatchError::NoAnswer { worker: to.clone(), reason: "timed out".into() });
-    env.step(vec![Input::Dispatched { worker: to.clone(), sent, answer }]);
+    env.answer(&to, std::slice::from_ref(&spec), answer);
     let gone = Input::Probed { key: spec.key.clone(), worker: to, epoch: spec.epoch, adoption: Adoption::Gone };
     env.advance(10_000); // past the worker's rest after the failed call
     let effects = env.step(vec![gone]);
@@ -800,9 +793,8 @@ fn without_attempt_checks_a_dispatch_without_an_answer_goes_again() {
     let run = env.trigger("one");
     let effects = env.step(vec![]);
     let (spec, to) = effects.dispatches[0].clone();
-    let sent = vec![(spec.key.clone(), spec.epoch, spec.task_name.clone())];
     let answer = Err(crate::DispatchError::NoAnswer { worker: to.clone(), reason: "timed out".into() });
-    let effects = env.step(vec![Input::Dispatched { worker: to.clone(), sent, answer }]);
+    let effects = env.answer(&to, &[spec], answer);
     assert_eq!(effects.dispatches.len(), 1);
     assert_eq!(env.store.attempts[&(run, 0, 1)].failure_kind, Some(FailureKind::DispatchFailed));
 }

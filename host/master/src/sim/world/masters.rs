@@ -123,7 +123,7 @@ impl World {
                     self.send(Msg::Dispatch { master: i, m_inc, worker: w, specs, late: false, deadline })
                 }
                 None => {
-                    let sent = specs.iter().map(|s| (s.key.clone(), s.epoch, s.task_name.clone())).collect();
+                    let sent = crate::engine::sent_of(&specs);
                     let answer = Err(DispatchError::NotMember(worker.clone()));
                     self.masters[i].inbox.push(Input::Dispatched { worker, sent, answer });
                 }

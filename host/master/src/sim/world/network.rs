@@ -95,7 +95,7 @@ impl World {
         specs: Vec<AttemptSpec>,
         deadline: i64,
     ) -> Msg {
-        let sent = specs.iter().map(|s| (s.key.clone(), s.epoch, s.task_name.clone())).collect();
+        let sent = crate::engine::sent_of(&specs);
         let id = self.workers[worker].id.clone();
         self.answer_timed_out(master, m_inc, id, sent, deadline);
         Msg::Dispatch { master, m_inc, worker, specs, late: true, deadline }
@@ -107,7 +107,7 @@ impl World {
         let at = self.now + HTTP_TIMEOUT_MS;
         match msg {
             Msg::Dispatch { master, m_inc, worker, specs, deadline, .. } => {
-                let sent = specs.iter().map(|s| (s.key.clone(), s.epoch, s.task_name.clone())).collect();
+                let sent = crate::engine::sent_of(&specs);
                 let worker = self.workers[worker].id.clone();
                 self.answer_timed_out(master, m_inc, worker, sent, deadline);
             }
@@ -137,7 +137,7 @@ impl World {
                 } else if !late {
                     // A crashed process: the connection is refused, and
                     // nothing reached it.
-                    let sent = specs.iter().map(|s| (s.key.clone(), s.epoch, s.task_name.clone())).collect();
+                    let sent = crate::engine::sent_of(&specs);
                     let worker = self.workers[worker].id.clone();
                     let reason = "connection refused".into();
                     let answer = Err(DispatchError::Unreachable { worker: worker.clone(), reason });

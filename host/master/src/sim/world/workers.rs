@@ -32,8 +32,7 @@ impl World {
         deadline: i64,
     ) {
         let worker = &mut self.workers[w];
-        let sent: Vec<(AttemptKey, i64, String)> =
-            specs.iter().map(|s| (s.key.clone(), s.epoch, s.task_name.clone())).collect();
+        let sent = crate::engine::sent_of(&specs);
         let healthy = worker.alive && worker.lease_until >= self.now;
         if !healthy {
             // A fenced worker refuses the dispatch as a whole (503), as the
