@@ -26,6 +26,11 @@ use crate::rebalance::{RebalanceConfig, Rebalancer};
 use crate::resource_leader::{LeaderClient, NotAnswered, ResourceLeader};
 use crate::{Accepted, Adoption, DispatchError, EngineHandle, EngineMetrics, Transport, WorkerInfo};
 
+/// How often a cancel or an adoption is asked of a worker that does not
+/// answer, and the pause between the asks.
+const ASK_TRIES: usize = 3;
+const RETRY_PAUSE: Duration = Duration::from_millis(200);
+
 /// Reaches workers over HTTP: their internal endpoints, found in the
 /// membership, with the cluster secret (over mutual TLS when the cluster
 /// has certificates).
@@ -119,14 +124,24 @@ impl Transport for HttpTransport {
     }
 
     async fn cancel(&self, key: &AttemptKey, worker: &str) {
-        if let Some(addr) = self.addr(worker) {
-            let _ = self
-                .http
-                .post(format!("{addr}/internal/attempts/cancel"))
-                .json(&CancelRequest { key: key.clone() })
-                .send()
-                .await;
+        let request = CancelRequest { key: key.clone() };
+        // Asked as adoption is: a cancel lost to a reset or a worker's
+        // pause would leave the attempt running to its own end. Stopped
+        // (200) or not known there (404: the worker then refuses it, should
+        // its dispatch still arrive) both settle it; a worker that leaves
+        // the membership takes the attempt with it.
+        for _ in 0..ASK_TRIES {
+            let Some(addr) = self.addr(worker) else { return };
+            let response = self.http.post(format!("{addr}/internal/attempts/cancel")).json(&request).send().await;
+            if let Ok(response) = response
+                && (response.status().is_success() || response.status() == reqwest::StatusCode::NOT_FOUND)
+            {
+                return;
+            }
+            tokio::time::sleep(RETRY_PAUSE).await;
         }
+        tracing::warn!(worker, attempt = %key,
+            "the worker did not answer a cancel: the attempt may run to its own end");
     }
 
     async fn adopt(&self, key: &AttemptKey, worker: &str, epoch: i64) -> Adoption {
@@ -135,7 +150,7 @@ impl Transport for HttpTransport {
             return Adoption::Gone;
         };
         let request = AdoptRequest { key: key.clone(), epoch, master: self.me.clone() };
-        for _ in 0..3 {
+        for _ in 0..ASK_TRIES {
             let response = self.http.post(format!("{addr}/internal/attempts/adopt")).json(&request).send().await;
             if let Ok(response) = response
                 && let Ok(answer) = response.json::<AdoptResponse>().await
@@ -146,7 +161,7 @@ impl Transport for HttpTransport {
                     AdoptResponse::Unknown => Adoption::Unknown,
                 };
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            tokio::time::sleep(RETRY_PAUSE).await;
         }
         // A member that does not answer may still run it: keep it in flight.
         // Its result will reach us, or its lease will expire and it is lost.
@@ -488,5 +503,75 @@ impl Control for ClusterControl {
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(Duration::from_millis(200));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use axum::http::StatusCode;
+    use dagr_protocol::wire::ClusterSecret;
+
+    use super::*;
+
+    /// A worker's cancel endpoint that answers with `answers` in turn (the
+    /// last one from then on), counting the asks.
+    async fn worker_answering(answers: Vec<StatusCode>) -> (HttpTransport, Arc<AtomicUsize>) {
+        let asked = Arc::new(AtomicUsize::new(0));
+        let counter = asked.clone();
+        let app = axum::Router::new().route(
+            "/internal/attempts/cancel",
+            post(move |Json(_): Json<CancelRequest>| {
+                let n = counter.fetch_add(1, Ordering::SeqCst);
+                let answer = answers[n.min(answers.len() - 1)];
+                async move { answer }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let node = NodeInfo {
+            id: "w1".into(),
+            role: Role::Worker,
+            addr: format!("http://{addr}"),
+            capacity: 1,
+            labels: BTreeMap::new(),
+            pid: 0,
+            lease: 1,
+        };
+        let (_, membership) = watch::channel(Membership { nodes: BTreeMap::from([("w1".into(), node)]) });
+        let internal = Internal::new(ClusterSecret::new("a-secret-of-sixteen-or-more").unwrap(), None);
+        (HttpTransport::new("m1".into(), membership, &internal), asked)
+    }
+
+    fn key() -> AttemptKey {
+        AttemptKey { run_id: "r1".into(), task: 0, number: 1 }
+    }
+
+    #[tokio::test]
+    async fn a_cancel_the_worker_did_not_take_is_asked_again() {
+        let (transport, asked) = worker_answering(vec![StatusCode::SERVICE_UNAVAILABLE, StatusCode::OK]).await;
+        transport.cancel(&key(), "w1").await;
+        assert_eq!(asked.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_cancel_is_settled_by_stopped_or_not_known() {
+        for answer in [StatusCode::OK, StatusCode::NOT_FOUND] {
+            let (transport, asked) = worker_answering(vec![answer]).await;
+            transport.cancel(&key(), "w1").await;
+            assert_eq!(asked.load(Ordering::SeqCst), 1, "after {answer}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_worker_that_never_takes_a_cancel_is_asked_a_bounded_number_of_times() {
+        let (transport, asked) = worker_answering(vec![StatusCode::SERVICE_UNAVAILABLE]).await;
+        transport.cancel(&key(), "w1").await;
+        assert_eq!(asked.load(Ordering::SeqCst), ASK_TRIES);
+        // And one that left the membership is not asked at all.
+        transport.cancel(&key(), "w2").await;
+        assert_eq!(asked.load(Ordering::SeqCst), ASK_TRIES);
     }
 }
