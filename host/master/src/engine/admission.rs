@@ -1,7 +1,16 @@
 //! Admission: a queued run starts when its workflow's `max_active_runs` and
 //! its backfill's parallelism allow; otherwise it waits in line, oldest
 //! first, until a run of the same workflow stops being active.
+//!
+//! A workflow's line is kept in lanes by what holds a run back beyond the
+//! workflow's own limit: one lane per backfill with a parallelism, one for
+//! every other run. Within a lane every run is held back by the same
+//! limits, so only a lane's oldest run is ever looked at: admitting, and
+//! queueing a run or forgetting one, cost the same with a hundred thousand
+//! runs in line as with one (a run that leaves the line other than by
+//! admission is dropped from its lane when it comes to the front).
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use dagr_core::run::{Input as RunInput, RunState};
@@ -9,21 +18,103 @@ use dagr_core::run::{Input as RunInput, RunState};
 use crate::engine::effects::Effects;
 use crate::engine::runs::{ActiveRun, WorkflowKey};
 use crate::engine::state::EngineState;
+use crate::hash::Map;
 
-impl EngineState {
-    fn can_admit(&self, run: &ActiveRun) -> bool {
-        let key = run.workflow_key();
-        let workflow_ok = match run.machine.workflow().spec.max_active_runs {
-            Some(max) => self.active_by_workflow.get(&key).copied().unwrap_or(0) < max as usize,
-            None => true,
-        };
-        let backfill_ok = match (&run.row.backfill_id, run.backfill_parallel) {
-            (Some(bf), Some(parallel)) => self.active_by_backfill.get(bf).copied().unwrap_or(0) < parallel,
-            _ => true,
-        };
-        workflow_ok && backfill_ok
+/// A workflow's queued runs waiting for admission.
+#[derive(Debug, Default)]
+pub(crate) struct Line {
+    /// Places are handed out in the order runs join.
+    next: u64,
+    /// The runs in line, each with its place.
+    members: Map<Arc<str>, u64>,
+    /// By backfill (`None`: held back by the workflow's limit alone), in
+    /// order of place; entries whose run left are dropped at the front.
+    lanes: Map<Option<String>, VecDeque<(u64, Arc<str>)>>,
+}
+
+/// What admission makes of the run at the front of a lane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Front {
+    /// It may start now.
+    Open,
+    /// Its limits are reached: so are those of every run behind it.
+    Held,
+    /// It is no longer a queued run here: it leaves the line.
+    Gone,
+}
+
+impl Line {
+    /// Puts `id` at the back of `lane`; false if it is in line already.
+    pub(crate) fn join(&mut self, lane: Option<String>, id: Arc<str>) -> bool {
+        if self.members.contains_key(&id) {
+            return false;
+        }
+        let place = self.next;
+        self.next += 1;
+        self.members.insert(id.clone(), place);
+        self.lanes.entry(lane).or_default().push_back((place, id));
+        true
     }
 
+    /// Takes `id` out of line (if it is in it).
+    pub(crate) fn leave(&mut self, id: &str) {
+        self.members.remove(id);
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// The oldest run at the front of a lane that `judge` finds open,
+    /// taken out of line; runs it finds gone leave the line on the way.
+    pub(crate) fn next_open(&mut self, mut judge: impl FnMut(&Arc<str>) -> Front) -> Option<Arc<str>> {
+        let mut best: Option<(u64, &Option<String>)> = None;
+        for (lane, queue) in &mut self.lanes {
+            while let Some((place, id)) = queue.front() {
+                if self.members.get(id) != Some(place) {
+                    queue.pop_front();
+                    continue;
+                }
+                match judge(id) {
+                    Front::Open if best.is_none_or(|(b, _)| *place < b) => best = Some((*place, lane)),
+                    Front::Open | Front::Held => {}
+                    Front::Gone => {
+                        self.members.remove(id);
+                        queue.pop_front();
+                        continue;
+                    }
+                }
+                break;
+            }
+        }
+        let lane = best.map(|(_, lane)| lane.clone());
+        self.lanes.retain(|_, queue| !queue.is_empty());
+        let (_, id) = self.lanes.get_mut(&lane?)?.pop_front()?;
+        self.members.remove(&id);
+        Some(id)
+    }
+}
+
+/// The lane of a run: its backfill, if the backfill limits its parallelism.
+fn lane_of(run: &ActiveRun) -> Option<String> {
+    run.backfill_parallel.and(run.row.backfill_id.clone())
+}
+
+/// Whether `run` may start, given the runs active per workflow and per
+/// backfill.
+fn can_admit(by_workflow: &Map<WorkflowKey, usize>, by_backfill: &Map<String, usize>, run: &ActiveRun) -> bool {
+    let workflow_ok = match run.machine.workflow().spec.max_active_runs {
+        Some(max) => by_workflow.get(&run.workflow_key()).copied().unwrap_or(0) < max as usize,
+        None => true,
+    };
+    let backfill_ok = match (&run.row.backfill_id, run.backfill_parallel) {
+        (Some(bf), Some(parallel)) => by_backfill.get(bf).copied().unwrap_or(0) < parallel,
+        _ => true,
+    };
+    workflow_ok && backfill_ok
+}
+
+impl EngineState {
     /// Puts a queued run in its workflow's line and starts what may start.
     pub(crate) fn admit_or_wait(&mut self, effects: &mut Effects, run_id: &Arc<str>, now: i64) {
         let Some(run) = self.runs.get(run_id) else {
@@ -33,45 +124,100 @@ impl EngineState {
             return;
         }
         let key = run.workflow_key();
-        let queue = self.waiting.entry(key.clone()).or_default();
-        if !queue.contains(run_id) {
-            queue.push_back(run_id.clone());
-        }
+        self.waiting.entry(key.clone()).or_default().join(lane_of(run), run_id.clone());
         self.try_admit_waiting(effects, &key, now);
     }
 
     /// Starts the waiting runs of a workflow that may start now, in order.
     pub(crate) fn try_admit_waiting(&mut self, effects: &mut Effects, key: &WorkflowKey, now: i64) {
-        let Some(queue) = self.waiting.get(key) else {
-            return;
-        };
-        let candidates: Vec<Arc<str>> = queue.iter().cloned().collect();
-        for id in candidates {
-            let decision = match self.runs.get(&id) {
-                Some(run) if run.machine.state() == RunState::Queued => Some(self.can_admit(run)),
-                _ => None,
+        loop {
+            let Some(line) = self.waiting.get_mut(key) else {
+                return;
             };
-            match decision {
-                Some(false) => continue,
-                Some(true) => {
-                    self.remove_waiting(key, &id);
-                    if let Some(run) = self.runs.get_mut(&id)
-                        && let Ok(actions) = run.machine.apply(RunInput::Start, now)
-                    {
-                        self.absorb(effects, &id, actions, now);
+            let (runs, by_workflow, by_backfill) = (&self.runs, &self.active_by_workflow, &self.active_by_backfill);
+            let next =
+                line.next_open(|id| match runs.get(id) {
+                    Some(run) if run.machine.state() == RunState::Queued => {
+                        if can_admit(by_workflow, by_backfill, run) { Front::Open } else { Front::Held }
                     }
-                }
-                None => self.remove_waiting(key, &id),
+                    _ => Front::Gone,
+                });
+            if line.is_empty() {
+                self.waiting.remove(key);
+            }
+            let Some(id) = next else { return };
+            if let Some(run) = self.runs.get_mut(&id)
+                && let Ok(actions) = run.machine.apply(RunInput::Start, now)
+            {
+                self.absorb(effects, &id, actions, now);
             }
         }
     }
 
     pub(crate) fn remove_waiting(&mut self, key: &WorkflowKey, id: &str) {
-        if let Some(queue) = self.waiting.get_mut(key) {
-            queue.retain(|r| r.as_ref() != id);
-            if queue.is_empty() {
+        if let Some(line) = self.waiting.get_mut(key) {
+            line.leave(id);
+            if line.is_empty() {
                 self.waiting.remove(key);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line_of(runs: &[(&str, Option<&str>)]) -> Line {
+        let mut line = Line::default();
+        for (id, lane) in runs {
+            assert!(line.join(lane.map(Into::into), Arc::from(*id)));
+        }
+        line
+    }
+
+    #[test]
+    fn the_oldest_open_front_goes_first_and_a_run_joins_once() {
+        let mut line = line_of(&[("a0", Some("a")), ("b0", Some("b")), ("m0", None), ("a1", Some("a"))]);
+        assert!(!line.join(Some("a".into()), Arc::from("a0")), "already in line");
+        let mut order = Vec::new();
+        while let Some(id) = line.next_open(|_| Front::Open) {
+            order.push(id.to_string());
+        }
+        assert_eq!(order, ["a0", "b0", "m0", "a1"]);
+        assert!(line.is_empty());
+    }
+
+    #[test]
+    fn a_held_lane_does_not_hold_the_others_and_only_its_front_is_judged() {
+        let mut line = line_of(&[("a0", Some("a")), ("a1", Some("a")), ("b0", Some("b"))]);
+        let mut judged = Vec::new();
+        let next = line.next_open(|id| {
+            judged.push(id.to_string());
+            if id.starts_with('a') { Front::Held } else { Front::Open }
+        });
+        assert_eq!(next.as_deref(), Some("b0"));
+        judged.sort();
+        assert_eq!(judged, ["a0", "b0"], "a1 is behind a held front");
+        assert_eq!(line.next_open(|id| if id.starts_with('a') { Front::Held } else { Front::Open }), None);
+        assert!(!line.is_empty());
+    }
+
+    #[test]
+    fn runs_that_left_or_are_gone_are_passed_over() {
+        let mut line = line_of(&[("a0", Some("a")), ("a1", Some("a")), ("a2", Some("a"))]);
+        line.leave("a0");
+        let next = line.next_open(|id| if id.as_ref() == "a1" { Front::Gone } else { Front::Open });
+        assert_eq!(next.as_deref(), Some("a2"));
+        assert!(line.is_empty());
+        // One that left and joins again is in line once, at the back.
+        let mut again = line_of(&[("x", None), ("y", None), ("z", None)]);
+        again.leave("x");
+        assert!(again.join(None, Arc::from("x")));
+        let mut order = Vec::new();
+        while let Some(id) = again.next_open(|_| Front::Open) {
+            order.push(id.to_string());
+        }
+        assert_eq!(order, ["y", "z", "x"]);
     }
 }

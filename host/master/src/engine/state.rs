@@ -11,6 +11,7 @@ use dagr_store::Committed;
 
 use crate::EngineConfig;
 use crate::engine::SCHEDULER;
+use crate::engine::admission::Line;
 use crate::engine::effects::{Data, Effects, Input, LoadError, LoadedRun, Need, PendingCommand, UpstreamQuery};
 use crate::engine::placement::Placement;
 use crate::engine::runs::{ActiveRun, InFlight, WorkflowKey};
@@ -113,7 +114,7 @@ pub struct EngineState {
     pub(crate) active_by_workflow: Map<WorkflowKey, usize>,
     pub(crate) active_by_backfill: Map<String, usize>,
     /// Queued runs waiting for admission, per workflow, oldest first.
-    pub(crate) waiting: Map<WorkflowKey, VecDeque<Arc<str>>>,
+    pub(crate) waiting: Map<WorkflowKey, Line>,
     pub(crate) timers: Timers,
     pub(crate) schedules: Map<WorkflowKey, ScheduleEntry>,
     /// The last command id seen.

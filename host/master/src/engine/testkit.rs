@@ -91,6 +91,8 @@ pub struct FakeStore {
     pub workflows: BTreeMap<(String, String), StoredWorkflow>,
     /// Runs whose loading fails (for the failure paths).
     pub unloadable: HashMap<String, LoadError>,
+    /// Backfills' parallelism, by id (a backfill not here has none).
+    pub backfills: HashMap<String, usize>,
     /// Schedules taken offline: (tenant, workflow).
     pub paused: HashSet<(String, String)>,
     /// Waits recorded: run → (upstream workflow, from, to).
@@ -370,7 +372,8 @@ impl FakeStore {
         let tasks = (!fresh).then(|| self.tasks.get(id).cloned().unwrap_or_default());
         let running =
             self.attempts.values().filter(|a| a.run_id == id && a.state == AttemptState::Running).cloned().collect();
-        Ok(LoadedRun { row, tasks, workflow, backfill_parallel: None, running })
+        let backfill_parallel = row.backfill_id.as_ref().and_then(|b| self.backfills.get(b).copied());
+        Ok(LoadedRun { row, tasks, workflow, backfill_parallel, running })
     }
 
     /// Applies a batch (fencing by epoch and by the scheduler's token like

@@ -77,6 +77,41 @@ fn max_active_runs_admits_runs_one_by_one_in_order() {
 }
 
 #[test]
+fn backfills_admit_their_runs_each_within_its_parallelism_oldest_first() {
+    let mut env = TestEnv::new();
+    env.apply("name: many\nmax_active_runs: 3\ntasks:\n- {name: t, plugin: echo}\n");
+    env.store.backfills.insert("bf-a".into(), 1);
+    env.store.backfills.insert("bf-b".into(), 5);
+    // Made in this order: a0 b0 a1 b1 a2 m (a manual run, in no backfill).
+    let mut made = Vec::new();
+    for (i, backfill) in ["bf-a", "bf-b", "bf-a", "bf-b", "bf-a"].into_iter().enumerate() {
+        made.push(env.trigger_at("many", i as i64 * 60_000, Some(backfill)));
+    }
+    made.push(env.trigger("many"));
+    let [a0, b0, a1, b1, a2, m] = made.try_into().unwrap();
+    let started = |effects: &Effects| effects.dispatches.iter().map(|(s, _)| s.key.run_id.clone()).collect::<Vec<_>>();
+    let effects = env.step(vec![]);
+    // bf-a takes one at a time; the workflow three: a1 waits for a0, and
+    // the next oldest whose backfill has room go first.
+    let mut first = started(&effects);
+    first.sort();
+    let mut expected = vec![a0.clone(), b0.clone(), b1.clone()];
+    expected.sort();
+    assert_eq!(first, expected);
+    // A waiting run that is killed leaves the line.
+    env.command(&a1, Command::Kill);
+    env.step(vec![]);
+    assert_eq!(env.run_state(&a1), RunState::Killed);
+    // a0 ends: bf-a has room again, and a2 (older than m) starts.
+    let t = env.in_flight_all("t").into_iter().find(|k| k.run_id == a0).unwrap();
+    assert_eq!(started(&env.succeed(&t, "{}")), [a2.clone()]);
+    // b0 ends: m, the last in line.
+    let t = env.in_flight_all("t").into_iter().find(|k| k.run_id == b0).unwrap();
+    assert_eq!(started(&env.succeed(&t, "{}")), [m.clone()]);
+    assert!(env.state.waiting.is_empty(), "nobody is left in line");
+}
+
+#[test]
 fn workflow_concurrency_parks_tasks_until_one_ends() {
     let mut env = TestEnv::new();
     env.apply(
