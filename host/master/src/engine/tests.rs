@@ -104,10 +104,10 @@ fn backfills_admit_their_runs_each_within_its_parallelism_oldest_first() {
     assert_eq!(env.run_state(&a1), RunState::Killed);
     // a0 ends: bf-a has room again, and a2 (older than m) starts.
     let t = env.in_flight_all("t").into_iter().find(|k| k.run_id == a0).unwrap();
-    assert_eq!(started(&env.succeed(&t, "{}")), [a2.clone()]);
+    assert_eq!(started(&env.succeed(&t, "{}")), [a2]);
     // b0 ends: m, the last in line.
     let t = env.in_flight_all("t").into_iter().find(|k| k.run_id == b0).unwrap();
-    assert_eq!(started(&env.succeed(&t, "{}")), [m.clone()]);
+    assert_eq!(started(&env.succeed(&t, "{}")), [m]);
     assert!(env.state.waiting.is_empty(), "nobody is left in line");
 }
 
