@@ -45,6 +45,7 @@ impl World {
         let mut effects = Effects::default();
         state.begin(&mut effects);
         let mut data = Data::default();
+        let mut claimed = Vec::new();
         for _ in 0..crate::engine::MAX_PASSES {
             state.step(&mut effects, std::mem::take(&mut inputs), data, &self.plugins, self.now);
             let needs = effects.take_needs();
@@ -54,6 +55,11 @@ impl World {
             let node = m.id.as_str();
             let has_run = |id: &str| state.has_run(id);
             data = self.store.answer(needs, &Reader { node, now: self.now, plugins: &self.plugins, has_run: &has_run });
+            claimed.extend(data.loaded.iter().map(|l| {
+                let running: Vec<String> =
+                    l.running.iter().map(|a| format!(" {}/{}#{}", a.run_id, a.task_idx, a.number)).collect();
+                format!("{} (epoch {}{})", l.row.id, l.row.epoch, running.concat())
+            }));
         }
         effects.clear_needs();
         state.seal(&mut effects, self.now);
@@ -64,6 +70,9 @@ impl World {
         let id = m.id.clone();
         let inc = m.incarnation;
         self.note(|| format!("{id} steps: {count} inputs, {writes} writes, {dispatches} dispatches"));
+        if !claimed.is_empty() {
+            self.note(|| format!("{id} claims {}", claimed.join(", ")));
+        }
         let delay = if self.rng.chance(self.config.faults.commit_error) {
             self.report.faults.commit_errors += 1;
             self.note(|| format!("{id}'s commit fails; the shell retries it"));

@@ -589,7 +589,10 @@ impl World {
         let mut new = dagr_store::NewRun::new(&workflow, origin, self.now);
         // A run id from the seed (the real one is random).
         new.run.id = format!("{:016x}-{:04}", self.seed, self.triggered);
-        new.run.slot = (self.rng.next_u64() % u64::from(dagr_protocol::SLOTS)) as i64;
+        // Its slot follows from the id, as the store makes it: the engine
+        // finds a run's slot from its id alone (a claim it asked for, a
+        // worker's result).
+        new.run.slot = i64::from(dagr_protocol::slot_of(&new.run.id));
         let id = new.run.id.clone();
         self.store.create_run(new);
         self.triggered += 1;
