@@ -4,7 +4,7 @@
 # at once (each `parallel: 256`, so most of their runs wait queued), then
 # the runs finished per second while the backlog drains, sampled every
 # SECS seconds from `/metrics` (`dagr_run_transitions_total`), with the
-# server's CPU over the same interval, until every run has finished or
+# server's CPU over the same interval and its resident memory, until every run has finished or
 # LIMIT seconds have passed.
 #
 #   scripts/bench-backlog.sh [BACKFILLS] [CYCLES] [SECS] [LIMIT]   # default 10 10000 5 600
@@ -39,13 +39,13 @@ for i in $(seq 0 $((BACKFILLS - 1))); do
     -d "{\"workflow\":\"many\",\"from\":\"$from\",\"to\":\"$to\",\"parallel\":256}" "$URL/v1/backfills" >/dev/null
 done
 echo "$total runs asked for in $(python3 -c "import time; print(f'{time.time() - $made:.1f}')") s"
-echo "| after | runs finished | per second | server CPU |"
-echo "|---|---|---|---|"
+echo "| after | runs finished | per second | server CPU | server RSS |"
+echo "|---|---|---|---|---|"
 t0=$(date +%s.%N); last=0; last_ticks=$(ticks); last_t=$t0
 while :; do
   sleep "$SECS"
-  now=$(date +%s.%N); done_=$(succeeded); tk=$(ticks)
-  python3 -c "d=$now-$last_t; print(f'| {$now-$t0:.0f} s | {$done_} | {($done_-$last)/d:.0f} | {($tk-$last_ticks)/$hz/d*100:.0f} % |')"
+  now=$(date +%s.%N); done_=$(succeeded); tk=$(ticks); rss=$(awk '/^VmRSS/{print $2}' /proc/$PID/status)
+  python3 -c "d=$now-$last_t; print(f'| {$now-$t0:.0f} s | {$done_} | {($done_-$last)/d:.0f} | {($tk-$last_ticks)/$hz/d*100:.0f} % | {$rss/1024:.0f} MiB |')"
   last=$done_; last_ticks=$tk; last_t=$now
   [ "$done_" -ge "$total" ] && break
   python3 -c "import sys; sys.exit(0 if $now - $t0 < $LIMIT else 1)" || { echo "stopped after $LIMIT s"; break; }

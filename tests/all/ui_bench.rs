@@ -76,8 +76,8 @@ async fn ui_bench_pages() {
         .await;
     }
     // 100,000 runs: backfills of minutely cycles, 10,000 at a time, one
-    // after the other (a backlog of 90,000 queued runs slows the engine's
-    // admission down to tens of runs a second; see BENCHMARKS.md).
+    // after the other (each waits until the last has finished, so that the
+    // runs list is read with nothing running).
     api.apply("name: many\nschedule: {cron: '* * * * *'}\ntasks:\n- {name: a, plugin: echo}\n").await;
     let mut made = 0usize;
     let mut day = chrono::NaiveDate::from_ymd_opt(2020, 1, 1).unwrap();
