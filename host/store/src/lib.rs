@@ -358,6 +358,19 @@ pub fn with_run_ids<T>(next: impl FnMut() -> String + 'static, f: impl FnOnce() 
     f()
 }
 
+/// The slot a new run must share with others, if any: the limits on active
+/// runs (a workflow's `max_active_runs`, a backfill's parallelism) are
+/// counted by the master that drives the runs, so all the runs one limit
+/// counts must be driven by one master. A workflow's limit counts its
+/// backfills' runs too, so it decides first.
+pub fn together_in(workflow: &dagr_core::Workflow, origin: &RunOrigin) -> Option<u32> {
+    match (workflow.spec.max_active_runs, &origin.backfill_id) {
+        (Some(_), _) => Some(dagr_core::slots::slot_of(&format!("workflow/{}/{}", origin.tenant, workflow.name()))),
+        (None, Some(backfill)) => Some(dagr_core::slots::slot_of(&format!("backfill/{backfill}"))),
+        (None, None) => None,
+    }
+}
+
 fn next_run_id() -> String {
     RUN_IDS.with(|ids| ids.borrow_mut().as_mut().map(|next| next())).unwrap_or_else(|| uuid::Uuid::now_v7().to_string())
 }
@@ -367,9 +380,12 @@ impl NewRun {
     /// `workflow` with all its tasks pending, created at
     /// `now`: the one constructor the API (triggers, backfills, jobs) and
     /// the engine (schedules) share. Its id is a UUIDv7 (time-ordered), its
-    /// slot the hash of its id.
+    /// slot the hash of its id. The runs of a workflow with
+    /// `max_active_runs`, and those of one backfill, get ids in one slot
+    /// ([`together_in`]): one master drives them all and counts them all.
     pub fn new(workflow: &dagr_core::Workflow, origin: RunOrigin, now: i64) -> NewRun {
         let id = next_run_id();
+        let id = together_in(workflow, &origin).and_then(|slot| dagr_core::slots::id_in_slot(&id, slot)).unwrap_or(id);
         NewRun {
             run: RunRow {
                 slot: dagr_core::slots::slot_of(&id) as i64,

@@ -687,3 +687,46 @@ async fn a_late_dispatch_does_not_start_an_attempt_the_master_ended() {
     let reason = refused["reason"].as_str().unwrap();
     assert!(reason.contains("an earlier lease of this worker"), "{reason}");
 }
+
+/// A workflow's `max_active_runs` is counted by the master that drives its
+/// runs, so all its runs are made in one slot: one master drives them
+/// all, and after it is killed, the one that takes the slot over. With
+/// runs spread over the masters' slots, each master let one run at a time
+/// through: three at once here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_active_runs_holds_across_masters_and_a_failover() {
+    let _one = exclusive().await;
+    let ledger = Ledger::start().await;
+    let cluster = Cluster::up(3, 2, "2s").await;
+    let mut spec = ledger.workflow("one-at-a-time", &[("t".to_owned(), vec![])], 300);
+    spec["max_active_runs"] = json!(1);
+    cluster.apply(&spec).await;
+    let runs: Vec<String> = futures::future::join_all((0..8).map(|_| cluster.trigger("one-at-a-time"))).await;
+    let slots = psql_value(&cluster, "SELECT count(DISTINCT slot) FROM runs WHERE workflow = 'one-at-a-time'");
+    assert_eq!(slots, "1", "the runs are made in one slot");
+    // Kill the master driving them once the first has run.
+    started(&ledger, 2, Duration::from_secs(30)).await;
+    let owner = psql_value(&cluster, &format!("SELECT owner FROM runs WHERE id = '{}'", runs[0]));
+    cluster.kill(&owner);
+    let details = cluster.wait_all(&runs, Duration::from_secs(120)).await;
+    audit(&cluster, &ledger, &details, false).await;
+    // No two runs' executions overlap.
+    let mut spans: Vec<(i64, i64, String)> = Vec::new();
+    for run in &runs {
+        let entries: Vec<Entry> = ledger.entries().into_iter().filter(|e| e.run == *run).collect();
+        let start = entries.iter().filter(|e| e.event == "start").map(|e| e.at).min().unwrap();
+        let end = entries.iter().filter(|e| e.event != "start").map(|e| e.at).max().unwrap_or(i64::MAX);
+        spans.push((start, end, run.clone()));
+    }
+    spans.sort();
+    for pair in spans.windows(2) {
+        assert!(
+            pair[1].0 >= pair[0].1,
+            "run {} started at {} while run {} ran until {}",
+            pair[1].2,
+            pair[1].0,
+            pair[0].2,
+            pair[0].1
+        );
+    }
+}

@@ -112,6 +112,31 @@ fn backfills_admit_their_runs_each_within_its_parallelism_oldest_first() {
 }
 
 #[test]
+fn the_runs_one_limit_counts_are_made_in_one_slot() {
+    let mut env = TestEnv::new();
+    env.apply("name: limited\nmax_active_runs: 2\ntasks:\n- {name: t, plugin: echo}\n");
+    env.apply("name: free\ntasks:\n- {name: t, plugin: echo}\n");
+    let slots = |env: &TestEnv, runs: &[String]| -> std::collections::BTreeSet<i64> {
+        runs.iter().map(|r| env.store.runs[r].slot).collect()
+    };
+    let slot_of_ids = |env: &TestEnv, runs: &[String]| {
+        runs.iter().all(|r| env.store.runs[r].slot == dagr_protocol::slot_of(r) as i64)
+    };
+    // A workflow's runs under its max_active_runs, its backfills' too.
+    let mut limited: Vec<String> = (0..6).map(|_| env.trigger("limited")).collect();
+    limited.extend((0..3).map(|i| env.trigger_at("limited", i * 60_000, Some("bf-1"))));
+    assert_eq!(slots(&env, &limited).len(), 1, "{:?}", slots(&env, &limited));
+    // A backfill's runs, for its parallelism.
+    let backfill: Vec<String> = (0..6).map(|i| env.trigger_at("free", i * 60_000, Some("bf-2"))).collect();
+    assert_eq!(slots(&env, &backfill).len(), 1);
+    // Other runs spread over the slots.
+    let free: Vec<String> = (0..12).map(|_| env.trigger("free")).collect();
+    assert!(slots(&env, &free).len() > 1, "{:?}", slots(&env, &free));
+    // And every node still finds a run's slot from its id.
+    assert!(slot_of_ids(&env, &limited) && slot_of_ids(&env, &backfill) && slot_of_ids(&env, &free));
+}
+
+#[test]
 fn workflow_concurrency_parks_tasks_until_one_ends() {
     let mut env = TestEnv::new();
     env.apply(
