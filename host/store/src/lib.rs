@@ -358,17 +358,18 @@ pub fn with_run_ids<T>(next: impl FnMut() -> String + 'static, f: impl FnOnce() 
     f()
 }
 
-/// The slot a new run must share with others, if any: the limits on active
-/// runs (a workflow's `max_active_runs`, a backfill's parallelism) are
-/// counted by the master that drives the runs, so all the runs one limit
-/// counts must be driven by one master. A workflow's limit counts its
-/// backfills' runs too, so it decides first.
+/// The slot a new run must share with others, if any: a workflow's limits
+/// over all its runs (`max_active_runs`, `concurrency`) and a backfill's
+/// parallelism are counted by the master that drives the runs, so all the
+/// runs one limit counts must be driven by one master. A workflow's limits
+/// count its backfills' runs too, so they decide first.
 pub fn together_in(workflow: &dagr_core::Workflow, origin: &RunOrigin) -> Option<u32> {
-    match (workflow.spec.max_active_runs, &origin.backfill_id) {
-        (Some(_), _) => Some(dagr_core::slots::slot_of(&format!("workflow/{}/{}", origin.tenant, workflow.name()))),
-        (None, Some(backfill)) => Some(dagr_core::slots::slot_of(&format!("backfill/{backfill}"))),
-        (None, None) => None,
+    let spec = &workflow.spec;
+    if spec.max_active_runs.is_some() || spec.concurrency.is_some() {
+        return Some(dagr_core::slots::slot_of(&format!("workflow/{}/{}", origin.tenant, workflow.name())));
     }
+    let backfill = origin.backfill_id.as_ref()?;
+    Some(dagr_core::slots::slot_of(&format!("backfill/{backfill}")))
 }
 
 fn next_run_id() -> String {
@@ -381,8 +382,8 @@ impl NewRun {
     /// `now`: the one constructor the API (triggers, backfills, jobs) and
     /// the engine (schedules) share. Its id is a UUIDv7 (time-ordered), its
     /// slot the hash of its id. The runs of a workflow with
-    /// `max_active_runs`, and those of one backfill, get ids in one slot
-    /// ([`together_in`]): one master drives them all and counts them all.
+    /// `max_active_runs` or `concurrency`, and those of one backfill, get
+    /// ids in one slot ([`together_in`]): one master drives and counts them.
     pub fn new(workflow: &dagr_core::Workflow, origin: RunOrigin, now: i64) -> NewRun {
         let id = next_run_id();
         let id = together_in(workflow, &origin).and_then(|slot| dagr_core::slots::id_in_slot(&id, slot)).unwrap_or(id);

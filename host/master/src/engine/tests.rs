@@ -115,6 +115,7 @@ fn backfills_admit_their_runs_each_within_its_parallelism_oldest_first() {
 fn the_runs_one_limit_counts_are_made_in_one_slot() {
     let mut env = TestEnv::new();
     env.apply("name: limited\nmax_active_runs: 2\ntasks:\n- {name: t, plugin: echo}\n");
+    env.apply("name: narrow\nconcurrency: 1\ntasks:\n- {name: t, plugin: echo}\n");
     env.apply("name: free\ntasks:\n- {name: t, plugin: echo}\n");
     let slots = |env: &TestEnv, runs: &[String]| -> std::collections::BTreeSet<i64> {
         runs.iter().map(|r| env.store.runs[r].slot).collect()
@@ -126,6 +127,9 @@ fn the_runs_one_limit_counts_are_made_in_one_slot() {
     let mut limited: Vec<String> = (0..6).map(|_| env.trigger("limited")).collect();
     limited.extend((0..3).map(|i| env.trigger_at("limited", i * 60_000, Some("bf-1"))));
     assert_eq!(slots(&env, &limited).len(), 1, "{:?}", slots(&env, &limited));
+    // A workflow's runs under its concurrency.
+    let narrow: Vec<String> = (0..6).map(|_| env.trigger("narrow")).collect();
+    assert_eq!(slots(&env, &narrow).len(), 1);
     // A backfill's runs, for its parallelism.
     let backfill: Vec<String> = (0..6).map(|i| env.trigger_at("free", i * 60_000, Some("bf-2"))).collect();
     assert_eq!(slots(&env, &backfill).len(), 1);
