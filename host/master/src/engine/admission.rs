@@ -128,8 +128,13 @@ impl EngineState {
         self.try_admit_waiting(effects, &key, now);
     }
 
-    /// Starts the waiting runs of a workflow that may start now, in order.
+    /// Starts the waiting runs of a workflow that may start now, in order;
+    /// none while a run of the workflow is being claimed again (it may be
+    /// active, and counts once it is read).
     pub(crate) fn try_admit_waiting(&mut self, effects: &mut Effects, key: &WorkflowKey, now: i64) {
+        if self.reclaiming.values().any(|(held, _, _)| held == key) {
+            return;
+        }
         loop {
             let Some(line) = self.waiting.get_mut(key) else {
                 return;

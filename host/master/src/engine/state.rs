@@ -129,6 +129,10 @@ pub struct EngineState {
     /// writes made under the epoch they had, which must not be committed
     /// under the new one. Installed at the next step, claimed afresh.
     pub(crate) reclaim: Vec<String>,
+    /// Those runs until they are read again (their workflow, their slot,
+    /// since when): they may be active, and are not counted here, so their
+    /// workflow admits no run meanwhile (for at most [`RECLAIM_HOLD_MS`]).
+    pub(crate) reclaiming: Map<String, (WorkflowKey, u32, i64)>,
     /// Waiting runs to forget at the end of the step (loaded again when
     /// woken).
     pub(crate) parking: Vec<Arc<str>>,
@@ -188,6 +192,10 @@ pub(crate) struct Watched {
 /// run found loaded nowhere, then read its outputs), but not forever.
 pub const MAX_PASSES: usize = 4;
 
+/// Longest a workflow admits no run while one of its runs is claimed
+/// again (the claim is normally read at the next step).
+pub(crate) const RECLAIM_HOLD_MS: i64 = 5_000;
+
 impl EngineState {
     /// An engine that owns nothing and leads nothing yet.
     pub fn new(config: &EngineConfig, now: i64) -> EngineState {
@@ -213,6 +221,7 @@ impl EngineState {
             load_failures: Map::default(),
             retiring: Vec::new(),
             reclaim: Vec::new(),
+            reclaiming: Map::default(),
             parking: Vec::new(),
             awaiting: Vec::new(),
             plugins_refreshed: false,
@@ -359,6 +368,22 @@ impl EngineState {
         });
         let (loaded, again): (Vec<LoadedRun>, Vec<LoadedRun>) =
             loaded.into_iter().partition(|l| !self.dropped_epochs.contains_key(l.row.id.as_str()));
+        // What was read of runs being claimed again ends their hold.
+        let mut held: Vec<WorkflowKey> = Vec::new();
+        for id in loaded.iter().map(|l| &l.row.id).chain(data.failed.iter().map(|(id, _)| id)) {
+            held.extend(self.reclaiming.remove(id).map(|(key, _, _)| key));
+        }
+        self.reclaiming.retain(|_, (key, _, since)| {
+            let keep = now - *since < RECLAIM_HOLD_MS;
+            if !keep {
+                held.push(key.clone());
+            }
+            keep
+        });
+        for l in &again {
+            let key = (l.row.tenant.clone(), l.row.workflow.clone());
+            self.reclaiming.insert(l.row.id.clone(), (key, l.row.slot as u32, now));
+        }
         self.reclaim.extend(again.into_iter().map(|l| l.row.id));
         let ids: Vec<String> = loaded.iter().map(|l| l.row.id.clone()).collect();
         for run in loaded {
@@ -368,6 +393,11 @@ impl EngineState {
         self.admit_loaded(effects, &loaded, now);
         for (run, error) in data.failed {
             self.load_failed(effects, &run, error);
+        }
+        held.sort();
+        held.dedup();
+        for key in held {
+            self.try_admit_waiting(effects, &key, now);
         }
         if !data.gained.is_empty() {
             tracing::info!(slots = data.gained.len(), runs = loaded.len(), "took over slots");
@@ -436,6 +466,8 @@ impl EngineState {
             // (they stay pending in the store): asking for their runs again
             // at the next step would claim them from it.
             self.deferred_commands.retain(|c| !lost.contains(&c.slot));
+            // Runs of lost slots are not claimed again here.
+            self.reclaiming.retain(|_, (_, slot, _)| !lost.contains(slot));
             // Slots gained and lost again within one step: their runs must
             // not be claimed when this step's needs are read (the claim
             // would take them from their owner, and a copy of them would

@@ -659,6 +659,32 @@ fn an_attempt_past_its_timeout_warn_raises_one_event_and_goes_on() {
     assert!(!later.batch.events.iter().any(|e| e.kind == "task.timeout_warn"), "once");
 }
 
+/// Found by the simulation (`dagr sim`, seed 217, once its runs kept to a
+/// `max_active_runs`): a running run dropped and claimed again in one step
+/// is not driven until the next; a queued run of its workflow read in that
+/// step waits until it is, and then until it ends.
+#[test]
+fn a_run_claimed_again_holds_back_its_workflow_s_admissions_until_it_is_read() {
+    let mut env = TestEnv::new();
+    env.apply("name: one\nmax_active_runs: 1\ntasks:\n- {name: t, plugin: echo}\n");
+    let first = env.trigger("one");
+    env.step(vec![]);
+    assert_eq!(env.run_state(&first), RunState::Running);
+    let second = env.trigger("one");
+    let all: std::collections::HashSet<u32> = (0..dagr_protocol::SLOTS).collect();
+    let effects = env.step(vec![Input::Ownership(Default::default()), Input::Ownership(all)]);
+    assert!(!env.state.has_run(&first), "claimed again at the next step");
+    assert!(effects.dispatches.is_empty(), "{:?}", dispatched_names(&effects));
+    assert_eq!(env.run_state(&second), RunState::Queued, "the first may be active");
+    env.step(vec![]);
+    assert!(env.state.has_run(&first));
+    assert_eq!(env.run_state(&second), RunState::Queued, "the first is");
+    let t = env.in_flight_all("t").into_iter().find(|k| k.run_id == first).unwrap();
+    let effects = env.succeed(&t, "{}");
+    assert_eq!(env.run_state(&first), RunState::Succeeded);
+    assert_eq!(effects.dispatches.iter().map(|(s, _)| s.key.run_id.clone()).collect::<Vec<_>>(), [second]);
+}
+
 /// Found by the simulation (`dagr sim`, seed 2): a result applied, then the
 /// run's slot lost and gained again in one step (ownership messages that
 /// piled up during a slow commit). The write made under the old epoch

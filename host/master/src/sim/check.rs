@@ -8,6 +8,7 @@
 //!   cancelled meanwhile, whose cancellation follows its dispatch).
 //! - Scheduler writes are taken only from the newest leader's token (at
 //!   most one leader acts per term), and a cycle has one scheduled run.
+//! - No workflow has more runs active than its `max_active_runs`.
 //! - The event log of a run is gap-free: each state event of a run and
 //!   of each of its tasks starts where the previous one ended.
 //! - At the end: every run has ended (the caller checks it), nothing
@@ -96,6 +97,9 @@ impl Checker {
                 }
             }
         }
+        if batch.runs.iter().any(|r| matches!(r.state, RunState::Running | RunState::Paused)) {
+            Self::active_within_limits(store)?;
+        }
         // Gap-free event chains.
         for event in batch.events.iter().filter(|e| e.run_id.as_deref().is_none_or(|r| !stale.contains(r))) {
             let (Some(run), "run.state" | "task.state") = (&event.run_id, event.kind.as_str()) else { continue };
@@ -114,6 +118,30 @@ impl Checker {
                 ));
             }
             self.last_state.insert(key, to.to_owned());
+        }
+        Ok(())
+    }
+
+    /// No workflow has more runs active (running or paused) than its
+    /// `max_active_runs`, whichever masters drive them.
+    fn active_within_limits(store: &FakeStore) -> Result<(), String> {
+        let mut active: BTreeMap<(&str, &str), Vec<&str>> = BTreeMap::new();
+        for r in store.runs.values().filter(|r| matches!(r.state, RunState::Running | RunState::Paused)) {
+            active.entry((r.tenant.as_str(), r.workflow.as_str())).or_default().push(r.id.as_str());
+        }
+        for ((tenant, workflow), runs) in active {
+            let max = store
+                .workflows
+                .get(&(tenant.to_owned(), workflow.to_owned()))
+                .and_then(|(_, w, _)| w.spec.max_active_runs);
+            if let Some(max) = max
+                && runs.len() > max as usize
+            {
+                return Err(format!(
+                    "{} runs of {workflow} active at once under max_active_runs: {max}: {runs:?}",
+                    runs.len()
+                ));
+            }
         }
         Ok(())
     }

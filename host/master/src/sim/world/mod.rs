@@ -53,6 +53,15 @@ tasks:
 - {name: d, plugin: echo, depends_on: [b, c], retries: 1}
 ";
 
+/// Runs one at a time (a third of the runs triggered): admission holds
+/// the rest queued, whichever master drives them.
+const SINGLE: &str = "name: single
+max_active_runs: 1
+tasks:
+- {name: a, plugin: echo}
+- {name: b, plugin: echo, depends_on: [a]}
+";
+
 const TICKING: &str = "name: ticking
 schedule: {cron: \"*/2 * * * * *\"}
 tasks:
@@ -383,7 +392,7 @@ impl World {
     }
 
     fn setup(&mut self) -> Result<(), String> {
-        for yaml in [CHAIN, TICKING] {
+        for yaml in [CHAIN, SINGLE, TICKING] {
             let spec = dagr_core::WorkflowSpec::parse(yaml, Format::Yaml)
                 .map_err(|e| format!("the simulation's workflow does not parse: {e}"))?;
             let workflow = Arc::new(
@@ -573,7 +582,8 @@ impl World {
     }
 
     fn trigger(&mut self) {
-        let Some((_, workflow, _)) = self.store.workflows.get(&(TENANT.to_owned(), "chain".to_owned())).cloned() else {
+        let name = if self.triggered % 3 == 2 { "single" } else { "chain" };
+        let Some((_, workflow, _)) = self.store.workflows.get(&(TENANT.to_owned(), name.to_owned())).cloned() else {
             return;
         };
         let origin = RunOrigin {
@@ -586,29 +596,33 @@ impl World {
             backfill_id: None,
             parent: None,
         };
+        let together = dagr_store::together_in(&workflow, &origin);
         let mut new = dagr_store::NewRun::new(&workflow, origin, self.now);
-        // A run id from the seed (the real one is random).
-        new.run.id = format!("{:016x}-{:04}", self.seed, self.triggered);
-        // Its slot follows from the id, as the store makes it: the engine
-        // finds a run's slot from its id alone (a claim it asked for, a
-        // worker's result).
+        // A run id from the seed (the real one is random), put in its
+        // workflow's slot as the store puts a real one; its slot follows
+        // from the id, as the store makes it: the engine finds a run's slot
+        // from its id alone (a claim it asked for, a worker's result).
+        let id = format!("{:016x}-{:04}-0000", self.seed, self.triggered);
+        new.run.id = together.and_then(|slot| dagr_core::slots::id_in_slot(&id, slot)).unwrap_or(id);
         new.run.slot = i64::from(dagr_protocol::slot_of(&new.run.id));
         let id = new.run.id.clone();
         self.store.create_run(new);
         self.triggered += 1;
         self.note(|| format!("run {id} triggered"));
-        self.operate_on(&id);
+        // Reruns and forced successes start a run without admission: not
+        // on runs whose workflow limits its active runs.
+        self.operate_on(&id, name == "chain");
     }
 
     /// Now and then, an operator acts on a run while it goes: kills it,
     /// pauses and resumes it, marks it failed, reruns what failed, or
     /// forces a task's success.
-    fn operate_on(&mut self, id: &str) {
+    fn operate_on(&mut self, id: &str, reruns: bool) {
         if !self.rng.chance(self.config.operator) {
             return;
         }
         let at = self.now + self.rng.between(50, 5_000);
-        let (first, then) = match self.rng.pick(5) {
+        let (first, then) = match self.rng.pick(if reruns { 5 } else { 2 }) {
             0 => (Command::Kill, None),
             1 => (Command::Pause, Some(Command::Resume)),
             2 => (Command::MarkFailed, Some(Command::RerunFailed { downstream: false })),
