@@ -91,6 +91,7 @@ struct Tally {
     done: AtomicU64,
     steps: AtomicU64,
     sim_ms: AtomicU64,
+    over_limit: AtomicU64,
     faults: Mutex<Faults>,
     paths: Mutex<HashSet<u64>>,
     failure: Mutex<Option<sim::Failure>>,
@@ -117,6 +118,7 @@ fn many(args: &SimArgs, config: &SimConfig) -> anyhow::Result<ExitCode> {
                             tally.done.fetch_add(1, Ordering::Relaxed);
                             tally.steps.fetch_add(report.steps, Ordering::Relaxed);
                             tally.sim_ms.fetch_add(report.sim_ms as u64, Ordering::Relaxed);
+                            tally.over_limit.fetch_add(report.over_limit, Ordering::Relaxed);
                             tally.faults.lock().unwrap_or_else(|e| e.into_inner()).add(&report.faults);
                             tally.paths.lock().unwrap_or_else(|e| e.into_inner()).insert(report.path);
                         }
@@ -148,6 +150,13 @@ fn many(args: &SimArgs, config: &SimConfig) -> anyhow::Result<ExitCode> {
         tally.sim_ms.load(Ordering::Relaxed) as f64 / 60_000.0,
     );
     println!("faults injected: {faults:?}");
+    let over = tally.over_limit.load(Ordering::Relaxed);
+    if over > 0 {
+        println!(
+            "{over} commits left a workflow with more runs active than its max_active_runs (a master admitting \
+             before it had read again the runs of a slot it took back)"
+        );
+    }
     match tally.failure.lock().unwrap_or_else(|e| e.into_inner()).take() {
         Some(failure) => {
             eprintln!("{failure}");

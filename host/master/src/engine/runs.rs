@@ -341,6 +341,12 @@ impl EngineState {
         if matches!(run.machine.state(), RunState::Running | RunState::Paused) {
             self.count_active(&run, -1);
         }
+        // It may be active (whatever this master made of it: its last
+        // writes may not land), driven elsewhere or here again once read,
+        // and not counted meanwhile against its workflow's limits.
+        if run.machine.workflow().spec.max_active_runs.is_some() || run.backfill_parallel.is_some() {
+            self.reclaiming.insert(run_id.to_owned(), (run.workflow_key(), run.row.slot as u32, self.last_now));
+        }
         self.remove_waiting(&run.workflow_key(), run_id);
         let flights: Vec<AttemptKey> = self.in_flight.keys().filter(|k| k.run_id == run_id).cloned().collect();
         for k in flights {

@@ -129,10 +129,14 @@ pub struct EngineState {
     /// writes made under the epoch they had, which must not be committed
     /// under the new one. Installed at the next step, claimed afresh.
     pub(crate) reclaim: Vec<String>,
-    /// Those runs until they are read again (their workflow, their slot,
-    /// since when): they may be active, and are not counted here, so their
-    /// workflow admits no run meanwhile (for at most [`RECLAIM_HOLD_MS`]).
+    /// Runs under a limit on active runs dropped here (and claimed again)
+    /// until they are read again (their workflow, their slot, since when):
+    /// they may be active, elsewhere or here once read, and are not counted
+    /// meanwhile, so their workflow admits no run (for at most
+    /// [`RECLAIM_HOLD_MS`]).
     pub(crate) reclaiming: Map<String, (WorkflowKey, u32, i64)>,
+    /// The time of the last step.
+    pub(crate) last_now: i64,
     /// Waiting runs to forget at the end of the step (loaded again when
     /// woken).
     pub(crate) parking: Vec<Arc<str>>,
@@ -222,6 +226,7 @@ impl EngineState {
             retiring: Vec::new(),
             reclaim: Vec::new(),
             reclaiming: Map::default(),
+            last_now: 0,
             parking: Vec::new(),
             awaiting: Vec::new(),
             plugins_refreshed: false,
@@ -280,6 +285,7 @@ impl EngineState {
         plugins: &dyn PluginDirectory,
         now: i64,
     ) {
+        self.last_now = now;
         self.absorb_data(effects, data, now);
         self.drain_backlogs(effects, now);
         for input in inputs {
@@ -380,7 +386,7 @@ impl EngineState {
             }
             keep
         });
-        for l in &again {
+        for l in again.iter().filter(|l| l.workflow.spec.max_active_runs.is_some() || l.backfill_parallel.is_some()) {
             let key = (l.row.tenant.clone(), l.row.workflow.clone());
             self.reclaiming.insert(l.row.id.clone(), (key, l.row.slot as u32, now));
         }
@@ -466,8 +472,6 @@ impl EngineState {
             // (they stay pending in the store): asking for their runs again
             // at the next step would claim them from it.
             self.deferred_commands.retain(|c| !lost.contains(&c.slot));
-            // Runs of lost slots are not claimed again here.
-            self.reclaiming.retain(|_, (_, slot, _)| !lost.contains(slot));
             // Slots gained and lost again within one step: their runs must
             // not be claimed when this step's needs are read (the claim
             // would take them from their owner, and a copy of them would
@@ -493,6 +497,8 @@ impl EngineState {
             for id in &ids {
                 self.drop_run(id);
             }
+            // Runs of lost slots are not claimed again here, nor counted.
+            self.reclaiming.retain(|_, (_, slot, _)| !lost.contains(slot));
             self.counters.runs_handed_over += ids.len() as u64;
             if !ids.is_empty() {
                 tracing::info!(slots = lost.len(), runs = ids.len(), "handed over slots");

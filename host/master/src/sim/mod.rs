@@ -152,6 +152,9 @@ pub struct Report {
     /// Attempts workers refused for want of a free slot.
     pub refused: u64,
     pub faults: Faults,
+    /// Commits after which a workflow had more runs active than its
+    /// `max_active_runs` (only with faults: see `check::Checker`).
+    pub over_limit: u64,
     /// A hash of the order of everything that happened: two runs of a seed
     /// with the same hash took the same path.
     pub path: u64,
