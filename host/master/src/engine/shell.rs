@@ -219,9 +219,10 @@ impl Engine {
         self.state.begin(&mut effects);
         let mut data = Data { tenant_limits: self.limits_changed(), ..Data::default() };
         let mut inputs = inputs;
-        for _ in 0..MAX_PASSES {
+        for pass in 1..=MAX_PASSES {
             self.state.step(&mut effects, std::mem::take(&mut inputs), data, self.plugins.as_ref(), now);
-            let needs = effects.take_needs();
+            // What the last pass needs is not read: nothing would take it in.
+            let needs = if pass < MAX_PASSES { effects.take_needs() } else { Vec::new() };
             if needs.is_empty() {
                 break;
             }
@@ -229,7 +230,7 @@ impl Engine {
             data.tenant_limits = self.limits_changed();
         }
         // What is still needed is asked for again by the next step.
-        effects.clear_needs();
+        self.state.still_needed(effects.take_needs());
         self.state.seal(&mut effects, now);
         let started = std::time::Instant::now();
         let committed = self.commit(&mut effects).await;
