@@ -274,16 +274,13 @@ impl EngineState {
     }
 
     /// What a step still needed after its last pass: the runs it would
-    /// have claimed, and the runs of slots it gained, are read at the next
-    /// step (a claim read and not taken in would leave a run owned here and
-    /// driven nowhere). The rest is asked for again by the work that needs
-    /// it.
+    /// have claimed are claimed at the next step (a claim read and not
+    /// taken in would leave a run owned here and driven nowhere). The rest
+    /// is asked for again by the work that needs it.
     pub fn still_needed(&mut self, needs: Vec<Need>) {
         for need in needs {
-            match need {
-                Need::Claim(runs) => self.reclaim.extend(runs),
-                Need::Slots(slots) => self.pending_slots.extend(slots),
-                _ => {}
+            if let Need::Claim(runs) = need {
+                self.reclaim.extend(runs);
             }
         }
     }

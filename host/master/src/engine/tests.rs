@@ -659,8 +659,8 @@ fn an_attempt_past_its_timeout_warn_raises_one_event_and_goes_on() {
     assert!(!later.batch.events.iter().any(|e| e.kind == "task.timeout_warn"), "once");
 }
 
-/// A claim (or a gained slot's runs) a step still needed after its last
-/// pass is not lost: the next step asks for it (its passes' reads are taken in; one read and not taken
+/// A claim a step still needed after its last pass is not lost: the next
+/// step asks for it (its passes' reads are taken in; one read and not taken
 /// in would leave the run owned here and driven nowhere).
 #[test]
 fn a_claim_still_needed_after_a_step_is_asked_at_the_next() {
@@ -686,11 +686,6 @@ fn a_claim_still_needed_after_a_step_is_asked_at_the_next() {
     env.step(vec![]);
     assert!(env.needs_seen.contains(&Need::Claim(vec![run.clone()])), "{:?}", env.needs_seen);
     assert!(env.state.has_run(&run));
-    // And the runs of a slot it had gained are read at the next step.
-    let slot = dagr_protocol::slot_of(&run);
-    env.state.still_needed(vec![Need::Slots(vec![slot])]);
-    env.step(vec![]);
-    assert!(env.needs_seen.contains(&Need::Slots(vec![slot])), "{:?}", env.needs_seen);
 }
 
 /// Found by the simulation (`dagr sim`, seed 217, once its runs kept to a
