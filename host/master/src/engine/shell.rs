@@ -219,10 +219,9 @@ impl Engine {
         self.state.begin(&mut effects);
         let mut data = Data { tenant_limits: self.limits_changed(), ..Data::default() };
         let mut inputs = inputs;
-        for pass in 1..=MAX_PASSES {
+        for _ in 0..MAX_PASSES {
             self.state.step(&mut effects, std::mem::take(&mut inputs), data, self.plugins.as_ref(), now);
-            // What the last pass needs is not read: nothing would take it in.
-            let needs = if pass < MAX_PASSES { effects.take_needs() } else { Vec::new() };
+            let needs = effects.take_needs();
             if needs.is_empty() {
                 break;
             }
@@ -230,7 +229,7 @@ impl Engine {
             data.tenant_limits = self.limits_changed();
         }
         // What is still needed is asked for again by the next step.
-        self.state.still_needed(effects.take_needs());
+        effects.clear_needs();
         self.state.seal(&mut effects, now);
         let started = std::time::Instant::now();
         let committed = self.commit(&mut effects).await;

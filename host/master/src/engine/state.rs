@@ -273,18 +273,6 @@ impl EngineState {
         self.begin_confirmations(effects);
     }
 
-    /// What a step still needed after its last pass: the runs it would
-    /// have claimed are claimed at the next step (a claim read and not
-    /// taken in would leave a run owned here and driven nowhere). The rest
-    /// is asked for again by the work that needs it.
-    pub fn still_needed(&mut self, needs: Vec<Need>) {
-        for need in needs {
-            if let Need::Claim(runs) = need {
-                self.reclaim.extend(runs);
-            }
-        }
-    }
-
     /// One pass of a step: absorbs what the shell read, applies the inputs,
     /// then does what is due — deferred work, timers, checks, dispatch. The
     /// first pass of a step carries its inputs; later passes (answering

@@ -649,9 +649,9 @@ impl TestEnv {
         self.state.begin(&mut effects);
         let mut data = Data { tenant_limits: self.limits.take().map(Arc::new), ..Data::default() };
         self.needs_seen.clear();
-        for pass in 1..=MAX_PASSES {
+        for _ in 0..MAX_PASSES {
             self.state.step(&mut effects, std::mem::take(&mut inputs), data, &self.plugins, self.now);
-            let needs = if pass < MAX_PASSES { effects.take_needs() } else { Vec::new() };
+            let needs = effects.take_needs();
             if needs.is_empty() {
                 break;
             }
@@ -660,7 +660,7 @@ impl TestEnv {
             let has_run = |id: &str| state.has_run(id);
             data = self.store.answer(needs, &Reader { node, now, plugins, has_run: &has_run });
         }
-        self.state.still_needed(effects.take_needs());
+        effects.clear_needs();
         self.state.seal(&mut effects, self.now);
         let (committed, written) = self.store.commit(&effects.batch);
         self.unread.extend(written);

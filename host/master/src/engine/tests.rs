@@ -659,35 +659,6 @@ fn an_attempt_past_its_timeout_warn_raises_one_event_and_goes_on() {
     assert!(!later.batch.events.iter().any(|e| e.kind == "task.timeout_warn"), "once");
 }
 
-/// A claim a step still needed after its last pass is not lost: the next
-/// step asks for it (its passes' reads are taken in; one read and not taken
-/// in would leave the run owned here and driven nowhere).
-#[test]
-fn a_claim_still_needed_after_a_step_is_asked_at_the_next() {
-    let mut env = TestEnv::new();
-    let workflow = env.apply(PLAIN);
-    let origin = dagr_store::RunOrigin {
-        tenant: TENANT.into(),
-        version: Some(1),
-        kind: dagr_store::RunKind::Manual,
-        logical_time: env.now,
-        params: "{}".into(),
-        spec: None,
-        backfill_id: None,
-        parent: None,
-    };
-    // A run with no command that would have it claimed.
-    let new = dagr_store::NewRun::new(&workflow, origin, env.now);
-    let run = new.run.id.clone();
-    env.store.insert_run(new);
-    env.step(vec![]);
-    assert!(!env.state.has_run(&run));
-    env.state.still_needed(vec![Need::Claim(vec![run.clone()]), Need::Watched]);
-    env.step(vec![]);
-    assert!(env.needs_seen.contains(&Need::Claim(vec![run.clone()])), "{:?}", env.needs_seen);
-    assert!(env.state.has_run(&run));
-}
-
 /// Found by the simulation (`dagr sim`, seed 217, once its runs kept to a
 /// `max_active_runs`): a running run dropped and claimed again in one step
 /// is not driven until the next; a queued run of its workflow read in that

@@ -46,9 +46,9 @@ impl World {
         state.begin(&mut effects);
         let mut data = Data::default();
         let mut claimed = Vec::new();
-        for pass in 1..=crate::engine::MAX_PASSES {
+        for _ in 0..crate::engine::MAX_PASSES {
             state.step(&mut effects, std::mem::take(&mut inputs), data, &self.plugins, self.now);
-            let needs = if pass < crate::engine::MAX_PASSES { effects.take_needs() } else { Vec::new() };
+            let needs = effects.take_needs();
             if needs.is_empty() {
                 break;
             }
@@ -61,7 +61,7 @@ impl World {
                 format!("{} (epoch {}{})", l.row.id, l.row.epoch, running.concat())
             }));
         }
-        state.still_needed(effects.take_needs());
+        effects.clear_needs();
         state.seal(&mut effects, self.now);
         let next = state.next_wake(self.now).unwrap_or(poll).clamp(self.now + 1, poll);
         self.report.steps += 1;
