@@ -57,6 +57,8 @@ pub mod testkit;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_admission;
+#[cfg(test)]
 mod tests_backlog;
 #[cfg(test)]
 mod tests_cluster;

@@ -77,70 +77,6 @@ fn max_active_runs_admits_runs_one_by_one_in_order() {
 }
 
 #[test]
-fn backfills_admit_their_runs_each_within_its_parallelism_oldest_first() {
-    let mut env = TestEnv::new();
-    env.apply("name: many\nmax_active_runs: 3\ntasks:\n- {name: t, plugin: echo}\n");
-    env.store.backfills.insert("bf-a".into(), 1);
-    env.store.backfills.insert("bf-b".into(), 5);
-    // Made in this order: a0 b0 a1 b1 a2 m (a manual run, in no backfill).
-    let mut made = Vec::new();
-    for (i, backfill) in ["bf-a", "bf-b", "bf-a", "bf-b", "bf-a"].into_iter().enumerate() {
-        made.push(env.trigger_at("many", i as i64 * 60_000, Some(backfill)));
-    }
-    made.push(env.trigger("many"));
-    let [a0, b0, a1, b1, a2, m] = made.try_into().unwrap();
-    let started = |effects: &Effects| effects.dispatches.iter().map(|(s, _)| s.key.run_id.clone()).collect::<Vec<_>>();
-    let effects = env.step(vec![]);
-    // bf-a takes one at a time; the workflow three: a1 waits for a0, and
-    // the next oldest whose backfill has room go first.
-    let mut first = started(&effects);
-    first.sort();
-    let mut expected = vec![a0.clone(), b0.clone(), b1.clone()];
-    expected.sort();
-    assert_eq!(first, expected);
-    // A waiting run that is killed leaves the line.
-    env.command(&a1, Command::Kill);
-    env.step(vec![]);
-    assert_eq!(env.run_state(&a1), RunState::Killed);
-    // a0 ends: bf-a has room again, and a2 (older than m) starts.
-    let t = env.in_flight_all("t").into_iter().find(|k| k.run_id == a0).unwrap();
-    assert_eq!(started(&env.succeed(&t, "{}")), [a2]);
-    // b0 ends: m, the last in line.
-    let t = env.in_flight_all("t").into_iter().find(|k| k.run_id == b0).unwrap();
-    assert_eq!(started(&env.succeed(&t, "{}")), [m]);
-    assert!(env.state.waiting.is_empty(), "nobody is left in line");
-}
-
-#[test]
-fn the_runs_one_limit_counts_are_made_in_one_slot() {
-    let mut env = TestEnv::new();
-    env.apply("name: limited\nmax_active_runs: 2\ntasks:\n- {name: t, plugin: echo}\n");
-    env.apply("name: narrow\nconcurrency: 1\ntasks:\n- {name: t, plugin: echo}\n");
-    env.apply("name: free\ntasks:\n- {name: t, plugin: echo}\n");
-    let slots = |env: &TestEnv, runs: &[String]| -> std::collections::BTreeSet<i64> {
-        runs.iter().map(|r| env.store.runs[r].slot).collect()
-    };
-    let slot_of_ids = |env: &TestEnv, runs: &[String]| {
-        runs.iter().all(|r| env.store.runs[r].slot == dagr_protocol::slot_of(r) as i64)
-    };
-    // A workflow's runs under its max_active_runs, its backfills' too.
-    let mut limited: Vec<String> = (0..6).map(|_| env.trigger("limited")).collect();
-    limited.extend((0..3).map(|i| env.trigger_at("limited", i * 60_000, Some("bf-1"))));
-    assert_eq!(slots(&env, &limited).len(), 1, "{:?}", slots(&env, &limited));
-    // A workflow's runs under its concurrency.
-    let narrow: Vec<String> = (0..6).map(|_| env.trigger("narrow")).collect();
-    assert_eq!(slots(&env, &narrow).len(), 1);
-    // A backfill's runs, for its parallelism.
-    let backfill: Vec<String> = (0..6).map(|i| env.trigger_at("free", i * 60_000, Some("bf-2"))).collect();
-    assert_eq!(slots(&env, &backfill).len(), 1);
-    // Other runs spread over the slots.
-    let free: Vec<String> = (0..12).map(|_| env.trigger("free")).collect();
-    assert!(slots(&env, &free).len() > 1, "{:?}", slots(&env, &free));
-    // And every node still finds a run's slot from its id.
-    assert!(slot_of_ids(&env, &limited) && slot_of_ids(&env, &backfill) && slot_of_ids(&env, &free));
-}
-
-#[test]
 fn workflow_concurrency_parks_tasks_until_one_ends() {
     let mut env = TestEnv::new();
     env.apply(
@@ -657,32 +593,6 @@ fn an_attempt_past_its_timeout_warn_raises_one_event_and_goes_on() {
     env.advance(60_000);
     let later = env.step(vec![]);
     assert!(!later.batch.events.iter().any(|e| e.kind == "task.timeout_warn"), "once");
-}
-
-/// Found by the simulation (`dagr sim`, seed 217, once its runs kept to a
-/// `max_active_runs`): a running run dropped and claimed again in one step
-/// is not driven until the next; a queued run of its workflow read in that
-/// step waits until it is, and then until it ends.
-#[test]
-fn a_run_claimed_again_holds_back_its_workflow_s_admissions_until_it_is_read() {
-    let mut env = TestEnv::new();
-    env.apply("name: one\nmax_active_runs: 1\ntasks:\n- {name: t, plugin: echo}\n");
-    let first = env.trigger("one");
-    env.step(vec![]);
-    assert_eq!(env.run_state(&first), RunState::Running);
-    let second = env.trigger("one");
-    let all: std::collections::HashSet<u32> = (0..dagr_protocol::SLOTS).collect();
-    let effects = env.step(vec![Input::Ownership(Default::default()), Input::Ownership(all)]);
-    assert!(!env.state.has_run(&first), "claimed again at the next step");
-    assert!(effects.dispatches.is_empty(), "{:?}", dispatched_names(&effects));
-    assert_eq!(env.run_state(&second), RunState::Queued, "the first may be active");
-    env.step(vec![]);
-    assert!(env.state.has_run(&first));
-    assert_eq!(env.run_state(&second), RunState::Queued, "the first is");
-    let t = env.in_flight_all("t").into_iter().find(|k| k.run_id == first).unwrap();
-    let effects = env.succeed(&t, "{}");
-    assert_eq!(env.run_state(&first), RunState::Succeeded);
-    assert_eq!(effects.dispatches.iter().map(|(s, _)| s.key.run_id.clone()).collect::<Vec<_>>(), [second]);
 }
 
 /// Found by the simulation (`dagr sim`, seed 2): a result applied, then the
