@@ -68,6 +68,13 @@ wait_listening() { # name
   return 1
 }
 
+# A restarted process starts a fresh log (its start is found by its first
+# lines); what its earlier lives wrote is appended to NAME.old.log.
+keep_log() { # log
+  [ -s "$1" ] && cat "$1" >>"${1%.log}.old.log"
+  : >"$1"
+}
+
 start_node_once() { # name role
   local name=$1 role=$2 listen=127.0.0.1:0 tls=()
   [ "$role" = api ] && listen="127.0.0.1:$(cat "$DIR/api.port")"
@@ -77,7 +84,7 @@ start_node_once() { # name role
     tls=(DAGR_CLUSTER__TLS_CERT="$DIR/certs/$name.pem" DAGR_CLUSTER__TLS_KEY="$DIR/certs/$name.key"
       DAGR_CLUSTER__TLS_CA="$DIR/certs/ca.pem")
   fi
-  : >"$DIR/$name.log"
+  keep_log "$DIR/$name.log"
   env "${tls[@]}" DAGR_CONFIG="$DIR/dagr.toml" "$BIN" "$role" --node-id "$name" --listen "$listen" \
     --data-dir "$DIR/$name" >>"$DIR/$name.log" 2>&1 &
   echo $! >"$DIR/$name.pid"
@@ -153,7 +160,7 @@ start_postgres() {
 }
 
 start_etcd() {
-  : >"$DIR/etcd.log"
+  keep_log "$DIR/etcd.log"
   # shellcheck disable=SC2046
   (exec $(cat "$DIR/etcd.cmd") >>"$DIR/etcd.log" 2>&1) &
   echo $! >"$DIR/etcd.pid"; echo etcd >"$DIR/etcd.role"

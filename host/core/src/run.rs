@@ -50,7 +50,8 @@ pub const DEFAULT_MAX_LOST: u32 = 3;
 /// Events and commands a run reacts to.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Input {
-    /// The run was admitted: roots become ready.
+    /// The run was admitted: roots become ready, and the tasks a rerun
+    /// queued are dispatched.
     Start,
     AttemptSucceeded {
         task: usize,
@@ -68,14 +69,17 @@ pub enum Input {
     Resume,
     Kill,
     MarkFailed,
-    /// Rerun failed, upstream-failed and killed tasks and what depends on them.
+    /// Rerun failed, upstream-failed and killed tasks and what depends on
+    /// them; the run is queued again (see [`Input::Start`]).
     RerunFailed,
-    /// Rerun one task of a finished run, optionally with everything downstream.
+    /// Rerun one task of a finished run, optionally with everything
+    /// downstream; the run is queued again.
     RerunTask {
         task: usize,
         downstream: bool,
     },
-    /// Mark a failed task succeeded so that its downstream proceeds.
+    /// Mark a failed task succeeded so that its downstream proceeds (a
+    /// failed run with tasks left to run is queued again).
     ForceSuccess {
         task: usize,
     },
@@ -321,7 +325,12 @@ impl RunMachine {
                 if self.state != RunState::Queued {
                     return Err(Rejected::NotAllowed(format!("the run is {}, not queued", self.state)));
                 }
+                // A finished run that was rerun waited for admission with
+                // the tasks it runs again already queued.
+                let queued: Vec<usize> =
+                    (0..self.tasks.len()).filter(|&i| self.tasks[i].state == TaskState::Queued).collect();
                 self.set_run_state(RunState::Running);
+                self.actions.extend(queued.into_iter().map(|task| Action::Dispatch { task }));
                 let roots: Vec<usize> = self.workflow.roots().collect();
                 for root in roots {
                     self.evaluate_cascade(root);
@@ -451,11 +460,9 @@ impl RunMachine {
                 let members: HashSet<usize> = to_reset.iter().copied().collect();
                 let others: Vec<usize> =
                     self.workflow.tasks[task].dependents.iter().copied().filter(|d| !members.contains(d)).collect();
+                let reopened = self.reopen();
                 self.tasks[task].forced = true;
                 self.set_state(task, TaskState::Succeeded);
-                if self.state == RunState::Failed {
-                    self.set_run_state(RunState::Running);
-                }
                 // Dependents that are not reset counted this task as failed.
                 for &d in &others {
                     self.count(d, s, -1);
@@ -467,7 +474,7 @@ impl RunMachine {
                 for &d in &others {
                     self.evaluate_cascade(d);
                 }
-                self.maybe_finish();
+                self.settle_reopened(reopened);
             }
             Input::Reflush => {
                 if !self.state.is_terminal() {
@@ -597,12 +604,44 @@ impl RunMachine {
     }
 
     /// Resets tasks to pending and runs the run again.
+    /// Runs `set` again. A finished run goes back to the queue: it counts
+    /// against its workflow's `max_active_runs` (and its backfill's
+    /// parallelism) again, so it waits for admission like a new run, and
+    /// the tasks that may go are queued for when it starts.
     fn reset(&mut self, set: Vec<usize>) {
-        if self.state.is_terminal() {
-            self.set_run_state(RunState::Running);
-        }
+        let reopened = self.reopen();
         self.reset_tasks(set);
-        self.maybe_finish();
+        self.settle_reopened(reopened);
+    }
+
+    /// Puts a finished run back in the queue while its tasks are reset (so
+    /// that none is dispatched), without saying so yet: returns the state
+    /// it had, for [`RunMachine::settle_reopened`].
+    fn reopen(&mut self) -> Option<RunState> {
+        let from = self.state;
+        if !from.is_terminal() {
+            return None;
+        }
+        self.state = RunState::Queued;
+        Some(from)
+    }
+
+    /// Says where a reopened run went: queued if it has tasks to run, or
+    /// straight to its end if every task it reopened was settled at once
+    /// (a forced success of its last failed task, a rerun of a disabled
+    /// task): such a run needs no admission.
+    fn settle_reopened(&mut self, reopened: Option<RunState>) {
+        let Some(from) = reopened else {
+            self.maybe_finish();
+            return;
+        };
+        let to = match self.unfinished {
+            0 if self.failures > 0 => RunState::Failed,
+            0 => RunState::Succeeded,
+            _ => RunState::Queued,
+        };
+        self.state = from;
+        self.set_run_state(to);
     }
 
     fn reset_tasks(&mut self, set: Vec<usize>) {

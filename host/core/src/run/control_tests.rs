@@ -59,6 +59,7 @@ fn a_child_run_s_end_ends_its_task() {
     assert_eq!(d.m.state(), RunState::Failed);
     // Rerunning the task makes it ready again (the engine starts a new child).
     d.feed(Input::RerunTask { task: child, downstream: true });
+    d.feed(Input::Start);
     assert_eq!(d.ready_names(), ["child"]);
 }
 

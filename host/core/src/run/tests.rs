@@ -211,6 +211,11 @@ fn rerun_from_failed_reruns_exactly_the_failed_part() {
     assert_eq!(d.m.state(), RunState::Failed);
     d.ready.clear();
     d.feed(Input::RerunFailed);
+    // Back in the queue: nothing goes before it is admitted again.
+    assert_eq!(d.m.state(), RunState::Queued);
+    assert_eq!(d.state("b"), TaskState::Queued);
+    assert_eq!(d.ready_names(), Vec::<String>::new());
+    d.feed(Input::Start);
     assert_eq!(d.m.state(), RunState::Running);
     assert_eq!(d.ready_names(), ["b"]);
     assert_eq!(d.state("a"), TaskState::Succeeded);
@@ -230,11 +235,14 @@ fn rerun_one_task_with_and_without_downstream() {
     d.ok("b");
     let a = d.idx("a");
     d.feed(Input::RerunTask { task: a, downstream: false });
+    assert_eq!(d.m.state(), RunState::Queued);
+    d.feed(Input::Start);
     assert_eq!(d.state("b"), TaskState::Succeeded);
     d.ok("a");
     assert_eq!(d.m.state(), RunState::Succeeded);
     assert_eq!(d.ready_names(), Vec::<String>::new(), "b was not rerun");
     d.feed(Input::RerunTask { task: a, downstream: true });
+    d.feed(Input::Start);
     assert_eq!(d.state("b"), TaskState::Pending);
     d.ok("a");
     d.ok("b");
@@ -252,11 +260,35 @@ fn force_success_lets_downstream_proceed() {
     let a = d.idx("a");
     d.feed(Input::ForceSuccess { task: a });
     assert!(d.m.task(a).forced);
+    assert_eq!(d.m.state(), RunState::Queued, "it has tasks to run again: it waits for admission");
+    assert_eq!(d.ready_names(), Vec::<String>::new());
+    d.feed(Input::Start);
     assert_eq!(d.m.state(), RunState::Running);
     assert_eq!(d.ready_names(), ["b"]);
     assert_eq!(d.state("c"), TaskState::Pending);
     d.ok("b");
     d.ok("c");
+    assert_eq!(d.m.state(), RunState::Succeeded);
+}
+
+#[test]
+fn a_rerun_with_nothing_left_to_run_ends_without_admission() {
+    // Forcing the last task's success leaves nothing to run.
+    let yaml = "name: t\ntasks:\n- {name: a, plugin: p}\n- {name: b, plugin: p, depends_on: [a]}\n";
+    let mut d = Driver::new(yaml);
+    d.ok("a");
+    d.fail("b", false);
+    let b = d.idx("b");
+    let actions = d.m.apply(Input::ForceSuccess { task: b }, 0).unwrap();
+    assert_eq!(d.m.state(), RunState::Succeeded);
+    assert!(!actions.iter().any(|a| matches!(a, Action::RunChanged { to: RunState::Queued, .. })));
+    // Rerunning a disabled task skips it at once: the run ends where it is.
+    let yaml = "name: t\ntasks:\n- {name: a, plugin: p}\n- {name: b, plugin: p, depends_on: [a], enabled: false}\n";
+    let mut d = Driver::new(yaml);
+    d.ok("a");
+    assert_eq!(d.m.state(), RunState::Succeeded);
+    d.feed(Input::RerunTask { task: d.idx("b"), downstream: false });
+    assert_eq!(d.state("b"), TaskState::Skipped);
     assert_eq!(d.m.state(), RunState::Succeeded);
 }
 

@@ -167,9 +167,12 @@ impl EngineState {
                     let tenant = run.row.tenant.clone();
                     self.reflush_released(effects, &tenant, &id, now);
                 }
-                // Re-flushed: it waits for its upstream instances again.
-                if self.runs.get(&id).is_some_and(|r| r.machine.state() == dagr_core::RunState::Waiting) {
-                    self.evaluate_waits(effects, &id, now);
+                match self.runs.get(&id).map(|r| r.machine.state()) {
+                    // Re-flushed: it waits for its upstream instances again.
+                    Some(dagr_core::RunState::Waiting) => self.evaluate_waits(effects, &id, now),
+                    // Rerun: it counts against its workflow's limits again.
+                    Some(dagr_core::RunState::Queued) => self.admit_or_wait(effects, &id, now),
+                    _ => {}
                 }
                 CommandOutcome { ok: true, message: format!("{} done", command.kind()) }
             }

@@ -466,7 +466,10 @@ impl EngineState {
                 }
                 Action::RunChanged { from, to } => {
                     run.row.state = to;
-                    if to == RunState::Running && run.row.started_at.is_none() {
+                    // A rerun starts again with the start it had (the run's
+                    // timeout counts from its first start only).
+                    let first_start = to == RunState::Running && run.row.started_at.is_none();
+                    if first_start {
                         run.row.started_at = Some(now);
                         if run.row.kind == dagr_store::RunKind::Schedule {
                             effects.schedule_delays.push(now - run.row.logical_time);
@@ -506,7 +509,7 @@ impl EngineState {
                         wakes.extend(self_wake(&self.watched, tenant, workflow, None, logical, failed));
                     }
                     if from == RunState::Queued
-                        && to == RunState::Running
+                        && first_start
                         && let Some(timeout) = run.machine.workflow().timeout
                     {
                         let at = run.row.started_at.unwrap_or(now) + timeout.as_millis() as i64;

@@ -99,3 +99,52 @@ fn a_run_claimed_again_holds_back_its_workflow_s_admissions_until_it_is_read() {
     assert_eq!(env.run_state(&first), RunState::Succeeded);
     assert_eq!(effects.dispatches.iter().map(|(s, _)| s.key.run_id.clone()).collect::<Vec<_>>(), [second]);
 }
+
+#[test]
+fn a_rerun_waits_for_admission_like_a_new_run() {
+    let mut env = TestEnv::new();
+    env.apply("name: one\nmax_active_runs: 1\ntasks:\n- {name: a, plugin: echo}\n- {name: b, plugin: echo, depends_on: [a]}\n");
+    let first = env.trigger("one");
+    env.step(vec![]);
+    let a = env.in_flight("a");
+    env.fail(&a, dagr_protocol::wire::FailureKind::Fatal);
+    assert_eq!(env.run_state(&first), RunState::Failed);
+    let second = env.trigger("one");
+    env.step(vec![]);
+    let a = env.in_flight("a");
+    assert_eq!(a.run_id, second);
+    // A rerun of the failed run, and a forced success, while the second
+    // runs: the first is queued again, and nothing of it is dispatched.
+    let rerun = env.command(&first, Command::RerunFailed { downstream: false });
+    let effects = env.step(vec![]);
+    assert_eq!(env.outcome(rerun).unwrap()["ok"], true);
+    assert_eq!(env.run_state(&first), RunState::Queued);
+    assert!(dispatched_names(&effects).is_empty(), "over max_active_runs: {:?}", dispatched_names(&effects));
+    // The second ends: the first starts, with the task it reruns.
+    let effects = env.succeed(&a, "{}");
+    assert_eq!(dispatched_names(&effects), ["b"], "the second's b, nothing of the first");
+    let b = env.in_flight("b");
+    let effects = env.succeed(&b, "{}");
+    assert_eq!(env.run_state(&second), RunState::Succeeded);
+    assert_eq!(env.run_state(&first), RunState::Running);
+    assert_eq!(dispatched_names(&effects), ["a"]);
+    let a = env.in_flight("a");
+    assert_eq!(a.run_id, first);
+    env.fail(&a, dagr_protocol::wire::FailureKind::Fatal);
+    // A forced success with the workflow busy waits as well.
+    let third = env.trigger("one");
+    env.step(vec![]);
+    let force = env.command(&first, Command::ForceSuccess { task: "a".into() });
+    let effects = env.step(vec![]);
+    assert_eq!(env.outcome(force).unwrap()["ok"], true);
+    assert_eq!(env.run_state(&first), RunState::Queued);
+    assert!(dispatched_names(&effects).is_empty());
+    let a = env.in_flight("a");
+    assert_eq!(a.run_id, third);
+    env.succeed(&a, "{}");
+    let b = env.in_flight("b");
+    let effects = env.succeed(&b, "{}");
+    assert_eq!(env.run_state(&third), RunState::Succeeded);
+    assert_eq!(dispatched_names(&effects), ["b"], "the forced run goes on once it is admitted");
+    assert_eq!(env.in_flight("b").run_id, first);
+}

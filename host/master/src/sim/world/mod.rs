@@ -610,20 +610,18 @@ impl World {
         self.store.create_run(new);
         self.triggered += 1;
         self.note(|| format!("run {id} triggered"));
-        // Reruns and forced successes start a run without admission: not
-        // on runs whose workflow limits its active runs.
-        self.operate_on(&id, name == "chain");
+        self.operate_on(&id);
     }
 
     /// Now and then, an operator acts on a run while it goes: kills it,
     /// pauses and resumes it, marks it failed, reruns what failed, or
     /// forces a task's success.
-    fn operate_on(&mut self, id: &str, reruns: bool) {
+    fn operate_on(&mut self, id: &str) {
         if !self.rng.chance(self.config.operator) {
             return;
         }
         let at = self.now + self.rng.between(50, 5_000);
-        let (first, then) = match self.rng.pick(if reruns { 5 } else { 2 }) {
+        let (first, then) = match self.rng.pick(5) {
             0 => (Command::Kill, None),
             1 => (Command::Pause, Some(Command::Resume)),
             2 => (Command::MarkFailed, Some(Command::RerunFailed { downstream: false })),
