@@ -115,6 +115,7 @@ fn validate_limits(limits: &TenantLimits) -> ApiResult<()> {
         ("max_duration_ms", limits.max_duration_ms, big),
         ("max_concurrent", limits.max_concurrent.map(u64::from), small),
         ("runs_per_minute", limits.runs_per_minute.map(u64::from), small),
+        ("max_unfinished_runs", limits.max_unfinished_runs.map(u64::from), small),
         ("scratch_bytes", limits.scratch_bytes, big),
     ];
     for (field, value, max) in numbers {
@@ -222,6 +223,29 @@ pub(crate) async fn check_run_rate(state: &ApiState, tenant: &str) -> ApiResult<
             "tenant `{tenant}` may start {limit} runs per minute (limit runs_per_minute); try again in {retry_after}s"
         ),
         retry_after,
+    })
+}
+
+/// Refuses a backfill that would take the tenant past its unfinished runs'
+/// limit (`max_unfinished_runs`, else `[api] max_unfinished_runs`): every
+/// unfinished run is held by a master, in memory, so a tenant's backfills
+/// may not pile up without bound. Counted in the store (two backfills
+/// racing at the very edge may both pass).
+pub(crate) async fn check_unfinished_runs(state: &ApiState, tenant: &str, adding: usize) -> ApiResult<()> {
+    let (limit, name) = match tenant_limits(state, tenant).await?.and_then(|l| l.max_unfinished_runs) {
+        Some(n) => (n as usize, "the tenant's limit max_unfinished_runs"),
+        None => (state.config.max_unfinished_runs, "[api] max_unfinished_runs"),
+    };
+    let unfinished = usize::try_from(state.store.count_unfinished_runs(tenant).await?).unwrap_or(0);
+    if unfinished.saturating_add(adding) <= limit {
+        return Ok(());
+    }
+    Err(AppError::RateLimited {
+        message: format!(
+            "tenant `{tenant}` has {unfinished} unfinished runs; this backfill's {adding} would pass {limit} \
+             ({name}): wait for runs to end, or backfill a shorter range"
+        ),
+        retry_after: 60,
     })
 }
 

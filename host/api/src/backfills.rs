@@ -83,7 +83,9 @@ async fn backfill_downstream(
             return Err(AppError::bad_at(
                 "invalid_backfill",
                 "include_downstream",
-                format!("with its downstream workflows the backfill covers more than {limit} runs; split it"),
+                format!(
+                    "with its downstream workflows the backfill covers more than {limit} runs (the limit `[api] max_backfill_runs`); split it"
+                ),
             ));
         }
         restore_cycles(state, tenant, &name, from, to).await?;
@@ -142,7 +144,12 @@ async fn backfill_downstream(
 /// times, or one per day without a schedule), run `parallel` at a time.
 #[utoipa::path(
     post, path = "/v1/backfills", tag = "backfills", request_body = BackfillRequest,
-    responses((status = 201, body = BackfillView), (status = 400, body = ApiError), (status = 404, body = ApiError))
+    responses(
+        (status = 201, body = BackfillView),
+        (status = 400, body = ApiError),
+        (status = 404, body = ApiError),
+        (status = 429, body = ApiError, description = "The tenant's unfinished runs would pass max_unfinished_runs"),
+    )
 )]
 pub async fn create_backfill(
     State(state): State<ApiState>,
@@ -170,6 +177,7 @@ pub async fn create_backfill(
             "the range contains no logical time of the workflow's schedule",
         ));
     }
+    crate::admin::check_unfinished_runs(&state, &tenant.0, times.len()).await?;
     let id = uuid::Uuid::now_v7().to_string();
     let now = now_ms();
     let backfill = BackfillRow {

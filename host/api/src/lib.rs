@@ -93,8 +93,11 @@ pub struct ApiConfig {
     pub action_wait: Duration,
     /// Longest a `wait=true` job request may wait.
     pub max_job_wait: Duration,
-    /// Most runs one backfill may create.
+    /// Most runs one backfill may create (`[api] max_backfill_runs`).
     pub max_backfill_runs: usize,
+    /// A tenant's unfinished runs past which a backfill is refused, unless
+    /// the tenant has its own limit (`[api] max_unfinished_runs`).
+    pub max_unfinished_runs: usize,
     /// Most tasks an ad-hoc job may have.
     pub max_job_tasks: usize,
     /// Plugin uploads (their own size limit; `max_body_bytes` does not apply).
@@ -128,6 +131,7 @@ impl Default for ApiConfig {
             action_wait: Duration::from_secs(10),
             max_job_wait: Duration::from_secs(600),
             max_backfill_runs: 10_000,
+            max_unfinished_runs: 100_000,
             max_job_tasks: 100,
             uploads: UploadConfig::default(),
             // A key that lives as long as the process: only for an API whose

@@ -502,6 +502,8 @@ pub fn api_config(
         webhooks_allow_private: settings.webhooks_allow_private,
         max_webhooks: settings.webhooks_per_tenant,
         max_event_streams: settings.max_event_streams,
+        max_backfill_runs: settings.max_backfill_runs,
+        max_unfinished_runs: settings.max_unfinished_runs,
         event_buffer: settings.event_buffer as usize,
         ui_session: settings.ui_session,
         ui_secure_cookie: settings.ui_secure_cookie,

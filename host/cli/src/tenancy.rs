@@ -36,6 +36,9 @@ pub struct LimitArgs {
     /// Runs (manual and jobs) the tenant may start per minute.
     #[arg(long, value_name = "N")]
     runs_per_minute: Option<u32>,
+    /// Unfinished runs the tenant may have before a new backfill is refused.
+    #[arg(long, value_name = "N")]
+    max_unfinished_runs: Option<u32>,
     /// Most scratch disk of one attempt, e.g. 64MiB.
     #[arg(long, value_name = "BYTES")]
     scratch: Option<String>,
@@ -62,6 +65,9 @@ impl LimitArgs {
         if let Some(n) = self.runs_per_minute {
             fields.insert("runs_per_minute".into(), json!(n));
         }
+        if let Some(n) = self.max_unfinished_runs {
+            fields.insert("max_unfinished_runs".into(), json!(n));
+        }
         if let Some(text) = &self.scratch {
             fields.insert("scratch_bytes".into(), json!(bytes("scratch", text)?));
         }
@@ -77,6 +83,7 @@ pub enum Limit {
     MaxDuration,
     MaxConcurrent,
     RunsPerMinute,
+    MaxUnfinishedRuns,
     Scratch,
 }
 
@@ -88,6 +95,7 @@ impl Limit {
             Limit::MaxDuration => "max_duration_ms",
             Limit::MaxConcurrent => "max_concurrent",
             Limit::RunsPerMinute => "runs_per_minute",
+            Limit::MaxUnfinishedRuns => "max_unfinished_runs",
             Limit::Scratch => "scratch_bytes",
         }
     }
@@ -263,12 +271,16 @@ fn print_tenants(tenants: &[TenantView]) {
                 l.max_duration_ms.map(|ms| format_duration(Duration::from_millis(ms))).unwrap_or_else(|| "-".into()),
                 l.max_concurrent.map(|n| n.to_string()).unwrap_or_else(|| "-".into()),
                 l.runs_per_minute.map(|n| n.to_string()).unwrap_or_else(|| "-".into()),
+                l.max_unfinished_runs.map(|n| n.to_string()).unwrap_or_else(|| "-".into()),
                 bytes(l.scratch_bytes),
                 if l.allow_hosts.is_empty() { "none".into() } else { l.allow_hosts.join(" ") },
             ]
         })
         .collect();
-    print!("{}", table(&["TENANT", "MEMORY", "DURATION", "CONCURRENT", "RUNS/MIN", "SCRATCH", "NETWORK"], rows));
+    print!(
+        "{}",
+        table(&["TENANT", "MEMORY", "DURATION", "CONCURRENT", "RUNS/MIN", "UNFINISHED", "SCRATCH", "NETWORK"], rows)
+    );
 }
 
 async fn token(api: &Api, cmd: TokenCommand) -> anyhow::Result<ExitCode> {

@@ -33,6 +33,8 @@
 //! max_depth = 64             # nesting of a body or definition, at most 120
 //! event_poll = "50ms"        # how often the API looks for new events to stream
 //! max_event_streams = 1000   # event streams (GET /v1/events as SSE) open at once
+//! max_backfill_runs = 10000  # runs one backfill may create
+//! max_unfinished_runs = 100000  # a tenant's unfinished runs past which a backfill is refused
 //! event_buffer = "32MiB"     # newest events kept in memory for the streams (1MiB–1GiB)
 //! ui_session = "12h"         # how long a web UI sign-in lasts
 //! ui_secure_cookie = false   # mark the UI's session cookie Secure (dagr behind HTTPS)
@@ -191,6 +193,8 @@ pub struct Settings {
     pub max_depth: usize,
     pub event_poll: Duration,
     pub max_event_streams: usize,
+    pub max_backfill_runs: usize,
+    pub max_unfinished_runs: usize,
     pub event_buffer: u64,
     pub ui_session: Duration,
     pub ui_secure_cookie: bool,
@@ -393,6 +397,14 @@ impl Config {
             },
             max_event_streams: match self.api.max_event_streams {
                 0 => return Err(err("api.max_event_streams", "must be at least 1".into())),
+                n => n,
+            },
+            max_backfill_runs: match self.api.max_backfill_runs {
+                0 => return Err(err("api.max_backfill_runs", "must be at least 1".into())),
+                n => n,
+            },
+            max_unfinished_runs: match self.api.max_unfinished_runs {
+                0 => return Err(err("api.max_unfinished_runs", "must be at least 1".into())),
                 n => n,
             },
             event_buffer: match bytes("api.event_buffer", &self.api.event_buffer)? {

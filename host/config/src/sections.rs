@@ -518,6 +518,13 @@ pub struct ApiConfig {
     pub event_poll: String,
     /// Event streams open at once; one more is refused (429).
     pub max_event_streams: usize,
+    /// Most runs one backfill may create (with its downstream workflows').
+    pub max_backfill_runs: usize,
+    /// A tenant's unfinished runs (queued, waiting, running, paused) past
+    /// which a new backfill is refused (429); a tenant's own limit
+    /// (`max_unfinished_runs`) replaces it. Every unfinished run is held
+    /// by a master, in memory.
+    pub max_unfinished_runs: usize,
     /// The newest events the API keeps in memory for its event streams
     /// (their frames, in bytes); a stream further behind reads the store.
     #[serde(deserialize_with = "text")]
@@ -537,6 +544,8 @@ impl Default for ApiConfig {
             max_depth: dagr_core::document::DEFAULT_MAX_DEPTH,
             event_poll: "50ms".into(),
             max_event_streams: 1000,
+            max_backfill_runs: 10_000,
+            max_unfinished_runs: 100_000,
             event_buffer: "32MiB".into(),
             ui_session: "12h".into(),
             ui_secure_cookie: false,

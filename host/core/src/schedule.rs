@@ -221,7 +221,9 @@ pub fn backfill_times(
                 }
                 times.push(next);
                 if times.len() > limit {
-                    return Err(format!("the range covers more than {limit} runs; split it"));
+                    return Err(format!(
+                        "the range covers more than {limit} runs (the limit `[api] max_backfill_runs`); split it"
+                    ));
                 }
                 t = next;
             }
@@ -231,7 +233,9 @@ pub fn backfill_times(
             while t <= to {
                 times.push(t);
                 if times.len() > limit {
-                    return Err(format!("the range covers more than {limit} runs; split it"));
+                    return Err(format!(
+                        "the range covers more than {limit} runs (the limit `[api] max_backfill_runs`); split it"
+                    ));
                 }
                 t += chrono::Duration::days(1);
             }

@@ -38,6 +38,12 @@ pub struct TenantLimits {
     #[serde(default)]
     #[schema(minimum = 1, maximum = 2147483647)]
     pub runs_per_minute: Option<u32>,
+    /// Unfinished runs (queued, waiting, running, paused) the tenant may
+    /// have before a new backfill is refused (429); default `[api]
+    /// max_unfinished_runs`.
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 2147483647)]
+    pub max_unfinished_runs: Option<u32>,
     /// Most bytes one attempt may keep in its scratch directory.
     #[serde(default)]
     #[schema(minimum = 1, maximum = 9223372036854775807_i64)]

@@ -348,6 +348,16 @@ async fn tenancy(store: &dyn Store, p: &str) -> Result<()> {
     check(recent == RecentRuns { count: 1, oldest: Some(2000) }, "only runs since the time")?;
     let none = store.count_runs_since(&other, &manual_and_jobs, 0).await?;
     check(none == RecentRuns { count: 0, oldest: None }, "runs of another tenant are not counted")?;
+
+    check(store.count_unfinished_runs(&name).await? == 3, "three queued runs are unfinished")?;
+    check(store.count_unfinished_runs(&other).await? == 0, "another tenant's runs are not counted")?;
+    let end = |id: &str, state: RunState| WriteBatch {
+        runs: vec![RunWrite { id: format!("{p}rate-{id}"), state, started_at: None, finished_at: None, updated_at: 9 }],
+        ..Default::default()
+    };
+    store.commit(end("m1", RunState::Succeeded)).await?;
+    store.commit(end("j1", RunState::Running)).await?;
+    check(store.count_unfinished_runs(&name).await? == 2, "an ended run is not counted, a running one is")?;
     Ok(())
 }
 

@@ -253,6 +253,17 @@ impl TenancyStore for SqlStore {
         let row = query.fetch_one(&self.read).await?;
         Ok(RecentRuns { count: row.try_get("n")?, oldest: row.try_get("oldest")? })
     }
+
+    async fn count_unfinished_runs(&self, tenant: &str) -> Result<i64> {
+        // The predicate as `runs_unfinished` has it, so that the index serves.
+        let row = sqlx::query(
+            "SELECT COUNT(*) AS n FROM runs WHERE tenant = $1 AND state IN ('queued', 'waiting', 'running', 'paused')",
+        )
+        .bind(tenant)
+        .fetch_one(&self.read)
+        .await?;
+        Ok(row.try_get("n")?)
+    }
 }
 
 /// The insert of one audit entry (with `?` placeholders).

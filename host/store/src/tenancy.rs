@@ -138,4 +138,7 @@ pub trait TenancyStore: Send + Sync {
 
     /// The tenant's runs of these kinds created at or after `since_ms`.
     async fn count_runs_since(&self, tenant: &str, kinds: &[RunKind], since_ms: i64) -> Result<RecentRuns>;
+    /// The tenant's runs that have not ended (waiting, queued, running,
+    /// paused).
+    async fn count_unfinished_runs(&self, tenant: &str) -> Result<i64>;
 }

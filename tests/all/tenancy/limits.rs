@@ -40,6 +40,58 @@ async fn runs_per_minute_answers_429_with_retry_after() {
     client.expect(Method::PATCH, "/v1/tenants/busy", &admin, body, StatusCode::OK).await;
     client.expect(Method::POST, "/v1/workflows/quick/runs", &token, Body::Json(json!({})), StatusCode::CREATED).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backfills_stop_at_the_tenants_unfinished_runs() {
+    let _serial = serial().await;
+    let server = own_server().await;
+    let client = Api::anonymous(&server.base_url());
+    let admin = server.admin_token();
+    let token = tenant_with_token(&client, &admin, "piled", json!({"max_unfinished_runs": 4})).await;
+    // One run at a time, each a long nap: a backfill's runs stay unfinished.
+    let definition = "name: nap\nmax_active_runs: 1\ntasks:\n- {name: t, plugin: sleep, params: {ms: 60000}}\n";
+    client.expect(Method::POST, "/v1/workflows", &token, Body::Text(definition.into()), StatusCode::CREATED).await;
+    let backfill = |from: &str, to: &str| Body::Json(json!({"workflow": "nap", "from": from, "to": to}));
+    // Five days are more than the four the tenant may have unfinished.
+    let answer = client.send(Method::POST, "/v1/backfills", &token, backfill("2026-01-01", "2026-01-05")).await;
+    assert_eq!(answer.status, StatusCode::TOO_MANY_REQUESTS, "{}", answer.text);
+    let error = answer.json();
+    assert!(error["message"].as_str().unwrap().contains("max_unfinished_runs"), "{error}");
+    assert!(answer.retry_after.is_some(), "a 429 says when to try again");
+    let runs = client.expect(Method::GET, "/v1/runs", &token, Body::None, StatusCode::OK).await;
+    assert_eq!(runs["runs"].as_array().unwrap().len(), 0, "nothing of it was made: {runs}");
+    // Three fit; then one more does, two more do not.
+    client
+        .expect(Method::POST, "/v1/backfills", &token, backfill("2026-01-01", "2026-01-03"), StatusCode::CREATED)
+        .await;
+    let answer = client.send(Method::POST, "/v1/backfills", &token, backfill("2026-02-01", "2026-02-02")).await;
+    assert_eq!(answer.status, StatusCode::TOO_MANY_REQUESTS, "{}", answer.text);
+    assert!(answer.json()["message"].as_str().unwrap().contains("has 3 unfinished runs"), "{}", answer.text);
+    client
+        .expect(Method::POST, "/v1/backfills", &token, backfill("2026-02-01", "2026-02-01"), StatusCode::CREATED)
+        .await;
+    // The limit is the tenant's: another tenant backfills as it likes.
+    let own = server.token();
+    client.expect(Method::POST, "/v1/workflows", &own, Body::Text(definition.into()), StatusCode::CREATED).await;
+    client.expect(Method::POST, "/v1/backfills", &own, backfill("2026-01-01", "2026-01-05"), StatusCode::CREATED).await;
+    // Runs that end make room again.
+    let runs = client.expect(Method::GET, "/v1/runs", &token, Body::None, StatusCode::OK).await;
+    for run in runs["runs"].as_array().unwrap() {
+        let id = run["id"].as_str().unwrap();
+        client.send(Method::POST, &format!("/v1/runs/{id}/kill"), &token, Body::None).await;
+    }
+    let mut left = 0;
+    for _ in 0..200 {
+        let answer = client.send(Method::POST, "/v1/backfills", &token, backfill("2026-03-01", "2026-03-04")).await;
+        if answer.status == StatusCode::CREATED {
+            return;
+        }
+        assert_eq!(answer.status, StatusCode::TOO_MANY_REQUESTS, "{}", answer.text);
+        left += 1;
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("the killed runs did not make room ({left} refusals)");
+}
 // Quotas ----------------------------------------------------------------------------------
 
 /// Runs a one-plugin job to its end; returns its single task's last

@@ -1,6 +1,7 @@
 //! Tenancy against a real `dagr serve`: authentication and isolation on
 //! every route, tokens kept only as hashes, secrets that never come back
-//! out, the runs-per-minute limit, admin-only routes, and the CLI verbs.
+//! out, the runs-per-minute and unfinished-runs limits, admin-only routes,
+//! and the CLI verbs.
 //!
 //! The isolation matrix is generated from `dagr_api::routes()`, the router's
 //! own route table: every route is called with no token, a malformed one,

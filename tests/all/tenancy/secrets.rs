@@ -119,6 +119,8 @@ fn cli_manages_tenants_tokens_secrets_and_reads_the_audit() {
         "api.example.org",
         "--runs-per-minute",
         "5",
+        "--max-unfinished-runs",
+        "700",
         "--max-memory",
         "256MiB",
         "--max-duration",
@@ -131,7 +133,7 @@ fn cli_manages_tenants_tokens_secrets_and_reads_the_audit() {
     let list = expect_ok(&as_admin(&["tenant", "list"]), "dagr tenant list");
     let row = list.lines().find(|l| l.starts_with("team ")).unwrap_or_else(|| panic!("{list}"));
     let cells: Vec<&str> = row.split_whitespace().collect();
-    assert_eq!(cells, ["team", "-", "10m", "3", "5", "-", "api.example.org"], "{list}");
+    assert_eq!(cells, ["team", "-", "10m", "3", "5", "700", "-", "api.example.org"], "{list}");
     // A tenant token may not manage tenants.
     let out = server.cli(&["tenant", "list"]);
     assert_eq!(out.status.code(), Some(1));
