@@ -603,11 +603,11 @@ impl RunMachine {
         out
     }
 
-    /// Resets tasks to pending and runs the run again.
-    /// Runs `set` again. A finished run goes back to the queue: it counts
-    /// against its workflow's `max_active_runs` (and its backfill's
-    /// parallelism) again, so it waits for admission like a new run, and
-    /// the tasks that may go are queued for when it starts.
+    /// Resets `set` to pending and runs it again. A finished run goes back
+    /// to the queue: it counts against its workflow's `max_active_runs`
+    /// (and its backfill's parallelism) again, so it waits for admission
+    /// like a new run, and the tasks that may go are queued for when it
+    /// starts.
     fn reset(&mut self, set: Vec<usize>) {
         let reopened = self.reopen();
         self.reset_tasks(set);
