@@ -427,9 +427,15 @@ async fn many_runs_in_one_batch(store: &dyn Store, p: &str) -> Result<()> {
     for (i, id) in ids.iter().enumerate() {
         let i = i as i64;
         // Started, then (for every other run) finished in the same batch,
-        // the second write naming a later start that must not win.
+        // the second write naming no start (the first's stays); every
+        // fifth run is then reopened and started again (a rerun): the
+        // later start wins.
         runs.push(write(id, RunState::Running, Some(100 + i), None, 200 + i));
         if i % 2 == 0 {
+            runs.push(write(id, RunState::Succeeded, None, Some(300 + i), 300 + i));
+        }
+        if i % 10 == 0 {
+            runs.push(write(id, RunState::Queued, None, None, 300 + i));
             runs.push(write(id, RunState::Succeeded, Some(999), Some(300 + i), 300 + i));
         }
     }
@@ -447,12 +453,13 @@ async fn many_runs_in_one_batch(store: &dyn Store, p: &str) -> Result<()> {
         let row = store.get_run(id).await?.ok_or_else(|| Error::Invalid(format!("{id} missing")))?;
         let (state, finished, updated) =
             if i % 2 == 0 { (RunState::Succeeded, Some(300 + i), 300 + i) } else { (RunState::Running, None, 200 + i) };
+        let started = if i % 10 == 0 { 999 } else { 100 + i };
         check(
             row.state == state
-                && row.started_at == Some(100 + i)
+                && row.started_at == Some(started)
                 && row.finished_at == finished
                 && row.updated_at == updated,
-            &format!("run {id} as its last write left it, started at its first start: {row:?}"),
+            &format!("run {id} as its last write left it, started at the last start named: {row:?}"),
         )?;
     }
     let pending = store.pending_commands(0, 100_000).await?;

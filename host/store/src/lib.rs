@@ -450,6 +450,8 @@ pub struct RunFilter {
 pub struct RunWrite {
     pub id: String,
     pub state: RunState,
+    /// When the run started (its latest life, after a rerun); `None`
+    /// keeps the stored start.
     pub started_at: Option<i64>,
     pub finished_at: Option<i64>,
     pub updated_at: i64,

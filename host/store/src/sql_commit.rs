@@ -185,7 +185,7 @@ impl SqlStore {
         script.keyed_updates(
             "runs",
             "id",
-            &["state = {}", "started_at = COALESCE(started_at, {})", "finished_at = {}", "updated_at = {}"],
+            &["state = {}", "started_at = COALESCE({}, started_at)", "finished_at = {}", "updated_at = {}"],
             run_updates(&batch.runs),
         );
 
@@ -537,13 +537,13 @@ fn push_run_rows(script: &mut Script, new: &NewRun, command: Option<&EncodedComm
 
 /// One row per run for a multi-row update, as the one-row updates one after
 /// another would leave it: the run's id, then the last write's state, the
-/// first start any of the writes names (`COALESCE` keeps a start once
-/// set), the last write's finish and time.
+/// last start any of the writes names (a write without one keeps the
+/// stored start: `COALESCE`), the last write's finish and time.
 fn run_updates(runs: &[RunWrite]) -> Vec<(Arg, Vec<Arg>)> {
-    let mut first_start: HashMap<&str, i64> = HashMap::new();
+    let mut last_start: HashMap<&str, i64> = HashMap::new();
     for run in runs {
         if let Some(at) = run.started_at {
-            first_start.entry(run.id.as_str()).or_insert(at);
+            last_start.insert(run.id.as_str(), at);
         }
     }
     last_of_each(runs, |r| r.id.as_str())
@@ -552,7 +552,7 @@ fn run_updates(runs: &[RunWrite]) -> Vec<(Arg, Vec<Arg>)> {
         .map(|run| {
             let values = vec![
                 Arg::Text(run.state.as_str().into()),
-                Arg::OptI64(first_start.get(run.id.as_str()).copied()),
+                Arg::OptI64(last_start.get(run.id.as_str()).copied()),
                 Arg::OptI64(run.finished_at),
                 Arg::I64(run.updated_at),
             ];

@@ -157,8 +157,8 @@ impl Script {
     /// (…)` over `rows` (each a key and a value per entry of `sets`), in
     /// statements of a power of two of rows (at most
     /// [`KEYED_UPDATE_ROWS`]). Each of `sets` assigns one column, `{}`
-    /// standing for its `CASE` (e.g. `started_at = COALESCE(started_at,
-    /// {})`). One statement for many rows, whose texts recur, planned as
+    /// standing for its `CASE` (e.g. `started_at = COALESCE({},
+    /// started_at)`). One statement for many rows, whose texts recur, planned as
     /// the one-row update is (by the key's index), where PostgreSQL may
     /// plan a join to a `VALUES` list as a hash join over the whole table.
     /// A key must appear once in `rows`.

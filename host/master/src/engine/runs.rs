@@ -60,6 +60,9 @@ pub(crate) struct ActiveRun {
     /// Its machine's actions past a step's budget, in order, to carry out
     /// in the next steps (see [`EngineState::absorb`]).
     pub backlog: VecDeque<Action>,
+    /// A finished run rerun: `row.started_at` is its new life's start
+    /// (none until it is admitted again), not its first.
+    pub reopened: bool,
 }
 
 impl ActiveRun {
@@ -215,7 +218,13 @@ impl EngineState {
             }
         };
         self.counters.runs_claimed += 1;
-        let LoadedRun { row, workflow, backfill_parallel, running, .. } = loaded;
+        let LoadedRun { mut row, workflow, backfill_parallel, running, .. } = loaded;
+        // Queued or waiting with a start: a rerun not admitted yet. The
+        // store has its last life's start; this life has none yet.
+        let reopened = matches!(row.state, RunState::Queued | RunState::Waiting) && row.started_at.is_some();
+        if reopened {
+            row.started_at = None;
+        }
         let id: Arc<str> = Arc::from(row.id.as_str());
         for (task, e) in extra.iter().enumerate() {
             match machine.task(task).state {
@@ -245,6 +254,7 @@ impl EngineState {
             absent: Set::default(),
             backfill_parallel,
             backlog: VecDeque::new(),
+            reopened,
         };
         if matches!(run.machine.state(), RunState::Running | RunState::Paused) {
             self.count_active(&run, 1);
@@ -466,12 +476,18 @@ impl EngineState {
                 }
                 Action::RunChanged { from, to } => {
                     run.row.state = to;
-                    // A rerun starts again with the start it had (the run's
-                    // timeout counts from its first start only).
-                    let first_start = to == RunState::Running && run.row.started_at.is_none();
-                    if first_start {
+                    // A finished run reopened (a rerun) starts a new life:
+                    // its start, and the timeout counted from it, come when
+                    // it is admitted again (the store keeps the last start
+                    // until then).
+                    if from.is_terminal() && !to.is_terminal() {
+                        run.row.started_at = None;
+                        run.reopened = true;
+                    }
+                    let starts = to == RunState::Running && run.row.started_at.is_none();
+                    if starts {
                         run.row.started_at = Some(now);
-                        if run.row.kind == dagr_store::RunKind::Schedule {
+                        if run.row.kind == dagr_store::RunKind::Schedule && !run.reopened {
                             effects.schedule_delays.push(now - run.row.logical_time);
                         }
                     }
@@ -509,7 +525,7 @@ impl EngineState {
                         wakes.extend(self_wake(&self.watched, tenant, workflow, None, logical, failed));
                     }
                     if from == RunState::Queued
-                        && first_start
+                        && starts
                         && let Some(timeout) = run.machine.workflow().timeout
                     {
                         let at = run.row.started_at.unwrap_or(now) + timeout.as_millis() as i64;

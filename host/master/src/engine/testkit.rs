@@ -460,7 +460,7 @@ impl FakeStore {
         for w in batch.runs.iter().filter(|w| !stale.contains(w.id.as_str())) {
             if let Some(r) = self.runs.get_mut(&w.id) {
                 r.state = w.state;
-                r.started_at = r.started_at.or(w.started_at);
+                r.started_at = w.started_at.or(r.started_at);
                 r.finished_at = w.finished_at;
                 r.updated_at = w.updated_at;
             }

@@ -148,3 +148,68 @@ fn a_rerun_waits_for_admission_like_a_new_run() {
     assert_eq!(dispatched_names(&effects), ["b"], "the forced run goes on once it is admitted");
     assert_eq!(env.in_flight("b").run_id, first);
 }
+
+#[test]
+fn a_reruns_timeout_counts_from_its_new_start_also_after_a_takeover() {
+    let mut env = TestEnv::new();
+    env.apply("name: timed\nmax_active_runs: 1\ntimeout: 10s\ntasks:\n- {name: a, plugin: echo}\n");
+    let first = env.trigger("timed");
+    env.step(vec![]);
+    let started = env.store.runs[&first].started_at.unwrap();
+    env.advance(1_000);
+    let a = env.in_flight("a");
+    env.fail(&a, dagr_protocol::wire::FailureKind::Fatal);
+    // Rerun 5 s later, while another run holds the workflow's one place.
+    env.advance(4_000);
+    let second = env.trigger("timed");
+    env.step(vec![]);
+    env.command(&first, Command::RerunFailed { downstream: false });
+    env.step(vec![]);
+    assert_eq!(env.run_state(&first), RunState::Queued);
+    assert_eq!(env.store.runs[&first].started_at, Some(started), "the store keeps the last start meanwhile");
+    // Taken over by a fresh engine while the rerun waits.
+    let config = crate::EngineConfig { node_id: "m2".into(), ..crate::EngineConfig::default() };
+    env.state = crate::engine::EngineState::new(&config, env.now);
+    env.node = "m2".into();
+    let all: std::collections::HashSet<u32> = (0..dagr_protocol::SLOTS).collect();
+    env.step(vec![Input::Workers(vec![crate::engine::testkit::worker("w1", 8)]), Input::Ownership(all)]);
+    // The second run ends 7 s after the first's first start: the rerun goes.
+    env.advance(2_000);
+    let a = env.in_flight("a");
+    assert_eq!(a.run_id, second);
+    env.succeed(&a, "{}");
+    assert_eq!(env.run_state(&first), RunState::Running);
+    let restarted = env.store.runs[&first].started_at.unwrap();
+    assert_eq!(restarted, started + 7_000, "its start is the new life's");
+    // Past the first life's deadline: it goes on.
+    env.advance(4_000);
+    env.step(vec![]);
+    assert_eq!(env.run_state(&first), RunState::Running, "not timed out from its first start");
+    // Past its own: it times out.
+    env.advance(6_000);
+    env.step(vec![]);
+    assert_eq!(env.run_state(&first), RunState::Failed);
+    assert!(env.store.events.iter().any(|e| e.kind == "run.timeout" && e.run_id.as_deref() == Some(first.as_str())));
+}
+
+#[test]
+fn a_timer_of_a_runs_earlier_life_does_not_end_its_rerun() {
+    let mut env = TestEnv::new();
+    env.apply("name: timed\ntimeout: 10s\ntasks:\n- {name: a, plugin: echo}\n");
+    let run = env.trigger("timed");
+    env.step(vec![]);
+    let a = env.in_flight("a");
+    env.advance(1_000);
+    env.fail(&a, dagr_protocol::wire::FailureKind::Fatal);
+    env.advance(4_000);
+    env.command(&run, Command::RerunFailed { downstream: false });
+    env.step(vec![]);
+    assert_eq!(env.run_state(&run), RunState::Running);
+    // The first life's timer comes due at 10 s: the rerun started at 5 s.
+    env.advance(6_000);
+    env.step(vec![]);
+    assert_eq!(env.run_state(&run), RunState::Running);
+    env.advance(5_000);
+    env.step(vec![]);
+    assert_eq!(env.run_state(&run), RunState::Failed, "its own timeout, 10 s after its new start");
+}

@@ -127,6 +127,12 @@ impl EngineState {
                         continue;
                     }
                     let limit = active.machine.workflow().timeout.unwrap_or_default();
+                    // Armed in an earlier life of a run since rerun: its
+                    // timeout counts from its latest start.
+                    let due = active.row.started_at.map(|at| at + limit.as_millis() as i64);
+                    if due.is_none_or(|due| now < due) {
+                        continue;
+                    }
                     let message = format!(
                         "the run did not finish within its timeout of {}",
                         dagr_core::units::format_duration(limit)
