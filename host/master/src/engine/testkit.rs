@@ -575,6 +575,15 @@ impl TestEnv {
         env
     }
 
+    /// A fresh engine, `config`'s node, takes over from the one that ran
+    /// (as after its death), with the given workers and every slot; the
+    /// store stays.
+    pub fn take_over(&mut self, config: EngineConfig, workers: Vec<WorkerInfo>) -> Effects {
+        self.state = EngineState::new(&config, self.now);
+        self.node = config.node_id;
+        self.step(vec![Input::Workers(workers), Input::Ownership((0..dagr_protocol::SLOTS).collect())])
+    }
+
     /// Validates a definition and makes it a live workflow of [`TENANT`].
     pub fn apply(&mut self, yaml: &str) -> Arc<Workflow> {
         let spec = dagr_core::WorkflowSpec::parse(yaml, Format::Yaml).unwrap_or_else(|e| panic!("{e}"));

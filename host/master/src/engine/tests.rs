@@ -691,10 +691,7 @@ fn a_paused_run_taken_over_and_resumed_retries_its_tasks() {
     env.succeed(&a, "{}");
     // Taken over by a fresh engine.
     let config = crate::EngineConfig { node_id: "m2".into(), ..crate::EngineConfig::default() };
-    env.state = crate::engine::EngineState::new(&config, env.now);
-    env.node = "m2".into();
-    let all: std::collections::HashSet<u32> = (0..dagr_protocol::SLOTS).collect();
-    env.step(vec![Input::Workers(vec![worker("w1", 8)]), Input::Ownership(all)]);
+    env.take_over(config, vec![worker("w1", 8)]);
     env.command(&run, Command::Resume);
     env.step(vec![]);
     let b = env.in_flight("b");

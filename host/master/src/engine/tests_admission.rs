@@ -169,10 +169,7 @@ fn a_reruns_timeout_counts_from_its_new_start_also_after_a_takeover() {
     assert_eq!(env.store.runs[&first].started_at, Some(started), "the store keeps the last start meanwhile");
     // Taken over by a fresh engine while the rerun waits.
     let config = crate::EngineConfig { node_id: "m2".into(), ..crate::EngineConfig::default() };
-    env.state = crate::engine::EngineState::new(&config, env.now);
-    env.node = "m2".into();
-    let all: std::collections::HashSet<u32> = (0..dagr_protocol::SLOTS).collect();
-    env.step(vec![Input::Workers(vec![crate::engine::testkit::worker("w1", 8)]), Input::Ownership(all)]);
+    env.take_over(config, vec![crate::engine::testkit::worker("w1", 8)]);
     // The second run ends 7 s after the first's first start: the rerun goes.
     env.advance(2_000);
     let a = env.in_flight("a");

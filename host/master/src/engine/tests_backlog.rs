@@ -9,7 +9,6 @@ use std::collections::HashMap;
 use dagr_protocol::commands::Command;
 use dagr_store::{RunState, TaskState};
 
-use crate::engine::effects::Input;
 use crate::engine::testkit::{TestEnv, worker};
 
 const BUDGET: usize = 10;
@@ -143,10 +142,7 @@ fn a_restart_decides_again_what_waited_in_the_backlog() {
     assert!(stored(&env, &run, TaskState::Pending) > 0);
     // The master dies with its backlog; a fresh one takes the run over.
     let config = crate::EngineConfig { node_id: "m2".into(), step_task_changes: BUDGET, ..Default::default() };
-    env.state = crate::engine::EngineState::new(&config, env.now);
-    env.node = "m2".into();
-    let all: std::collections::HashSet<u32> = (0..dagr_protocol::SLOTS).collect();
-    env.step(vec![Input::Workers(vec![worker("w1", 4)]), Input::Ownership(all)]);
+    env.take_over(config, vec![worker("w1", 4)]);
     for _ in 0..10 {
         env.step(vec![]);
     }
