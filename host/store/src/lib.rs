@@ -25,6 +25,7 @@ pub mod archive;
 pub mod conformance;
 mod conformance_archive;
 mod conformance_outer;
+mod conformance_tenancy;
 mod logs;
 mod migrations;
 #[cfg(test)]
