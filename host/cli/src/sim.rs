@@ -153,8 +153,8 @@ fn many(args: &SimArgs, config: &SimConfig) -> anyhow::Result<ExitCode> {
     let over = tally.over_limit.load(Ordering::Relaxed);
     if over > 0 {
         println!(
-            "{over} commits left a workflow with more runs active than its max_active_runs (a master admitting \
-             before it had read again the runs of a slot it took back)"
+            "{over} admissions refused by the store: their workflow's runs were at its max_active_runs (a \
+             master's count missed a run another master had started)"
         );
     }
     match tally.failure.lock().unwrap_or_else(|e| e.into_inner()).take() {

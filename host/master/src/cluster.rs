@@ -269,6 +269,7 @@ pub fn metrics_json(m: &EngineMetrics, owned_slots: usize) -> serde_json::Value 
         "results": g(&m.results),
         "stale_results": g(&m.stale_results),
         "fenced_writes": g(&m.fenced_writes),
+        "admissions_over_limit": g(&m.admissions_over_limit),
         "runs_handed_over": g(&m.runs_handed_over),
         "runs_finished": g(&m.runs_finished),
         "runs_claimed": g(&m.runs_claimed),

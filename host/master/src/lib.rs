@@ -259,6 +259,9 @@ pub struct EngineMetrics {
     pub stale_results: AtomicU64,
     /// Writes the store refused because another owner fenced the run.
     pub fenced_writes: AtomicU64,
+    /// Admissions the store refused: their workflow's or backfill's runs
+    /// were at their limit (counted over every master's runs).
+    pub admissions_over_limit: AtomicU64,
     /// Runs this master stopped driving without a write: their slots went
     /// to another master, or another master claimed them while this one
     /// was away (a lapsed lease, a rebalance).

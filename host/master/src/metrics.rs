@@ -85,7 +85,7 @@ type Published = (&'static str, &'static str, fn(&EngineMetrics) -> &AtomicU64);
 pub fn register(engine: &Arc<EngineMetrics>) {
     metrics();
     let r = global();
-    let counters: [Published; 10] = [
+    let counters: [Published; 11] = [
         ("dagr_engine_steps_total", "Engine steps (each a batch of inputs and one commit).", |m| &m.steps),
         ("dagr_attempts_dispatched_total", "Attempts handed to workers.", |m| &m.dispatched),
         ("dagr_attempt_results_total", "Attempt results received from workers.", |m| &m.results),
@@ -97,6 +97,11 @@ pub fn register(engine: &Arc<EngineMetrics>) {
         ("dagr_fenced_writes_total", "Writes the store refused because another owner fenced the run.", |m| {
             &m.fenced_writes
         }),
+        (
+            "dagr_admissions_over_limit_total",
+            "Admissions the store refused: the workflow's or backfill's runs, counted over every master's, were at their limit.",
+            |m| &m.admissions_over_limit,
+        ),
         (
             "dagr_runs_handed_over_total",
             "Runs this master stopped driving without a write: their slots went to another master, or another claimed them while it was away.",

@@ -38,6 +38,7 @@ pub async fn run_all(store: &dyn Store, prefix: &str) -> Result<()> {
     runs_and_batches(store, prefix).await?;
     cycles_are_unique(store, prefix).await?;
     fencing(store, prefix).await?;
+    crate::conformance_admission::admissions(store, prefix).await?;
     commands_logs_events(store, prefix).await?;
     big_batches(store, prefix).await?;
     many_runs_in_one_batch(store, prefix).await?;

@@ -20,9 +20,11 @@
 //! - Rows are plain structs ([`RunRow`], [`TaskRow`], …); times are
 //!   milliseconds since the Unix epoch.
 
+pub mod admission;
 pub mod alerts;
 pub mod archive;
 pub mod conformance;
+mod conformance_admission;
 mod conformance_archive;
 mod conformance_outer;
 mod conformance_tenancy;
@@ -458,6 +460,19 @@ pub struct RunWrite {
     pub updated_at: i64,
 }
 
+/// A run the step admits (queued → running) under a limit on the runs
+/// active at once (see [`WriteBatch::admissions`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admission {
+    pub run_id: String,
+    pub tenant: String,
+    pub workflow: String,
+    /// The workflow's `max_active_runs`.
+    pub max_active_runs: Option<u32>,
+    /// The run's backfill and its parallelism.
+    pub backfill: Option<(String, u32)>,
+}
+
 /// A change to a task's stored output.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OutputWrite {
@@ -503,6 +518,12 @@ pub struct WriteBatch {
     /// Runs whose writes must be fenced: (run id, the epoch the writer
     /// holds). Writes for a run whose stored epoch differs are dropped.
     pub fences: Vec<(String, i64)>,
+    /// Runs admitted under a limit, in the order they were admitted. In a
+    /// cluster a master counts only the runs it holds; the store counts
+    /// the workflow's (and the backfill's) runs active once the step
+    /// applies, and drops every write of an admission that would pass its
+    /// limit ([`Committed::over_limit`]; see [`admission`]).
+    pub admissions: Vec<Admission>,
     /// Upstream instances whose state changed: the runs waiting for them
     /// (`run_waits`) are woken with `wake_command`, in this transaction.
     pub wakes: Vec<Wake>,
@@ -580,8 +601,19 @@ pub struct RunWait {
 pub struct Committed {
     /// Runs whose writes were dropped because another owner holds them.
     pub fenced: Vec<String>,
+    /// Admitted runs whose writes were dropped: with them, their workflow
+    /// or backfill would have had more runs active than its limit.
+    pub over_limit: Vec<String>,
     /// The singleton writes were dropped: a newer leader holds the duty.
     pub singleton_fenced: bool,
+}
+
+impl Committed {
+    /// The runs whose writes the store dropped (fenced, or admitted over a
+    /// limit): nothing the step decided for them may act.
+    pub fn dropped(&self) -> std::collections::HashSet<&str> {
+        self.fenced.iter().chain(&self.over_limit).map(String::as_str).collect()
+    }
 }
 
 /// dagr's storage. Implemented by [`SqlStore`] on SQLite and PostgreSQL.

@@ -110,7 +110,7 @@ impl SqlStore {
         // New runs (a schedule's, a sub-workflow's children) are read back:
         // which of them a cycle already had.
         let creates = !batch.new_runs.is_empty() || !batch.child_runs.is_empty();
-        if !batch.fences.is_empty() || batch.singleton.is_some() || creates {
+        if !batch.fences.is_empty() || !batch.admissions.is_empty() || batch.singleton.is_some() || creates {
             tx.execute(begin).await?;
         } else {
             script.push(begin, Vec::new());
@@ -140,16 +140,18 @@ impl SqlStore {
             // no owner who may write it.
             stale.extend(ids.iter().filter(|id| !found.contains(*id)).cloned());
             if !stale.is_empty() {
-                batch.runs.retain(|r| !stale.contains(&r.id));
-                batch.tasks.retain(|t| !stale.contains(&t.run_id));
-                batch.outputs.retain(|o| match o {
-                    OutputWrite::Set { run_id, .. } | OutputWrite::Clear { run_id, .. } => !stale.contains(run_id),
-                });
-                batch.attempts.retain(|a| !stale.contains(&a.run_id));
-                batch.events.retain(|e| e.run_id.as_ref().is_none_or(|r| !stale.contains(r)));
-                batch.commands_done.retain(|c| !stale.contains(&c.run_id));
+                admission::drop_writes(&mut batch, &stale);
                 committed.fenced = stale.into_iter().collect();
                 committed.fenced.sort();
+            }
+        }
+
+        if !batch.admissions.is_empty() {
+            let over = self.over_limit(tx, &batch).await?;
+            if !over.is_empty() {
+                admission::drop_writes(&mut batch, &over);
+                committed.over_limit = over.into_iter().collect();
+                committed.over_limit.sort();
             }
         }
 
@@ -168,7 +170,9 @@ impl SqlStore {
             }
         }
 
-        batch.child_runs.retain(|c| c.run.parent_run.as_ref().is_none_or(|p| !committed.fenced.contains(p)));
+        batch.child_runs.retain(|c| {
+            c.run.parent_run.as_ref().is_none_or(|p| !committed.fenced.contains(p) && !committed.over_limit.contains(p))
+        });
         let new_runs = batch.new_runs.iter().chain(&batch.child_runs);
         let inserted = insert_run_rows(&mut *tx, self.backend, new_runs.clone()).await?;
         for new in new_runs.filter(|new| inserted.contains(new.run.id.as_str())) {
@@ -462,6 +466,50 @@ impl SqlStore {
 
 /// Whether a run of this kind is its cycle's only one (a schedule's or a
 /// backfill's: the store refuses a second, see `existing_cycle_run`).
+impl SqlStore {
+    /// The admissions of `batch` past their limits (see [`admission`]):
+    /// each limit's active runs are read in the transaction, on PostgreSQL
+    /// under a lock per workflow held to its end, so that two masters
+    /// admitting runs of one workflow count each other's.
+    async fn over_limit(&self, tx: &mut sqlx::AnyConnection, batch: &WriteBatch) -> Result<HashSet<String>> {
+        let limits = admission::limits(batch);
+        if self.backend == Backend::Postgres {
+            let mut workflows: Vec<(&str, &str)> =
+                limits.iter().map(|l| (l.tenant.as_str(), l.workflow.as_str())).collect();
+            workflows.dedup();
+            for (tenant, workflow) in workflows {
+                // The lock's `void` is not a type sqlx's `Any` reads.
+                sqlx::query("SELECT 1 AS locked FROM (SELECT pg_advisory_xact_lock(hashtextextended($1, 0))) AS l")
+                    .bind(format!("dagr.admission/{tenant}/{workflow}"))
+                    .fetch_one(&mut *tx)
+                    .await?;
+            }
+        }
+        let mut stored = Vec::with_capacity(limits.len());
+        for limit in limits {
+            // Served by the partial index `runs_running`.
+            let active = "SELECT id FROM runs WHERE tenant = $1 AND workflow = $2 AND state IN ('running', 'paused')";
+            let mut args = vec![Arg::Text(limit.tenant.clone()), Arg::Text(limit.workflow.clone())];
+            let sql = match &limit.backfill {
+                None => format!("{active} LIMIT $3"),
+                Some(backfill) => {
+                    args.push(Arg::Text(backfill.clone()));
+                    format!("{active} AND backfill_id = $3 LIMIT $4")
+                }
+            };
+            args.push(Arg::I64(limit.enough(batch)));
+            let ids = bind_all(&sql, args)
+                .fetch_all(&mut *tx)
+                .await?
+                .iter()
+                .map(|row| row.try_get::<String, _>("id"))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            stored.push((limit, ids));
+        }
+        Ok(admission::over_limit(batch, &stored))
+    }
+}
+
 fn one_per_cycle(kind: RunKind) -> bool {
     matches!(kind, RunKind::Schedule | RunKind::Backfill)
 }

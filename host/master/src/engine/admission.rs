@@ -14,6 +14,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use dagr_core::run::{Input as RunInput, RunState};
+use dagr_store::Admission;
 
 use crate::engine::effects::Effects;
 use crate::engine::runs::{ActiveRun, WorkflowKey};
@@ -154,6 +155,20 @@ impl EngineState {
             if let Some(run) = self.runs.get_mut(&id)
                 && let Ok(actions) = run.machine.apply(RunInput::Start, now)
             {
+                if self.settings.fence_writes {
+                    // The store counts the runs other masters hold too.
+                    let max_active_runs = run.machine.workflow().spec.max_active_runs;
+                    let backfill = run.backfill_parallel.zip(run.row.backfill_id.clone());
+                    if max_active_runs.is_some() || backfill.is_some() {
+                        effects.batch.admissions.push(Admission {
+                            run_id: id.to_string(),
+                            tenant: run.row.tenant.clone(),
+                            workflow: run.row.workflow.clone(),
+                            max_active_runs,
+                            backfill: backfill.map(|(parallel, id)| (id, parallel.min(u32::MAX as usize) as u32)),
+                        });
+                    }
+                }
                 self.absorb(effects, &id, actions, now);
             }
         }

@@ -1,7 +1,7 @@
 //! The async shell around [`EngineState`]: it gathers inputs, reads what
 //! the state needs, steps it, commits, and only then acts.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -292,7 +292,7 @@ impl Engine {
     /// What a committed step does: answers, dispatches, cancellations,
     /// probes, notifications.
     async fn act(&mut self, effects: &mut Effects, committed: &Committed) {
-        let fenced: HashSet<&str> = committed.fenced.iter().map(String::as_str).collect();
+        let fenced = committed.dropped();
         for (ack, run, verdict) in effects.acks.drain(..) {
             if let Some(waiter) = self.acks.remove(&ack) {
                 let _ = waiter.send(if fenced.contains(run.as_str()) { Ack::NotOwner } else { verdict });
@@ -383,6 +383,7 @@ impl Engine {
             (&m.results, c.results),
             (&m.stale_results, c.stale_results),
             (&m.fenced_writes, c.fenced_writes),
+            (&m.admissions_over_limit, c.over_limit),
             (&m.runs_handed_over, c.runs_handed_over),
             (&m.runs_finished, c.runs_finished),
             (&m.runs_claimed, c.runs_claimed),

@@ -73,6 +73,9 @@ pub struct Counters {
     pub stale_results: u64,
     /// Writes the store refused because another owner fenced the run.
     pub fenced_writes: u64,
+    /// Admissions the store refused: their workflow's or backfill's runs
+    /// were at their limit (counted over every master's runs).
+    pub over_limit: u64,
     /// Runs this master stopped driving without a write: their slots went
     /// to another master, or another master claimed them while this one
     /// was away (a lapsed lease, a rebalance).
@@ -129,6 +132,10 @@ pub struct EngineState {
     /// writes made under the epoch they had, which must not be committed
     /// under the new one. Installed at the next step, claimed afresh.
     pub(crate) reclaim: Vec<String>,
+    /// Owned slots whose runs are read (and those not held here taken
+    /// over) at the next step: an admission there was over its limit in
+    /// the store.
+    pub(crate) retake: Vec<u32>,
     /// Runs under a limit on active runs dropped here (and claimed again)
     /// until they are read again (their workflow, their slot, since when):
     /// they may be active, elsewhere or here once read, and are not counted
@@ -225,6 +232,7 @@ impl EngineState {
             load_failures: Map::default(),
             retiring: Vec::new(),
             reclaim: Vec::new(),
+            retake: Vec::new(),
             reclaiming: Map::default(),
             last_now: 0,
             parking: Vec::new(),
@@ -267,6 +275,10 @@ impl EngineState {
         if !self.reclaim.is_empty() {
             effects.need(Need::Claim(std::mem::take(&mut self.reclaim)));
         }
+        let mut retake = std::mem::take(&mut self.retake);
+        retake.retain(|slot| self.owned.contains(slot));
+        retake.dedup();
+        self.gain(effects, retake);
         if self.watched.is_none() {
             effects.need(Need::Watched);
         }
@@ -651,6 +663,22 @@ impl EngineState {
             self.counters.fenced_writes += 1;
             tracing::warn!(run = %run, "another master owns this run now; dropping it");
             self.drop_run(run);
+        }
+        for run in &committed.over_limit {
+            // Another master started a run of its workflow (or backfill)
+            // that this one has not read: it froze while the runs' slot
+            // moved and has not read the slot's runs since. The run is
+            // still queued. The slot's runs that are not here are taken
+            // over at the next step, this one with them, so that they are
+            // counted before it is admitted again; the workflow's
+            // admissions wait for that.
+            self.counters.over_limit += 1;
+            tracing::warn!(run = %run, "the store has its workflow's runs at their limit; reading its slot again");
+            let slot = self.runs.get(run.as_str()).map(|r| r.row.slot as u32);
+            self.drop_run(run);
+            // Nothing of the step it was dropped from is left to fence.
+            self.dropped_epochs.remove(run.as_str());
+            self.retake.extend(slot);
         }
         if committed.singleton_fenced {
             self.counters.fenced_writes += 1;

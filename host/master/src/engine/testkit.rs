@@ -25,6 +25,7 @@ use dagr_protocol::commands::Command;
 use dagr_protocol::plugins::{PluginDescriptor, PluginDirectory, TrustedCatalog};
 use dagr_protocol::tenancy::TenantLimits;
 use dagr_protocol::wire::{AttemptKey, AttemptResult, AttemptSpec, FailureKind, Outcome};
+use dagr_store::admission;
 use dagr_store::{
     AttemptRow, AttemptState, Committed, OutputWrite, RunKind, RunOrigin, RunRow, RunState, TaskRow, TaskState,
     WriteBatch,
@@ -382,7 +383,7 @@ impl FakeStore {
     pub fn commit(&mut self, batch: &WriteBatch) -> (Committed, Vec<PendingCommand>) {
         let mut written = Vec::new();
         let mut committed = Committed::default();
-        let stale: HashSet<&str> = batch
+        let mut stale: HashSet<&str> = batch
             .fences
             .iter()
             .filter(|(id, epoch)| self.runs.get(id).is_some_and(|r| r.epoch != *epoch))
@@ -390,6 +391,29 @@ impl FakeStore {
             .collect();
         committed.fenced = stale.iter().map(|s| s.to_string()).collect();
         committed.fenced.sort();
+        if !batch.admissions.is_empty() {
+            // Admissions past their limits, counted as the SQL store does.
+            let mut live = batch.clone();
+            admission::drop_writes(&mut live, &committed.fenced.iter().cloned().collect());
+            let stored: Vec<(admission::Limit, Vec<String>)> = admission::limits(&live)
+                .into_iter()
+                .map(|limit| {
+                    let ids = self
+                        .runs
+                        .values()
+                        .filter(|r| matches!(r.state, RunState::Running | RunState::Paused))
+                        .filter(|r| r.tenant == limit.tenant && r.workflow == limit.workflow)
+                        .filter(|r| limit.backfill.is_none() || r.backfill_id == limit.backfill)
+                        .map(|r| r.id.clone())
+                        .collect();
+                    (limit, ids)
+                })
+                .collect();
+            let over = admission::over_limit(&live, &stored);
+            stale.extend(batch.admissions.iter().filter(|a| over.contains(&a.run_id)).map(|a| a.run_id.as_str()));
+            committed.over_limit = over.into_iter().collect();
+            committed.over_limit.sort();
+        }
         let mut new_runs: &[dagr_store::NewRun] = &batch.new_runs;
         let mut cursors: &[(String, String, i64)] = &batch.schedule_cursors;
         if let Some((name, token)) = &batch.singleton
@@ -610,6 +634,25 @@ impl TestEnv {
 
     /// A run of another tenant (the workflow is shared by name).
     pub fn trigger_as(&mut self, tenant: &str, workflow: &str, logical_time: i64, backfill: Option<&str>) -> String {
+        let id = self.made_run(tenant, workflow, logical_time, backfill);
+        self.command(&id, Command::Admit);
+        id
+    }
+
+    /// A run another master made and started, and drives: in the store
+    /// it is running, claimed by `owner`; this engine has heard nothing
+    /// of it.
+    pub fn run_elsewhere(&mut self, workflow: &str, owner: &str) -> String {
+        let id = self.made_run(TENANT, workflow, self.now, None);
+        let row = self.store.runs.get_mut(&id).unwrap_or_else(|| panic!("no run {id}"));
+        row.state = RunState::Running;
+        row.owner = Some(owner.into());
+        row.epoch += 1;
+        row.started_at = Some(self.now);
+        id
+    }
+
+    fn made_run(&mut self, tenant: &str, workflow: &str, logical_time: i64, backfill: Option<&str>) -> String {
         let wf = self.workflows.get(workflow).unwrap_or_else(|| panic!("no workflow {workflow}")).clone();
         let origin = RunOrigin {
             tenant: tenant.into(),
@@ -624,7 +667,6 @@ impl TestEnv {
         let new = dagr_store::NewRun::new(&wf, origin, self.now);
         let id = new.run.id.clone();
         self.insert_run(new);
-        self.command(&id, Command::Admit);
         id
     }
 

@@ -7,7 +7,7 @@ use dagr_protocol::commands::Command;
 use dagr_store::RunState;
 
 use crate::engine::Effects;
-use crate::engine::effects::Input;
+use crate::engine::effects::{Input, Need};
 use crate::engine::testkit::{TestEnv, dispatched_names};
 
 #[test]
@@ -209,4 +209,43 @@ fn a_timer_of_a_runs_earlier_life_does_not_end_its_rerun() {
     env.advance(5_000);
     env.step(vec![]);
     assert_eq!(env.run_state(&run), RunState::Failed, "its own timeout, 10 s after its new start");
+}
+
+/// A master whose count misses a run another master started (it froze
+/// while the runs' slot moved, and has not read the slot's runs since)
+/// admits one run too many; the store counts every master's runs and
+/// drops the admission's writes. The run stays queued and this master's:
+/// nothing of it is dispatched, it is read again, the slot's owners are
+/// looked at (which finds the other run), and it starts once that ends.
+#[test]
+fn an_admission_the_store_finds_over_its_limit_waits_for_the_run_another_master_started() {
+    let mut env = TestEnv::new();
+    env.apply("name: one\nmax_active_runs: 1\ntasks:\n- {name: t, plugin: echo}\n");
+    let elsewhere = env.run_elsewhere("one", "m2");
+    let mine = env.trigger("one");
+    let slot = env.store.runs[&mine].slot as u32;
+    assert_eq!(env.store.runs[&elsewhere].slot as u32, slot, "the runs one limit counts share a slot");
+    env.step(vec![]);
+    let batch = env.batches.last().unwrap();
+    assert_eq!(batch.admissions.iter().map(|a| a.run_id.as_str()).collect::<Vec<_>>(), [mine.as_str()]);
+    assert_eq!(env.store.runs[&mine].state, RunState::Queued, "the store took none of its writes");
+    assert!(env.store.attempts.keys().all(|(run, ..)| *run != mine));
+    assert!(!env.state.has_run(&mine), "dropped until it is read again");
+    assert_eq!(env.state.counters().over_limit, 1);
+
+    // The next step takes the slot's runs that are not here over, the
+    // other run with this one: it is counted, and this one waits.
+    let effects = env.step(vec![]);
+    assert!(env.needs_seen.iter().any(|n| matches!(n, Need::Slots(slots) if slots == &[slot])), "{:?}", env.needs_seen);
+    assert!(env.state.has_run(&mine) && env.state.has_run(&elsewhere));
+    assert_eq!(env.store.runs[&elsewhere].owner.as_deref(), Some("m1"));
+    assert_eq!(env.run_state(&mine), RunState::Queued);
+    assert!(effects.batch.admissions.is_empty(), "{:?}", effects.batch.admissions);
+    assert!(env.in_flight_all("t").iter().all(|k| k.run_id == elsewhere), "only the other run's task goes");
+
+    let t = env.in_flight("t");
+    let effects = env.succeed(&t, "{}");
+    assert_eq!(env.run_state(&elsewhere), RunState::Succeeded);
+    assert_eq!(env.run_state(&mine), RunState::Running);
+    assert_eq!(effects.dispatches.iter().map(|(s, _)| s.key.run_id.clone()).collect::<Vec<_>>(), [mine]);
 }

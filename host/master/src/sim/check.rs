@@ -8,9 +8,9 @@
 //!   cancelled meanwhile, whose cancellation follows its dispatch).
 //! - Scheduler writes are taken only from the newest leader's token (at
 //!   most one leader acts per term), and a cycle has one scheduled run.
-//! - Without faults, no workflow has more runs active than its
-//!   `max_active_runs` (with faults, the commits after which one had are
-//!   counted: see [`Checker::over_limit`]).
+//! - No workflow has more runs active than its `max_active_runs` (with
+//!   faults, the store's count of the admitting commit holds it: see
+//!   `dagr_store::admission`).
 //! - The event log of a run is gap-free: each state event of a run and
 //!   of each of its tasks starts where the previous one ended.
 //! - At the end: every run has ended (the caller checks it), nothing
@@ -34,22 +34,9 @@ pub(crate) struct Checker {
     /// Every attempt a worker started, and the first worker that did.
     started: HashMap<(String, i64, i64), String>,
     broken: Option<String>,
-    /// Whether a workflow over its `max_active_runs` breaks an invariant
-    /// (without faults) or is counted ([`Checker::over_limit`]).
-    strict_limits: bool,
-    /// Commits after which a workflow had more runs active than its
-    /// `max_active_runs`: with faults, a master that lost a slot and took
-    /// it back may admit a run before it has read the slot's runs again
-    /// (each master counts the runs it holds; the store does not check).
-    pub(crate) over_limit: u64,
 }
 
 impl Checker {
-    /// `strict_limits`: see [`Checker::over_limit`].
-    pub(crate) fn new(strict_limits: bool) -> Checker {
-        Checker { strict_limits, ..Checker::default() }
-    }
-
     /// Before the store sees a batch: is every write fenced?
     pub(crate) fn before_commit(&mut self, writer: &str, batch: &WriteBatch, _store: &FakeStore) -> Result<(), String> {
         let fenced: HashSet<&str> = batch.fences.iter().map(|(id, _)| id.as_str()).collect();
@@ -75,7 +62,7 @@ impl Checker {
         committed: &Committed,
         store: &FakeStore,
     ) -> Result<(), String> {
-        let stale: HashSet<&str> = committed.fenced.iter().map(String::as_str).collect();
+        let stale = committed.dropped();
         // No write from a stale epoch was taken.
         for (id, epoch) in &batch.fences {
             let stored = store.runs.get(id).map(|r| r.epoch);
@@ -112,13 +99,8 @@ impl Checker {
                 }
             }
         }
-        if batch.runs.iter().any(|r| matches!(r.state, RunState::Running | RunState::Paused))
-            && let Err(over) = Self::active_within_limits(store)
-        {
-            if self.strict_limits {
-                return Err(over);
-            }
-            self.over_limit += 1;
+        if batch.runs.iter().any(|r| matches!(r.state, RunState::Running | RunState::Paused)) {
+            Self::active_within_limits(store)?;
         }
         // Gap-free event chains.
         for event in batch.events.iter().filter(|e| e.run_id.as_deref().is_none_or(|r| !stale.contains(r))) {

@@ -152,8 +152,9 @@ pub struct Report {
     /// Attempts workers refused for want of a free slot.
     pub refused: u64,
     pub faults: Faults,
-    /// Commits after which a workflow had more runs active than its
-    /// `max_active_runs` (only with faults: see `check::Checker`).
+    /// Admissions the store refused because their workflow's runs were
+    /// at its `max_active_runs` (a master's count missed a run another
+    /// master had started: see `dagr_store::admission`).
     pub over_limit: u64,
     /// A hash of the order of everything that happened: two runs of a seed
     /// with the same hash took the same path.

@@ -104,7 +104,7 @@ impl World {
         if let Some(state) = m.state.as_mut() {
             state.committed(&committed);
         }
-        let fenced: HashSet<&str> = committed.fenced.iter().map(String::as_str).collect();
+        let fenced = committed.dropped();
         let m_inc = m.incarnation;
         for (id, outcome) in &effects.replies {
             let who = self.masters[i].id.clone();
@@ -173,11 +173,13 @@ impl World {
         self.checker.before_commit(&writer, batch, &self.store)?;
         let (committed, _) = self.store.commit(batch);
         self.checker.after_commit(&writer, batch, &committed, &self.store)?;
+        self.report.over_limit += committed.over_limit.len() as u64;
         self.note(|| {
             let mut what: Vec<String> = batch.new_runs.iter().map(|n| format!("new {}", n.run.id)).collect();
             what.extend(batch.runs.iter().map(|r| format!("{} {:?}", r.id, r.state)));
             what.extend(batch.tasks.iter().map(|t| format!("{}/{} {:?}", t.run_id, t.name, t.state)));
             what.extend(committed.fenced.iter().map(|id| format!("FENCED {id}")));
+            what.extend(committed.over_limit.iter().map(|id| format!("OVER ITS LIMIT {id}")));
             if committed.singleton_fenced {
                 what.push("SCHEDULER FENCED".into());
             }

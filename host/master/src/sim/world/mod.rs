@@ -7,7 +7,7 @@
 //! matters, so a seed replays exactly.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -301,7 +301,7 @@ impl World {
             term: 0,
             book: None,
             triggered: 0,
-            checker: Checker::new(config.faults == crate::sim::FaultMix::none()),
+            checker: Checker::default(),
             report: Report { seed, ..Report::default() },
             trace,
             config,
@@ -385,7 +385,6 @@ impl World {
             ));
         }
         self.checker.at_end(&self.store)?;
-        self.report.over_limit = self.checker.over_limit;
         self.report.sim_ms = self.now - START;
         self.report.runs = self.store.runs.len();
         self.report.attempts = self.store.attempts.len();
