@@ -311,12 +311,6 @@ impl Effects {
         self.upstream_asked.clear();
         std::mem::take(&mut self.needs)
     }
-
-    /// Drops what is still needed (asked for again by the next step).
-    pub fn clear_needs(&mut self) {
-        self.upstream_asked.clear();
-        self.needs.clear();
-    }
 }
 
 /// A command as the store keeps it.
@@ -350,8 +344,5 @@ mod tests {
         );
         effects.need(Need::UpstreamRuns(query(0)));
         assert_eq!(effects.needs, [Need::UpstreamRuns(query(0))], "asked again once taken");
-        effects.clear_needs();
-        effects.need(Need::UpstreamRuns(query(0)));
-        assert_eq!(effects.needs.len(), 1, "and once cleared");
     }
 }

@@ -219,17 +219,12 @@ impl Engine {
         self.state.begin(&mut effects);
         let mut data = Data { tenant_limits: self.limits_changed(), ..Data::default() };
         let mut inputs = inputs;
-        for _ in 0..MAX_PASSES {
+        for pass in 0..MAX_PASSES {
             self.state.step(&mut effects, std::mem::take(&mut inputs), data, self.plugins.as_ref(), now);
-            let needs = effects.take_needs();
-            if needs.is_empty() {
-                break;
-            }
+            let Some(needs) = self.state.needs_to_read(&mut effects, pass) else { break };
             data = self.read(needs, now).await;
             data.tenant_limits = self.limits_changed();
         }
-        // What is still needed is asked for again by the next step.
-        effects.clear_needs();
         self.state.seal(&mut effects, now);
         let started = std::time::Instant::now();
         let committed = self.commit(&mut effects).await;

@@ -136,6 +136,9 @@ pub struct EngineState {
     /// over) at the next step: an admission there was over its limit in
     /// the store.
     pub(crate) retake: Vec<u32>,
+    /// What a step that ran out of passes still needed: asked for first
+    /// at the next (see [`EngineState::needs_to_read`]).
+    unmet: Vec<Need>,
     /// Runs under a limit on active runs dropped here (and claimed again)
     /// until they are read again (their workflow, their slot, since when):
     /// they may be active, elsewhere or here once read, and are not counted
@@ -233,6 +236,7 @@ impl EngineState {
             retiring: Vec::new(),
             reclaim: Vec::new(),
             retake: Vec::new(),
+            unmet: Vec::new(),
             reclaiming: Map::default(),
             last_now: 0,
             parking: Vec::new(),
@@ -262,6 +266,9 @@ impl EngineState {
     /// Starts a step: what could not be done in the last one for want of
     /// data is asked for again.
     pub fn begin(&mut self, effects: &mut Effects) {
+        for need in std::mem::take(&mut self.unmet) {
+            effects.need(need);
+        }
         self.plugins_refreshed = false;
         self.budget = self.settings.step_task_changes;
         let pending = std::mem::take(&mut self.pending_slots);
@@ -283,6 +290,25 @@ impl EngineState {
             effects.need(Need::Watched);
         }
         self.begin_confirmations(effects);
+    }
+
+    /// What the shell reads after pass `pass` (from 0) of a step: `None`
+    /// when nothing is needed, or when the step has had its
+    /// [`MAX_PASSES`] — then the needs wait for the next step, which asks
+    /// for them first. Read now, they would not be absorbed: a run claimed
+    /// for them would be held in the store by this master and loaded
+    /// nowhere, and no sweep looks for those.
+    pub fn needs_to_read(&mut self, effects: &mut Effects, pass: usize) -> Option<Vec<Need>> {
+        let needs = effects.take_needs();
+        if needs.is_empty() {
+            return None;
+        }
+        if pass + 1 >= MAX_PASSES {
+            tracing::debug!(?needs, "the step ran out of passes; reading at the next");
+            self.unmet.extend(needs);
+            return None;
+        }
+        Some(needs)
     }
 
     /// One pass of a step: absorbs what the shell read, applies the inputs,

@@ -700,18 +700,14 @@ impl TestEnv {
         self.state.begin(&mut effects);
         let mut data = Data { tenant_limits: self.limits.take().map(Arc::new), ..Data::default() };
         self.needs_seen.clear();
-        for _ in 0..MAX_PASSES {
+        for pass in 0..MAX_PASSES {
             self.state.step(&mut effects, std::mem::take(&mut inputs), data, &self.plugins, self.now);
-            let needs = effects.take_needs();
-            if needs.is_empty() {
-                break;
-            }
+            let Some(needs) = self.state.needs_to_read(&mut effects, pass) else { break };
             self.needs_seen.extend(needs.iter().cloned());
             let (state, node, now, plugins) = (&self.state, self.node.as_str(), self.now, &self.plugins);
             let has_run = |id: &str| state.has_run(id);
             data = self.store.answer(needs, &Reader { node, now, plugins, has_run: &has_run });
         }
-        effects.clear_needs();
         self.state.seal(&mut effects, self.now);
         let (committed, written) = self.store.commit(&effects.batch);
         self.unread.extend(written);

@@ -249,3 +249,22 @@ fn an_admission_the_store_finds_over_its_limit_waits_for_the_run_another_master_
     assert_eq!(env.run_state(&mine), RunState::Running);
     assert_eq!(effects.dispatches.iter().map(|(s, _)| s.key.run_id.clone()).collect::<Vec<_>>(), [mine]);
 }
+
+/// A step that runs out of passes leaves what it still needs for the next,
+/// which asks for it first: the shell does not read it (a run claimed for
+/// it would be held by this master in the store and loaded nowhere).
+#[test]
+fn what_a_step_still_needs_after_its_last_pass_is_asked_first_at_the_next() {
+    let mut env = TestEnv::new();
+    env.apply("name: one\ntasks:\n- {name: t, plugin: echo}\n");
+    let elsewhere = env.run_elsewhere("one", "m2");
+    let mut effects = Effects::default();
+    effects.need(Need::Claim(vec![elsewhere.clone()]));
+    let last = crate::engine::MAX_PASSES - 1;
+    assert_eq!(env.state.needs_to_read(&mut effects, last), None, "not read at the last pass");
+    assert_eq!(env.store.runs[&elsewhere].owner.as_deref(), Some("m2"));
+    env.step(vec![]);
+    assert_eq!(env.needs_seen.first(), Some(&Need::Claim(vec![elsewhere.clone()])));
+    assert!(env.state.has_run(&elsewhere));
+    assert_eq!(env.store.runs[&elsewhere].owner.as_deref(), Some("m1"));
+}

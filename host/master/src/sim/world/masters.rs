@@ -46,12 +46,9 @@ impl World {
         state.begin(&mut effects);
         let mut data = Data::default();
         let mut claimed = Vec::new();
-        for _ in 0..crate::engine::MAX_PASSES {
+        for pass in 0..crate::engine::MAX_PASSES {
             state.step(&mut effects, std::mem::take(&mut inputs), data, &self.plugins, self.now);
-            let needs = effects.take_needs();
-            if needs.is_empty() {
-                break;
-            }
+            let Some(needs) = state.needs_to_read(&mut effects, pass) else { break };
             let node = m.id.as_str();
             let has_run = |id: &str| state.has_run(id);
             data = self.store.answer(needs, &Reader { node, now: self.now, plugins: &self.plugins, has_run: &has_run });
@@ -61,7 +58,6 @@ impl World {
                 format!("{} (epoch {}{})", l.row.id, l.row.epoch, running.concat())
             }));
         }
-        effects.clear_needs();
         state.seal(&mut effects, self.now);
         let next = state.next_wake(self.now).unwrap_or(poll).clamp(self.now + 1, poll);
         self.report.steps += 1;
