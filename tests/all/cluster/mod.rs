@@ -367,7 +367,21 @@ pub async fn audit(cluster: &Cluster, ledger: &Ledger, runs: &[Value], strict: b
     let mut audit = Audit::default();
     for run in runs {
         let id = run["id"].as_str().unwrap();
-        assert_eq!(run["state"], "succeeded", "run {id} did not succeed: {run}");
+        if run["state"] != "succeeded" {
+            // What a reader of a failed CI run needs: each failed task's
+            // attempts (workers, times, failures) and where the logs are.
+            let mut failed = Vec::new();
+            for task in run["tasks"].as_array().unwrap().iter().filter(|t| t["state"] != "succeeded") {
+                let name = task["name"].as_str().unwrap();
+                let detail = cluster.get(&format!("/v1/runs/{id}/tasks/{name}")).await;
+                failed.push(format!("{name}: {}", detail["attempts_detail"]));
+            }
+            panic!(
+                "run {id} did not succeed: {run}\nattempts of its tasks that did not:\n{}\nlogs in {}",
+                failed.join("\n"),
+                cluster.dir.display()
+            );
+        }
         for task in run["tasks"].as_array().unwrap() {
             let name = task["name"].as_str().unwrap();
             audit.task_instances += 1;
