@@ -8,9 +8,9 @@
 //!   cancelled meanwhile, whose cancellation follows its dispatch).
 //! - Scheduler writes are taken only from the newest leader's token (at
 //!   most one leader acts per term), and a cycle has one scheduled run.
-//! - No workflow has more runs active than its `max_active_runs` (with
-//!   faults, the store's count of the admitting commit holds it: see
-//!   `dagr_store::admission`).
+//! - No workflow has more runs active than its `max_active_runs`, and no
+//!   backfill more than its parallelism (with faults, the store's count
+//!   of the admitting commit holds them: see `dagr_store::admission`).
 //! - The event log of a run is gap-free: each state event of a run and
 //!   of each of its tasks starts where the previous one ended.
 //! - At the end: every run has ended (the caller checks it), nothing
@@ -141,6 +141,22 @@ impl Checker {
             {
                 return Err(format!(
                     "{} runs of {workflow} active at once under max_active_runs: {max}: {runs:?}",
+                    runs.len()
+                ));
+            }
+        }
+        let mut by_backfill: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for r in store.runs.values().filter(|r| matches!(r.state, RunState::Running | RunState::Paused)) {
+            if let Some(backfill) = &r.backfill_id {
+                by_backfill.entry(backfill.as_str()).or_default().push(r.id.as_str());
+            }
+        }
+        for (backfill, runs) in by_backfill {
+            if let Some(parallel) = store.backfills.get(backfill)
+                && runs.len() > *parallel
+            {
+                return Err(format!(
+                    "{} runs of backfill {backfill} active at once under its parallelism {parallel}: {runs:?}",
                     runs.len()
                 ));
             }

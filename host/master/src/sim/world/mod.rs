@@ -55,6 +55,10 @@ tasks:
 
 /// Runs one at a time (a third of the runs triggered): admission holds
 /// the rest queued, whichever master drives them.
+/// The backfill some runs of `chain` belong to, and its parallelism.
+const BACKFILL: &str = "bf";
+const BACKFILL_PARALLEL: usize = 2;
+
 const SINGLE: &str = "name: single
 max_active_runs: 1
 tasks:
@@ -392,6 +396,7 @@ impl World {
     }
 
     fn setup(&mut self) -> Result<(), String> {
+        self.store.backfills.insert(BACKFILL.to_owned(), BACKFILL_PARALLEL);
         for yaml in [CHAIN, SINGLE, TICKING] {
             let spec = dagr_core::WorkflowSpec::parse(yaml, Format::Yaml)
                 .map_err(|e| format!("the simulation's workflow does not parse: {e}"))?;
@@ -586,14 +591,17 @@ impl World {
         let Some((_, workflow, _)) = self.store.workflows.get(&(TENANT.to_owned(), name.to_owned())).cloned() else {
             return;
         };
+        // Every third run is part of a backfill of `chain` with a
+        // parallelism of its own.
+        let backfill = (self.triggered % 3 == 1).then(|| BACKFILL.to_owned());
         let origin = RunOrigin {
             tenant: TENANT.into(),
             version: Some(1),
-            kind: RunKind::Manual,
+            kind: if backfill.is_some() { RunKind::Backfill } else { RunKind::Manual },
             logical_time: self.now,
             params: "{}".into(),
             spec: None,
-            backfill_id: None,
+            backfill_id: backfill,
             parent: None,
         };
         let together = dagr_store::together_in(&workflow, &origin);
