@@ -153,8 +153,8 @@ fn many(args: &SimArgs, config: &SimConfig) -> anyhow::Result<ExitCode> {
     let over = tally.over_limit.load(Ordering::Relaxed);
     if over > 0 {
         println!(
-            "{over} admissions refused by the store: their workflow's runs were at its max_active_runs (a \
-             master's count missed a run another master had started)"
+            "{over} admissions refused by the store: their workflow's runs were at its max_active_runs, or their \
+             backfill's at its parallelism (a master's count missed a run another master had started)"
         );
     }
     match tally.failure.lock().unwrap_or_else(|e| e.into_inner()).take() {

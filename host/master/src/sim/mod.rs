@@ -153,8 +153,9 @@ pub struct Report {
     pub refused: u64,
     pub faults: Faults,
     /// Admissions the store refused because their workflow's runs were
-    /// at its `max_active_runs` (a master's count missed a run another
-    /// master had started: see `dagr_store::admission`).
+    /// at its `max_active_runs`, or their backfill's at its parallelism
+    /// (a master's count missed a run another master had started: see
+    /// `dagr_store::admission`).
     pub over_limit: u64,
     /// A hash of the order of everything that happened: two runs of a seed
     /// with the same hash took the same path.
