@@ -154,10 +154,6 @@ impl Placement {
         self.workers.get(worker).map(|w| w.lease).filter(|lease| *lease != 0)
     }
 
-    pub(crate) fn knows(&self, worker: &str) -> bool {
-        self.workers.contains_key(worker)
-    }
-
     fn resting(&self, worker: &str, now: i64) -> bool {
         self.resting.get(worker).is_some_and(|r| r.until > now)
     }
@@ -467,7 +463,7 @@ mod tests {
         p.set_workers(vec![worker("a", 1, None), worker("b", 1, None)]);
         assert_eq!(p.set_workers(vec![worker("b", 1, None)]), ["a"]);
         assert!(p.set_workers(vec![worker("b", 1, None)]).is_empty());
-        assert!(!p.knows("a"));
+        assert!(!p.workers.contains_key("a"));
     }
 
     fn answer(token: i64, held: &[(&str, u32)], share: Option<u32>) -> Result<ResourceAnswer, String> {

@@ -269,16 +269,21 @@ impl EngineState {
                 task: attempt.task_idx as u32,
                 number: attempt.number as u32,
             };
-            if attempt.worker.is_empty() || !self.placement.knows(&attempt.worker) {
-                // Its worker is gone (or it never reached one): lost.
+            if attempt.worker.is_empty() {
+                // It never reached a worker: lost.
                 self.counters.attempts_lost += 1;
-                let why = if attempt.worker.is_empty() { "it never reached a worker" } else { "its worker is gone" };
-                let result = crate::engine::results::lost_result(&attempt, epoch, now, why);
+                let result = crate::engine::results::lost_result(&attempt, epoch, now, "it never reached a worker");
                 effects.batch.attempts.push(crate::engine::results::finished_attempt(&result, &attempt));
                 self.apply_result(effects, result, now, false);
                 continue;
             }
-            // Tracked as running until its worker answers.
+            // Tracked as running until its worker answers, also when this
+            // master does not know the worker: its view of the members
+            // may be stale (it woke from a freeze with the run's slot and
+            // has not heard that the worker joined again), and declaring
+            // the attempt lost would run it twice at once. The transport
+            // asks the membership as it is now: a worker that is not a
+            // member is answered `Gone`, and the attempt is lost then.
             self.count_running(&workflow_key, &tenant);
             self.placement.adopted(&attempt.worker);
             self.in_flight.insert(

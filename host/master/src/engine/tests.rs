@@ -399,14 +399,50 @@ fn a_takeover_loses_attempts_whose_worker_forgot_them_or_is_gone() {
     assert_eq!(attempt.failure_kind, Some(FailureKind::WorkerLost));
     assert!(!attempt.charged, "not charged to the retry budget");
 
-    // A worker that is not a member any more: lost at once, no probe.
+    // A worker this master does not know: asked all the same (the
+    // transport answers `Gone` for one that is not a member as the
+    // membership is now), and lost on that answer.
     let (mut env, run) = taken_over(vec![worker("w2", 8)]);
     let slot = env.store.runs[&run].slot as u32;
     env.step(vec![Input::Ownership((0..dagr_protocol::SLOTS).filter(|s| *s != slot).collect())]);
     let effects = env.step(vec![Input::Ownership((0..dagr_protocol::SLOTS).collect())]);
-    assert!(effects.probes.is_empty());
+    assert!(effects.dispatches.is_empty(), "not lost on this master's view alone");
+    assert_eq!(effects.probes.len(), 1);
+    let probe = effects.probes[0].clone();
+    assert_eq!(probe.worker, "w1");
+    let effects = env.step(vec![Input::Probed {
+        key: probe.key.clone(),
+        worker: "w1".into(),
+        epoch: probe.epoch,
+        adoption: Adoption::Gone,
+    }]);
     assert_eq!(effects.dispatches.len(), 1);
     assert_eq!(effects.dispatches[0].1, "w2");
+}
+
+/// A master that woke from a freeze with a run's slot, whose view of the
+/// members does not yet have the worker that joined again meanwhile, does
+/// not declare the attempt running there lost (and run the task a second
+/// time beside it, as a chaos soak found): it asks, and adopts it.
+#[test]
+fn a_takeover_with_a_stale_view_of_the_workers_adopts_an_attempt_that_still_runs() {
+    let (mut env, run) = taken_over(vec![worker("w2", 8)]);
+    let slot = env.store.runs[&run].slot as u32;
+    env.step(vec![Input::Ownership((0..dagr_protocol::SLOTS).filter(|s| *s != slot).collect())]);
+    let effects = env.step(vec![Input::Ownership((0..dagr_protocol::SLOTS).collect())]);
+    let probe = effects.probes[0].clone();
+    let epoch = env.store.runs[&run].epoch;
+    let effects = env.step(vec![Input::Probed {
+        key: probe.key.clone(),
+        worker: "w1".into(),
+        epoch,
+        adoption: Adoption::Running,
+    }]);
+    assert!(effects.dispatches.is_empty(), "{:?}", dispatched_names(&effects));
+    assert_eq!(env.state.counters().attempts_adopted, 1);
+    assert_eq!(env.state.counters().attempts_lost, 0);
+    let effects = env.succeed(&probe.key, r#"{"v":1}"#);
+    assert_eq!(dispatched_names(&effects), ["b"]);
 }
 
 #[test]
