@@ -313,12 +313,24 @@ async fn a_frozen_master_is_fenced_when_it_wakes_up() {
     started(&ledger, 1, Duration::from_secs(30)).await;
     // Owning slots is not enough: m1 must drive runs when it freezes (it
     // may have just gained its slots and not yet claimed their runs), or
-    // it has nothing to write when it wakes.
-    let before = until(Duration::from_secs(30), "m1 to drive runs", || async {
+    // it has nothing to write when it wakes. A run's slot is the hash of
+    // its random id, so m1 may hold none of the eight, or (on a loaded
+    // machine) all of its own may have ended before it is looked at: one
+    // more run a second, up to 16, until it drives one.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = Instant::now();
+    let before = loop {
         let m = cluster.metrics("m1").await;
-        (m["owned_slots"].as_u64().unwrap_or(0) > 0 && m["active_runs"].as_u64().unwrap_or(0) > 0).then_some(m)
-    })
-    .await;
+        if m["owned_slots"].as_u64().unwrap_or(0) > 0 && m["active_runs"].as_u64().unwrap_or(0) > 0 {
+            break m;
+        }
+        assert!(Instant::now() < deadline, "m1 drove none of {} runs: {m}", runs.len());
+        if runs.len() < 24 && last.elapsed() >= Duration::from_secs(1) {
+            runs.push(cluster.trigger("fan").await);
+            last = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     cluster.stop("m1");
     // Past the lease: m2 takes m1's slots over while m1 is frozen.
     until(Duration::from_secs(60), "m2 to take every slot over", || async {
