@@ -1,11 +1,17 @@
 //! The engine's state machine in a cluster, by the effects of its steps:
-//! slots granted by the resource leader, ownership changing within a step.
+//! slots granted by the resource leader, ownership changing within a step,
+//! a run taken over with its attempts running.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use dagr_protocol::wire::FailureKind;
+use dagr_store::AttemptState;
+
+use crate::Adoption;
+use crate::engine::WorkerInfo;
 use crate::engine::effects::{Input, Need};
-use crate::engine::testkit::{TestEnv, worker};
-use crate::engine::tests::names;
+use crate::engine::testkit::{TestEnv, dispatched_names, worker};
+use crate::engine::tests::{CHAIN, names};
 
 #[test]
 fn slots_gained_and_lost_in_one_step_are_not_claimed() {
@@ -123,4 +129,113 @@ fn a_run_of_a_lost_slot_is_handed_over_without_a_write() {
     assert_eq!(env.state.counters().fenced_writes, 0);
     assert!(effects.batch.fences.is_empty(), "nothing is written for it: {:?}", effects.batch.fences);
     assert_eq!(env.store.runs[&run].epoch, epoch, "the run is left to its next owner as it was");
+}
+
+/// A run of `CHAIN` whose `a` runs on w1, with the store as the first
+/// master left it; a second master takes it over.
+fn taken_over(workers: Vec<WorkerInfo>) -> (TestEnv, String) {
+    let mut first = TestEnv::new();
+    first.apply(CHAIN);
+    let run = first.trigger("chain");
+    first.step(vec![]);
+    let mut second = TestEnv::with(|c| c.node_id = "m2".into(), workers);
+    // The second master sees the same store.
+    second.store = std::mem::take(&mut first.store);
+    second.apply(CHAIN);
+    (second, run)
+}
+
+#[test]
+fn a_takeover_asks_workers_about_running_attempts_instead_of_restarting_them() {
+    let (mut env, run) = taken_over(vec![worker("w1", 8)]);
+    let effects = env.step(vec![Input::Ownership((0..dagr_protocol::SLOTS).collect())]);
+    // Nothing happens: ownership did not change. Take the run over by
+    // losing and gaining its slot.
+    assert!(effects.probes.is_empty());
+    let slot = env.store.runs[&run].slot as u32;
+    env.step(vec![Input::Ownership((0..dagr_protocol::SLOTS).filter(|s| *s != slot).collect())]);
+    let effects = env.step(vec![Input::Ownership((0..dagr_protocol::SLOTS).collect())]);
+    assert!(effects.dispatches.is_empty(), "a running attempt is not restarted blindly");
+    assert_eq!(effects.probes.len(), 1);
+    let probe = effects.probes[0].clone();
+    assert_eq!(probe.worker, "w1");
+    let epoch = env.store.runs[&run].epoch;
+    assert_eq!(probe.epoch, epoch, "asked with the new epoch");
+
+    // It still runs: adopted, its row now carries the new epoch.
+    let effects = env.step(vec![Input::Probed {
+        key: probe.key.clone(),
+        worker: "w1".into(),
+        epoch,
+        adoption: Adoption::Running,
+    }]);
+    assert!(effects.batch.attempts.iter().any(|a| a.epoch == epoch && a.state == AttemptState::Running));
+    assert_eq!(env.state.counters().attempts_adopted, 1);
+    // Its result reaches the new owner and is applied.
+    let effects = env.succeed(&probe.key, r#"{"v":1}"#);
+    assert_eq!(dispatched_names(&effects), ["b"]);
+}
+
+#[test]
+fn a_takeover_loses_attempts_whose_worker_forgot_them_or_is_gone() {
+    let (mut env, run) = taken_over(vec![worker("w1", 8)]);
+    let slot = env.store.runs[&run].slot as u32;
+    env.step(vec![Input::Ownership((0..dagr_protocol::SLOTS).filter(|s| *s != slot).collect())]);
+    let effects = env.step(vec![Input::Ownership((0..dagr_protocol::SLOTS).collect())]);
+    let probe = effects.probes[0].clone();
+    let effects = env.step(vec![Input::Probed {
+        key: probe.key.clone(),
+        worker: "w1".into(),
+        epoch: probe.epoch,
+        adoption: Adoption::Unknown,
+    }]);
+    assert_eq!(dispatched_names(&effects), ["a"], "lost: it goes again");
+    let attempt = &env.store.attempts[&(run.clone(), 0, 1)];
+    assert_eq!(attempt.failure_kind, Some(FailureKind::WorkerLost));
+    assert!(!attempt.charged, "not charged to the retry budget");
+
+    // A worker this master does not know: asked all the same (the
+    // transport answers `Gone` for one that is not a member as the
+    // membership is now), and lost on that answer.
+    let (mut env, run) = taken_over(vec![worker("w2", 8)]);
+    let slot = env.store.runs[&run].slot as u32;
+    env.step(vec![Input::Ownership((0..dagr_protocol::SLOTS).filter(|s| *s != slot).collect())]);
+    let effects = env.step(vec![Input::Ownership((0..dagr_protocol::SLOTS).collect())]);
+    assert!(effects.dispatches.is_empty(), "not lost on this master's view alone");
+    assert_eq!(effects.probes.len(), 1);
+    let probe = effects.probes[0].clone();
+    assert_eq!(probe.worker, "w1");
+    let effects = env.step(vec![Input::Probed {
+        key: probe.key.clone(),
+        worker: "w1".into(),
+        epoch: probe.epoch,
+        adoption: Adoption::Gone,
+    }]);
+    assert_eq!(effects.dispatches.len(), 1);
+    assert_eq!(effects.dispatches[0].1, "w2");
+}
+
+/// A master that woke from a freeze with a run's slot, whose view of the
+/// members does not yet have the worker that joined again meanwhile, does
+/// not declare the attempt running there lost (and run the task a second
+/// time beside it, as a chaos soak found): it asks, and adopts it.
+#[test]
+fn a_takeover_with_a_stale_view_of_the_workers_adopts_an_attempt_that_still_runs() {
+    let (mut env, run) = taken_over(vec![worker("w2", 8)]);
+    let slot = env.store.runs[&run].slot as u32;
+    env.step(vec![Input::Ownership((0..dagr_protocol::SLOTS).filter(|s| *s != slot).collect())]);
+    let effects = env.step(vec![Input::Ownership((0..dagr_protocol::SLOTS).collect())]);
+    let probe = effects.probes[0].clone();
+    let epoch = env.store.runs[&run].epoch;
+    let effects = env.step(vec![Input::Probed {
+        key: probe.key.clone(),
+        worker: "w1".into(),
+        epoch,
+        adoption: Adoption::Running,
+    }]);
+    assert!(effects.dispatches.is_empty(), "{:?}", dispatched_names(&effects));
+    assert_eq!(env.state.counters().attempts_adopted, 1);
+    assert_eq!(env.state.counters().attempts_lost, 0);
+    let effects = env.succeed(&probe.key, r#"{"v":1}"#);
+    assert_eq!(dispatched_names(&effects), ["b"]);
 }
