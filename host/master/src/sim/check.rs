@@ -208,6 +208,17 @@ impl Checker {
         self.started.entry(key).or_insert_with(|| worker.to_owned());
     }
 
+    /// A worker started `key` while `other` ran attempt `number` of the
+    /// same task instance.
+    pub(crate) fn twice(&mut self, key: &AttemptKey, worker: &str, other: &str, number: u32) {
+        if self.broken.is_none() {
+            self.broken = Some(format!(
+                "{worker} started attempt {}/{}#{} while {other} ran its attempt #{number}",
+                key.run_id, key.task, key.number
+            ));
+        }
+    }
+
     /// An invariant found broken outside a commit (by a worker).
     pub(crate) fn broken(&mut self) -> Result<(), String> {
         self.broken.take().map_or(Ok(()), Err)

@@ -31,7 +31,7 @@ impl World {
         late: bool,
         deadline: i64,
     ) {
-        let worker = &mut self.workers[w];
+        let worker = &self.workers[w];
         let sent = crate::engine::sent_of(&specs);
         let healthy = worker.alive && worker.lease_until >= self.now;
         if !healthy {
@@ -51,6 +51,7 @@ impl World {
         let mut verdicts = Vec::with_capacity(specs.len());
         let mut started = Vec::new();
         for spec in specs {
+            let worker = &self.workers[w];
             let verdict = if worker.running.len() >= self.config.slots as usize {
                 self.report.refused += 1;
                 Err("the worker is at capacity".to_owned())
@@ -68,12 +69,36 @@ impl World {
             };
             if verdict.is_ok() {
                 self.checker.started(&spec.key, &worker.id, &self.store);
+                // No other attempt of the task instance may run on a
+                // worker that is up and holds its lease (one on a frozen
+                // worker stops when it wakes without it), but for one
+                // killed whose cancellation is on its way (either of the
+                // two).
+                let key = &spec.key;
+                let cancelled = |k: &AttemptKey| {
+                    let row = self.store.attempts.get(&(k.run_id.clone(), k.task as i64, k.number as i64));
+                    row.is_some_and(|a| a.failure_kind == Some(FailureKind::Cancelled))
+                };
+                let twin = (!cancelled(key)).then_some(()).and_then(|()| {
+                    self.workers.iter().find_map(|other| {
+                        let up = other.alive && !other.paused && other.lease_until >= self.now;
+                        let same = |k: &&AttemptKey| {
+                            k.run_id == key.run_id && k.task == key.task && *k != key && !cancelled(k)
+                        };
+                        other.running.keys().find(same).filter(|_| up).map(|k| (other.id.clone(), k.number))
+                    })
+                });
+                if let Some((other, number)) = twin {
+                    self.checker.twice(key, &worker.id, &other, number);
+                }
+                let worker = &mut self.workers[w];
                 started.push(spec.key.clone());
                 let master_id = spec.master.clone();
                 worker.running.insert(spec.key.clone(), Running { epoch: spec.epoch, master: master_id, spec });
             }
             verdicts.push(verdict);
         }
+        let worker = &self.workers[w];
         let (inc, running) = (worker.incarnation, worker.running.len() as u32);
         for key in started {
             let at = self.now + self.rng.between(5, 300);
