@@ -165,7 +165,7 @@ impl EngineState {
                             tenant: run.row.tenant.clone(),
                             workflow: run.row.workflow.clone(),
                             max_active_runs,
-                            backfill: backfill.map(|(parallel, id)| (id, parallel.min(u32::MAX as usize) as u32)),
+                            backfill: backfill.map(|(parallel, id)| (id, u32::try_from(parallel).unwrap_or(u32::MAX))),
                         });
                     }
                 }

@@ -284,6 +284,7 @@ impl EngineState {
         }
         let mut retake = std::mem::take(&mut self.retake);
         retake.retain(|slot| self.owned.contains(slot));
+        retake.sort_unstable();
         retake.dedup();
         self.gain(effects, retake);
         if self.watched.is_none() {

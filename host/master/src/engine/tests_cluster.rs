@@ -8,10 +8,10 @@ use dagr_protocol::wire::FailureKind;
 use dagr_store::AttemptState;
 
 use crate::Adoption;
-use crate::engine::WorkerInfo;
 use crate::engine::effects::{Input, Need};
 use crate::engine::testkit::{TestEnv, dispatched_names, worker};
 use crate::engine::tests::{CHAIN, names};
+use crate::engine::{Effects, WorkerInfo};
 
 #[test]
 fn slots_gained_and_lost_in_one_step_are_not_claimed() {
@@ -145,6 +145,14 @@ fn taken_over(workers: Vec<WorkerInfo>) -> (TestEnv, String) {
     (second, run)
 }
 
+/// The run's slot is lost and gained again: the run is taken over
+/// (claimed, loaded, its running attempts asked about).
+fn retake(env: &mut TestEnv, run: &str) -> Effects {
+    let slot = env.store.runs[run].slot as u32;
+    env.step(vec![Input::Ownership((0..dagr_protocol::SLOTS).filter(|s| *s != slot).collect())]);
+    env.step(vec![Input::Ownership((0..dagr_protocol::SLOTS).collect())])
+}
+
 #[test]
 fn a_takeover_asks_workers_about_running_attempts_instead_of_restarting_them() {
     let (mut env, run) = taken_over(vec![worker("w1", 8)]);
@@ -152,9 +160,7 @@ fn a_takeover_asks_workers_about_running_attempts_instead_of_restarting_them() {
     // Nothing happens: ownership did not change. Take the run over by
     // losing and gaining its slot.
     assert!(effects.probes.is_empty());
-    let slot = env.store.runs[&run].slot as u32;
-    env.step(vec![Input::Ownership((0..dagr_protocol::SLOTS).filter(|s| *s != slot).collect())]);
-    let effects = env.step(vec![Input::Ownership((0..dagr_protocol::SLOTS).collect())]);
+    let effects = retake(&mut env, &run);
     assert!(effects.dispatches.is_empty(), "a running attempt is not restarted blindly");
     assert_eq!(effects.probes.len(), 1);
     let probe = effects.probes[0].clone();
@@ -179,9 +185,7 @@ fn a_takeover_asks_workers_about_running_attempts_instead_of_restarting_them() {
 #[test]
 fn a_takeover_loses_attempts_whose_worker_forgot_them_or_is_gone() {
     let (mut env, run) = taken_over(vec![worker("w1", 8)]);
-    let slot = env.store.runs[&run].slot as u32;
-    env.step(vec![Input::Ownership((0..dagr_protocol::SLOTS).filter(|s| *s != slot).collect())]);
-    let effects = env.step(vec![Input::Ownership((0..dagr_protocol::SLOTS).collect())]);
+    let effects = retake(&mut env, &run);
     let probe = effects.probes[0].clone();
     let effects = env.step(vec![Input::Probed {
         key: probe.key.clone(),
@@ -198,9 +202,7 @@ fn a_takeover_loses_attempts_whose_worker_forgot_them_or_is_gone() {
     // transport answers `Gone` for one that is not a member as the
     // membership is now), and lost on that answer.
     let (mut env, run) = taken_over(vec![worker("w2", 8)]);
-    let slot = env.store.runs[&run].slot as u32;
-    env.step(vec![Input::Ownership((0..dagr_protocol::SLOTS).filter(|s| *s != slot).collect())]);
-    let effects = env.step(vec![Input::Ownership((0..dagr_protocol::SLOTS).collect())]);
+    let effects = retake(&mut env, &run);
     assert!(effects.dispatches.is_empty(), "not lost on this master's view alone");
     assert_eq!(effects.probes.len(), 1);
     let probe = effects.probes[0].clone();
@@ -222,9 +224,7 @@ fn a_takeover_loses_attempts_whose_worker_forgot_them_or_is_gone() {
 #[test]
 fn a_takeover_with_a_stale_view_of_the_workers_adopts_an_attempt_that_still_runs() {
     let (mut env, run) = taken_over(vec![worker("w2", 8)]);
-    let slot = env.store.runs[&run].slot as u32;
-    env.step(vec![Input::Ownership((0..dagr_protocol::SLOTS).filter(|s| *s != slot).collect())]);
-    let effects = env.step(vec![Input::Ownership((0..dagr_protocol::SLOTS).collect())]);
+    let effects = retake(&mut env, &run);
     let probe = effects.probes[0].clone();
     let epoch = env.store.runs[&run].epoch;
     let effects = env.step(vec![Input::Probed {

@@ -79,15 +79,12 @@ impl World {
                     let row = self.store.attempts.get(&(k.run_id.clone(), k.task as i64, k.number as i64));
                     row.is_some_and(|a| a.failure_kind == Some(FailureKind::Cancelled))
                 };
-                let twin = (!cancelled(key)).then_some(()).and_then(|()| {
-                    self.workers.iter().find_map(|other| {
-                        let up = other.alive && !other.paused && other.lease_until >= self.now;
-                        let same = |k: &&AttemptKey| {
-                            k.run_id == key.run_id && k.task == key.task && *k != key && !cancelled(k)
-                        };
-                        other.running.keys().find(same).filter(|_| up).map(|k| (other.id.clone(), k.number))
-                    })
-                });
+                let same = |k: &&AttemptKey| k.run_id == key.run_id && k.task == key.task && *k != key && !cancelled(k);
+                let twin = self
+                    .workers
+                    .iter()
+                    .filter(|other| !cancelled(key) && other.alive && !other.paused && other.lease_until >= self.now)
+                    .find_map(|other| other.running.keys().find(same).map(|k| (other.id.clone(), k.number)));
                 if let Some((other, number)) = twin {
                     self.checker.twice(key, &worker.id, &other, number);
                 }
