@@ -220,6 +220,7 @@ pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
         let ownership = OwnershipConfig {
             check_interval: settings.rebalance_interval,
             rebalance: RebalanceConfig { overloads: settings.overloads.max(1), ..RebalanceConfig::default() },
+            settle: Duration::from_millis(100),
         };
         let owned = drive_ownership(engine.clone(), coordinator.clone(), store.clone(), ownership);
         // The leader delivers webhooks (a leader change may repeat the

@@ -287,6 +287,9 @@ pub struct OwnershipConfig {
     /// How often loads are reported and (by the leader) compared.
     pub check_interval: Duration,
     pub rebalance: RebalanceConfig,
+    /// How long a burst of membership changes (a node joining) may settle
+    /// before the slots are recomputed; a lost lease does not wait.
+    pub settle: Duration,
 }
 
 /// Turns the coordinator's view into the engine's: the slots this master
@@ -384,9 +387,10 @@ pub fn drive_ownership(
                 r = leadership.changed() => if r.is_err() { return },
                 _ = tick.tick() => checking = true,
             }
-            if !checking {
-                // Let a burst of changes (a node joining) settle.
-                tokio::time::sleep(Duration::from_millis(100)).await;
+            // Let a burst of changes (a node joining) settle, but not a
+            // lost lease: the node stops acting at once, not 100 ms later.
+            if !checking && *health.borrow() {
+                tokio::time::sleep(config.settle).await;
             }
         }
     });
@@ -548,6 +552,46 @@ mod tests {
 
     fn key() -> AttemptKey {
         AttemptKey { run_id: "r1".into(), task: 0, number: 1 }
+    }
+
+    /// A master that lost its lease gives its slots up at once: the time a
+    /// burst of membership changes gets to settle is not waited for.
+    #[tokio::test]
+    async fn a_lost_lease_gives_the_slots_up_without_letting_changes_settle() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.db");
+        let store: Arc<dyn Store> =
+            Arc::new(dagr_store::SqlStore::open_sqlite(&path, dagr_store::Synchronous::Normal).await.unwrap());
+        let plugins = Arc::new(crate::engine::testkit::FakePlugins::default());
+        let (engine, mut told) = EngineHandle::detached(store.clone(), plugins);
+        let hub = dagr_coord::local::LocalHub::new();
+        let node = NodeInfo {
+            id: "m1".into(),
+            role: Role::Master,
+            addr: "http://127.0.0.1:1".into(),
+            capacity: 0,
+            labels: BTreeMap::new(),
+            pid: 0,
+            lease: 0,
+        };
+        let coordinator: Arc<dyn Coordinator> = hub.join(node, &dagr_coord::SessionConfig::default());
+        let hour = Duration::from_secs(3600);
+        let config = OwnershipConfig { check_interval: hour, rebalance: Default::default(), settle: hour };
+        let mut owned = drive_ownership(engine, coordinator, store, config);
+        owned.wait_for(|slots| *slots > 0).await.unwrap();
+
+        hub.cut("m1");
+        tokio::time::timeout(Duration::from_secs(10), owned.wait_for(|slots| *slots == 0))
+            .await
+            .expect("the slots were still owned 10 s after the lease was lost (settling takes an hour)")
+            .unwrap();
+        let mut last = None;
+        while let Ok(message) = told.try_recv() {
+            if let crate::Message::Ownership(slots) = message {
+                last = Some(slots);
+            }
+        }
+        assert_eq!(last, Some(HashSet::new()), "the engine was told it owns no slot");
     }
 
     #[tokio::test]

@@ -323,6 +323,27 @@ pub struct EngineHandle {
     pub plugins: Arc<dyn PluginDirectory>,
 }
 
+#[cfg(test)]
+impl EngineHandle {
+    /// A handle with no engine behind it: the test reads what it is sent.
+    pub(crate) fn detached(
+        store: Arc<dyn Store>,
+        plugins: Arc<dyn PluginDirectory>,
+    ) -> (Self, mpsc::UnboundedReceiver<Message>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let handle = EngineHandle {
+            tx,
+            commands: broadcast::channel(1).0,
+            finished: broadcast::channel(1).0,
+            events: tokio::sync::watch::channel(0).0,
+            store,
+            metrics: Arc::default(),
+            plugins,
+        };
+        (handle, rx)
+    }
+}
+
 impl EngineHandle {
     /// Changes each time a step of this engine committed events: an event
     /// stream in the same process can read them at once instead of at its
