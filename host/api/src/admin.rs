@@ -204,17 +204,26 @@ async fn existing_tenant(state: &ApiState, name: &str) -> ApiResult<TenantRow> {
 
 // Runs per minute ---------------------------------------------------------------------
 
+/// Whether a tenant with these limits caps the tasks it runs at once
+/// (`max_concurrent`): its new runs are then made in one slot, so that one
+/// master counts them all ([`dagr_store::together_in`]).
+pub(crate) fn capped(limits: Option<&TenantLimits>) -> bool {
+    limits.is_some_and(|l| l.max_concurrent.is_some())
+}
+
 /// Refuses a new manual run or job when the tenant created `runs_per_minute`
 /// of them in the last minute. Counted in the store, so the limit holds
 /// across API processes (two requests racing at the very edge may both pass).
-pub(crate) async fn check_run_rate(state: &ApiState, tenant: &str) -> ApiResult<()> {
-    let Some(limit) = tenant_limits(state, tenant).await?.and_then(|l| l.runs_per_minute) else {
-        return Ok(());
+/// Returns the tenant's limits it read (`None`: no such tenant).
+pub(crate) async fn check_run_rate(state: &ApiState, tenant: &str) -> ApiResult<Option<TenantLimits>> {
+    let limits = tenant_limits(state, tenant).await?;
+    let Some(limit) = limits.as_ref().and_then(|l| l.runs_per_minute) else {
+        return Ok(limits);
     };
     let now = now_ms();
     let recent = state.store.count_runs_since(tenant, &[RunKind::Manual, RunKind::Job], now - 60_000).await?;
     if recent.count < i64::from(limit) {
-        return Ok(());
+        return Ok(limits);
     }
     let frees_at = recent.oldest.unwrap_or(now) + 60_000;
     let retry_after = ((frees_at - now).max(0) as u64).div_ceil(1000).max(1);
@@ -230,15 +239,21 @@ pub(crate) async fn check_run_rate(state: &ApiState, tenant: &str) -> ApiResult<
 /// limit (`max_unfinished_runs`, else `[api] max_unfinished_runs`): every
 /// unfinished run is held by a master, in memory, so a tenant's backfills
 /// may not pile up without bound. Counted in the store (two backfills
-/// racing at the very edge may both pass).
-pub(crate) async fn check_unfinished_runs(state: &ApiState, tenant: &str, adding: usize) -> ApiResult<()> {
-    let (limit, name) = match tenant_limits(state, tenant).await?.and_then(|l| l.max_unfinished_runs) {
+/// racing at the very edge may both pass). Returns the tenant's limits it
+/// read (`None`: no such tenant).
+pub(crate) async fn check_unfinished_runs(
+    state: &ApiState,
+    tenant: &str,
+    adding: usize,
+) -> ApiResult<Option<TenantLimits>> {
+    let limits = tenant_limits(state, tenant).await?;
+    let (limit, name) = match limits.as_ref().and_then(|l| l.max_unfinished_runs) {
         Some(n) => (n as usize, "the tenant's limit max_unfinished_runs"),
         None => (state.config.max_unfinished_runs, "[api] max_unfinished_runs"),
     };
     let unfinished = usize::try_from(state.store.count_unfinished_runs(tenant).await?).unwrap_or(0);
     if unfinished.saturating_add(adding) <= limit {
-        return Ok(());
+        return Ok(limits);
     }
     Err(AppError::RateLimited {
         message: format!(

@@ -49,6 +49,7 @@ async fn backfill_downstream(
     limit: usize,
 ) -> ApiResult<(Vec<RunRow>, Vec<String>)> {
     let edges = state.store.workflow_edges(tenant).await?;
+    let tenant_capped = crate::admin::capped(crate::admin::tenant_limits(state, tenant).await?.as_ref());
     let mut seen: std::collections::BTreeSet<String> = std::collections::BTreeSet::from([workflow.to_owned()]);
     let mut queue: std::collections::VecDeque<String> = std::collections::VecDeque::from([workflow.to_owned()]);
     let mut order = Vec::new();
@@ -104,6 +105,7 @@ async fn backfill_downstream(
                         spec: None,
                         backfill_id: Some(backfill.into()),
                         parent: None,
+                        tenant_capped,
                     },
                 )
             })
@@ -177,7 +179,8 @@ pub async fn create_backfill(
             "the range contains no logical time of the workflow's schedule",
         ));
     }
-    crate::admin::check_unfinished_runs(&state, &tenant.0, times.len()).await?;
+    let limits = crate::admin::check_unfinished_runs(&state, &tenant.0, times.len()).await?;
+    let tenant_capped = crate::admin::capped(limits.as_ref());
     let id = uuid::Uuid::now_v7().to_string();
     let now = now_ms();
     let backfill = BackfillRow {
@@ -206,6 +209,7 @@ pub async fn create_backfill(
                     spec: None,
                     backfill_id: Some(id.clone()),
                     parent: None,
+                    tenant_capped,
                 },
             )
         })

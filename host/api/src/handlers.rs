@@ -129,7 +129,7 @@ pub async fn trigger_run(
         None => now_ms(),
     };
     let params = serde_json::to_string(&params).map_err(AppError::internal)?;
-    crate::admin::check_run_rate(&state, &tenant.0).await?;
+    let limits = crate::admin::check_run_rate(&state, &tenant.0).await?;
     let run = new_run(
         &workflow,
         RunOrigin {
@@ -141,6 +141,7 @@ pub async fn trigger_run(
             spec: None,
             backfill_id: None,
             parent: None,
+            tenant_capped: crate::admin::capped(limits.as_ref()),
         },
     );
     let summary = run_summary(&run.run);

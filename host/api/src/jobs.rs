@@ -98,7 +98,7 @@ pub async fn create_job(
     let Validated { workflow, canonical, .. } =
         validate_definition(&state, &tenant.0, spec, Some(Format::Json), "invalid_job").await?;
     crate::admin::check_within_limits(&state, &tenant.0, &workflow, "invalid_job").await?;
-    crate::admin::check_run_rate(&state, &tenant.0).await?;
+    let limits = crate::admin::check_run_rate(&state, &tenant.0).await?;
     let run = new_run(
         &workflow,
         RunOrigin {
@@ -110,6 +110,7 @@ pub async fn create_job(
             spec: Some(canonical),
             backfill_id: None,
             parent: None,
+            tenant_capped: crate::admin::capped(limits.as_ref()),
         },
     );
     let run_id = run.run.id.clone();

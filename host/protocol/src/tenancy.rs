@@ -29,7 +29,9 @@ pub struct TenantLimits {
     #[serde(default)]
     #[schema(minimum = 1, maximum = 9223372036854775807_i64)]
     pub max_duration_ms: Option<u64>,
-    /// Attempts of the tenant running at once; more wait, queued.
+    /// Attempts of the tenant running at once; more wait, queued. In a
+    /// cluster the runs it makes from then on are all driven by one master,
+    /// which counts them.
     #[serde(default)]
     #[schema(minimum = 1, maximum = 2147483647)]
     pub max_concurrent: Option<u32>,

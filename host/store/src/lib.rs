@@ -339,6 +339,9 @@ pub struct RunOrigin {
     pub backfill_id: Option<String>,
     /// A child run's parent run and task (index).
     pub parent: Option<(String, i64)>,
+    /// Whether its tenant limits the tasks it runs at once
+    /// (`max_concurrent`): then all the tenant's runs are made in one slot.
+    pub tenant_capped: bool,
 }
 
 thread_local! {
@@ -361,12 +364,16 @@ pub fn with_run_ids<T>(next: impl FnMut() -> String + 'static, f: impl FnOnce() 
     f()
 }
 
-/// The slot a new run must share with others, if any: a workflow's limits
-/// over all its runs (`max_active_runs`, `concurrency`) and a backfill's
-/// parallelism are counted by the master that drives the runs, so all the
-/// runs one limit counts must be driven by one master. A workflow's limits
-/// count its backfills' runs too, so they decide first.
+/// The slot a new run must share with others, if any: a tenant's
+/// `max_concurrent`, a workflow's limits over all its runs
+/// (`max_active_runs`, `concurrency`) and a backfill's parallelism are
+/// counted by the master that drives the runs, so all the runs one limit
+/// counts must be driven by one master. The widest limit decides: a
+/// tenant's counts all its workflows' runs, a workflow's its backfills'.
 pub fn together_in(workflow: &dagr_core::Workflow, origin: &RunOrigin) -> Option<u32> {
+    if origin.tenant_capped {
+        return Some(dagr_core::slots::slot_of(&format!("tenant/{}", origin.tenant)));
+    }
     let spec = &workflow.spec;
     if spec.max_active_runs.is_some() || spec.concurrency.is_some() {
         return Some(dagr_core::slots::slot_of(&format!("workflow/{}/{}", origin.tenant, workflow.name())));
@@ -384,9 +391,10 @@ impl NewRun {
     /// `workflow` with all its tasks pending, created at
     /// `now`: the one constructor the API (triggers, backfills, jobs) and
     /// the engine (schedules) share. Its id is a UUIDv7 (time-ordered), its
-    /// slot the hash of its id. The runs of a workflow with
-    /// `max_active_runs` or `concurrency`, and those of one backfill, get
-    /// ids in one slot ([`together_in`]): one master drives and counts them.
+    /// slot the hash of its id. The runs of a tenant with `max_concurrent`,
+    /// of a workflow with `max_active_runs` or `concurrency`, and those of
+    /// one backfill, get ids in one slot ([`together_in`]): one master
+    /// drives and counts them.
     pub fn new(workflow: &dagr_core::Workflow, origin: RunOrigin, now: i64) -> NewRun {
         let id = next_run_id();
         let id = together_in(workflow, &origin).and_then(|slot| dagr_core::slots::id_in_slot(&id, slot)).unwrap_or(id);

@@ -700,6 +700,61 @@ async fn a_late_dispatch_does_not_start_an_attempt_the_master_ended() {
     assert!(reason.contains("an earlier lease of this worker"), "{reason}");
 }
 
+/// A tenant's `max_concurrent` is counted by the master that drives its
+/// runs, so all a capped tenant's runs are made in one slot: one master
+/// counts all its attempts. With its runs spread over the masters' slots,
+/// each master let two attempts through: up to six at once here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_s_max_concurrent_holds_across_masters() {
+    let _one = exclusive().await;
+    let ledger = Ledger::start().await;
+    let cluster = Cluster::up(3, 2, "2s").await;
+    let admin = std::fs::read_to_string(cluster.dir.join("api/admin.token")).unwrap().trim().to_owned();
+    let patched = reqwest::Client::new()
+        .patch(format!("{}/v1/tenants/default", cluster.api))
+        .bearer_auth(&admin)
+        .json(&json!({"limits": {"max_concurrent": 2}}))
+        .send()
+        .await
+        .unwrap();
+    assert!(patched.status().is_success(), "PATCH the tenant: {}", patched.text().await.unwrap_or_default());
+    // The API nudges every master to reload the limits (milliseconds);
+    // their periodic reload is the fallback.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut runs = Vec::new();
+    for name in ["capped-a", "capped-b", "capped-c"] {
+        cluster.apply(&ledger.workflow(name, &fan(4), 300)).await;
+        for _ in 0..2 {
+            runs.push(cluster.trigger(name).await);
+        }
+    }
+    let slots = psql_value(&cluster, "SELECT count(DISTINCT slot) FROM runs WHERE tenant = 'default'");
+    assert_eq!(slots, "1", "the capped tenant's runs are made in one slot");
+    let details = cluster.wait_all(&runs, Duration::from_secs(120)).await;
+    audit(&cluster, &ledger, &details, false).await;
+    // The executions the ledger saw: at no instant more than two overlap.
+    let entries = ledger.entries();
+    let mut edges: Vec<(i64, i32)> = Vec::new();
+    for start in entries.iter().filter(|e| e.event == "start") {
+        let end = entries
+            .iter()
+            .filter(|e| e.event != "start" && e.run == start.run && e.task == start.task && e.attempt == start.attempt)
+            .map(|e| e.at)
+            .min()
+            .unwrap_or(i64::MAX);
+        edges.push((start.at, 1));
+        edges.push((end, -1));
+    }
+    edges.sort();
+    let (mut running, mut most) = (0, 0);
+    for (_, delta) in edges {
+        running += delta;
+        most = most.max(running);
+    }
+    assert!(most <= 2, "{most} attempts of tenant `default` ran at once; its max_concurrent is 2");
+    assert_eq!(most, 2, "the two allowed attempts ran at once");
+}
+
 /// A workflow's `max_active_runs` is counted by the master that drives its
 /// runs, so all its runs are made in one slot: one master drives them
 /// all, and after it is killed, the one that takes the slot over. With

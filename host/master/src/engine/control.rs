@@ -148,6 +148,7 @@ impl EngineState {
             Err(e) => return self.abort(effects, run_id, task, format!("the child's params: {e}"), now),
         };
         let origin = RunOrigin {
+            tenant_capped: self.tenant_capped(&tenant),
             tenant,
             version: Some(version),
             kind: RunKind::Child,

@@ -129,6 +129,7 @@ impl EngineState {
     /// Creates the runs that are due for a schedule and arms its next fire.
     pub(crate) fn materialize(&mut self, effects: &mut Effects, key: &WorkflowKey, now: i64) {
         let max_catch_up = self.settings.max_catch_up as usize;
+        let tenant_capped = self.tenant_capped(&key.0);
         let Some(entry) = self.schedules.get_mut(key) else {
             return;
         };
@@ -166,6 +167,7 @@ impl EngineState {
                 spec: None,
                 backfill_id: None,
                 parent: None,
+                tenant_capped,
             };
             effects.batch.new_runs.push(NewRun::new(&entry.workflow, origin, now));
         }

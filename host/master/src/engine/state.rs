@@ -739,4 +739,10 @@ impl EngineState {
     pub(crate) fn tenant_limits(&self, tenant: &str) -> Option<TenantLimits> {
         self.limits.as_ref().map(|all| all.get(tenant).cloned().unwrap_or_default())
     }
+
+    /// Whether `tenant` limits the tasks it runs at once: its new runs are
+    /// then made in one slot, so that one master counts them all.
+    pub(crate) fn tenant_capped(&self, tenant: &str) -> bool {
+        self.limits.as_ref().and_then(|all| all.get(tenant)).is_some_and(|l| l.max_concurrent.is_some())
+    }
 }

@@ -191,6 +191,7 @@ impl TestEnv {
             spec: None,
             backfill_id: backfill.map(Into::into),
             parent: None,
+            tenant_capped: false,
         };
         let new = dagr_store::NewRun::new(&wf, origin, self.now);
         let id = new.run.id.clone();

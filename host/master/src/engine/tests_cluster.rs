@@ -4,12 +4,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use dagr_protocol::tenancy::TenantLimits;
 use dagr_protocol::wire::FailureKind;
 use dagr_store::AttemptState;
 
 use crate::Adoption;
 use crate::engine::effects::{Input, Need};
-use crate::engine::testkit::{TestEnv, dispatched_names, worker};
+use crate::engine::testkit::{TENANT, TestEnv, dispatched_names, worker};
 use crate::engine::tests::{CHAIN, names};
 use crate::engine::{Effects, WorkerInfo};
 
@@ -238,4 +239,37 @@ fn a_takeover_with_a_stale_view_of_the_workers_adopts_an_attempt_that_still_runs
     assert_eq!(env.state.counters().attempts_lost, 0);
     let effects = env.succeed(&probe.key, r#"{"v":1}"#);
     assert_eq!(dispatched_names(&effects), ["b"]);
+}
+
+/// A tenant's `max_concurrent` is counted by the master that drives its
+/// runs, so a capped tenant's runs are all made in one slot: the cycles a
+/// schedule makes and the child runs its sub-workflow tasks start (the API
+/// does the same for triggers, jobs and backfills).
+#[test]
+fn a_capped_tenant_s_new_runs_are_made_in_one_slot() {
+    let mut env = TestEnv::with(|c| c.max_catch_up = 3, vec![worker("w1", 8)]);
+    env.limits = Some(std::collections::HashMap::from([(
+        TENANT.to_owned(),
+        TenantLimits { max_concurrent: Some(4), allow_hosts: vec!["*".into()], ..TenantLimits::default() },
+    )]));
+    let tenant_slot = dagr_core::slots::slot_of(&format!("tenant/{TENANT}"));
+    let minute = 60_000;
+    let start = (env.now / minute - 10) * minute;
+    let start = chrono::DateTime::<chrono::Utc>::from_timestamp_millis(start).unwrap().to_rfc3339();
+    env.apply(&format!(
+        "name: cron\nschedule: {{cron: \"* * * * *\", catch_up: true, start: \"{start}\"}}\ntasks:\n- {{name: t, plugin: echo}}\n"
+    ));
+    let effects = env.lead();
+    assert_eq!(effects.batch.new_runs.len(), 3);
+    for new in &effects.batch.new_runs {
+        assert_eq!(dagr_core::slots::slot_of(&new.run.id), tenant_slot, "{}", new.run.id);
+        assert_eq!(new.run.slot, i64::from(tenant_slot));
+    }
+
+    env.apply("name: child\ntasks:\n- {name: c, plugin: echo}\n");
+    env.apply("name: parent\ntasks:\n- {name: sub, workflow: child}\n");
+    env.trigger("parent");
+    let effects = env.step(vec![]);
+    assert_eq!(effects.batch.child_runs.len(), 1);
+    assert_eq!(dagr_core::slots::slot_of(&effects.batch.child_runs[0].run.id), tenant_slot);
 }

@@ -603,6 +603,7 @@ impl World {
             spec: None,
             backfill_id: backfill,
             parent: None,
+            tenant_capped: false,
         };
         let together = dagr_store::together_in(&workflow, &origin);
         let mut new = dagr_store::NewRun::new(&workflow, origin, self.now);
