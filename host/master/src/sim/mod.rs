@@ -7,8 +7,9 @@
 //! one thread, on a simulated clock, every choice drawn from one seeded
 //! generator. Faults come from the seed: masters and workers crash and
 //! restart, pause past their lease and wake up, etcd becomes unavailable,
-//! messages are lost, duplicated, delayed and reordered, commits fail
-//! and are slow. After every commit the invariants are checked
+//! a master's view of the membership lags behind (after a freeze above
+//! all), messages are lost, duplicated, delayed and reordered, commits
+//! fail and are slow. After every commit the invariants are checked
 //! ([`check`]); at the end every run must have finished once the faults
 //! stopped. A failure names its seed and the trace that led to it, and
 //! [`run`] with the same seed replays it exactly.
@@ -52,7 +53,16 @@ pub struct FaultMix {
     pub commit_error: f64,
     /// A commit is slow (up to `max_delay_ms`), other nodes going on.
     pub slow_commit: f64,
+    /// A master's membership watch lags: it acts for a while (up to
+    /// [`MAX_LAG_MS`]) on the membership it saw before, slots and workers
+    /// alike (per wake-up from a freeze or re-join after a lost lease
+    /// that finds the membership changed; a tenth of that per other
+    /// change). See `World::view_of`.
+    pub membership_lag: f64,
 }
+
+/// The longest a master's membership watch lags behind.
+pub const MAX_LAG_MS: i64 = 500;
 
 impl FaultMix {
     /// The default mix: every fault, often enough that most seeds see
@@ -70,6 +80,7 @@ impl FaultMix {
             max_delay_ms: 3_000,
             commit_error: 0.01,
             slow_commit: 0.02,
+            membership_lag: 0.5,
         }
     }
 
@@ -87,6 +98,7 @@ impl FaultMix {
             max_delay_ms: 0,
             commit_error: 0.0,
             slow_commit: 0.0,
+            membership_lag: 0.0,
         }
     }
 }
@@ -175,6 +187,9 @@ pub struct Faults {
     pub delayed: u32,
     pub commit_errors: u32,
     pub slow_commits: u32,
+    /// Times a master acted on a membership its watch had not caught up
+    /// with yet.
+    pub membership_lags: u32,
 }
 
 impl Faults {
@@ -190,6 +205,7 @@ impl Faults {
         self.delayed += other.delayed;
         self.commit_errors += other.commit_errors;
         self.slow_commits += other.slow_commits;
+        self.membership_lags += other.membership_lags;
     }
 }
 
@@ -271,7 +287,8 @@ fn focus(seed: u64, invariant: &str, trace: Vec<String>) -> Vec<String> {
         .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
         .filter(|word| word.starts_with(&prefix))
         .collect();
-    const NODES: [&str; 7] = ["crashes", "freezes", "wakes up", "restarts", "leader:", "etcd", "faults stop"];
+    const NODES: [&str; 8] =
+        ["crashes", "freezes", "wakes up", "restarts", "leader:", "etcd", "faults stop", "membership"];
     let kept: Vec<String> = if runs.is_empty() {
         trace
     } else {
@@ -292,7 +309,7 @@ pub fn shrink(seed: u64, config: &SimConfig) -> Option<(FaultMix, Failure)> {
     let mut failure = run(seed, config).err()?;
     let mut mix = config.faults.clone();
     type Knob = fn(&mut FaultMix) -> &mut f64;
-    let knobs: [Knob; 10] = [
+    let knobs: [Knob; 11] = [
         |m| &mut m.master_crash,
         |m| &mut m.master_pause,
         |m| &mut m.worker_crash,
@@ -303,6 +320,7 @@ pub fn shrink(seed: u64, config: &SimConfig) -> Option<(FaultMix, Failure)> {
         |m| &mut m.delay,
         |m| &mut m.commit_error,
         |m| &mut m.slow_commit,
+        |m| &mut m.membership_lag,
     ];
     for knob in knobs {
         let mut fewer = mix.clone();
@@ -414,5 +432,19 @@ mod tests {
         assert!(faults.master_crashes > 0 && faults.master_pauses > 0, "{faults:?}");
         assert!(faults.worker_crashes > 0 && faults.worker_pauses > 0, "{faults:?}");
         assert!(faults.lost > 0 && faults.slow_commits > 0, "{faults:?}");
+        assert!(faults.membership_lags > 0, "{faults:?}");
+    }
+
+    /// Seed 5014: m1 freezes past its lease while w2, which had crashed,
+    /// joins again; m3 dispatches an attempt of a run in m1's old slots to
+    /// w2. m1 wakes up, joins again and takes its old slots back on the
+    /// membership it saw before the freeze (its watch lags), which has no
+    /// w2. The engine before 97fb971 declared the attempt on w2 lost and
+    /// ran the task on w3 beside it (the chaos soak's twin attempt); now it
+    /// asks w2, and adopts the attempt.
+    #[test]
+    fn a_master_on_a_stale_membership_does_not_run_a_task_twice() {
+        let report = run(5014, &SimConfig::default()).unwrap_or_else(|f| panic!("{f}"));
+        assert!(report.faults.master_pauses > 0 && report.faults.membership_lags > 0, "{report:?}");
     }
 }

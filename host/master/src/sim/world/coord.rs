@@ -3,6 +3,38 @@
 
 use super::*;
 
+/// A membership as a master sees it: the member masters (its slots follow
+/// from them) and the workers with their leases.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct View {
+    pub(super) masters: Vec<usize>,
+    pub(super) workers: Vec<String>,
+    pub(super) leases: BTreeMap<String, u32>,
+}
+
+impl View {
+    /// Master `i`'s slots: every slot whose number falls to its rank
+    /// among the masters (none if it is not one).
+    fn slots_of(&self, i: usize) -> BTreeSet<u32> {
+        let Some(rank) = self.masters.iter().position(|&m| m == i) else { return BTreeSet::new() };
+        (0..dagr_protocol::SLOTS).filter(|s| *s as usize % self.masters.len() == rank).collect()
+    }
+
+    /// The workers as the engine places attempts on them.
+    fn infos(&self, slots: u32) -> Vec<WorkerInfo> {
+        self.workers
+            .iter()
+            .map(|id| WorkerInfo {
+                id: id.clone(),
+                capacity: slots,
+                group: None,
+                any_group: false,
+                lease: self.leases[id] as i64,
+            })
+            .collect()
+    }
+}
+
 impl World {
     // Coordination --------------------------------------------------------------------------
 
@@ -22,6 +54,8 @@ impl World {
         if self.etcd_up {
             for m in self.masters.iter_mut().filter(|m| m.state.is_some() && !m.paused && !m.lease_lost) {
                 m.lease_until = self.now + ttl;
+                // Joined again under a new lease: its watch may lag.
+                m.woke |= m.joining;
                 m.joining = false;
             }
             for w in 0..self.workers.len() {
@@ -52,31 +86,22 @@ impl World {
             .filter(|w| w.alive && w.lease_until >= self.now)
             .map(|w| (w.id.clone(), w.lease))
             .collect();
-        let slots = self.config.slots;
-        let infos: Vec<WorkerInfo> = workers
-            .iter()
-            .map(|id| WorkerInfo {
-                id: id.clone(),
-                capacity: slots,
-                group: None,
-                any_group: false,
-                lease: leases[id] as i64,
-            })
-            .collect();
-        self.follow_book(&infos, &members);
-        for (rank, &i) in members.iter().enumerate() {
-            let own: BTreeSet<u32> =
-                (0..dagr_protocol::SLOTS).filter(|s| *s as usize % members.len() == rank).collect();
-            let lead = self.leader.filter(|(l, _)| *l == i).map(|(_, token)| token);
-            let m = &mut self.masters[i];
-            if m.paused {
+        let fresh = View { masters: members.clone(), workers, leases };
+        self.follow_book(&fresh.infos(self.config.slots), &members);
+        for &i in &members {
+            if self.masters[i].paused {
                 continue;
             }
+            let view = self.view_of(i, &fresh);
+            let own = view.slots_of(i);
+            let lead = self.leader.filter(|(l, _)| *l == i).map(|(_, token)| token);
+            let slots = self.config.slots;
+            let m = &mut self.masters[i];
             let mut told = false;
-            if m.told_workers.as_ref() != Some(&workers) || m.told_leases.as_ref() != Some(&leases) {
-                m.inbox.push(Input::Workers(infos.clone()));
-                m.told_workers = Some(workers.clone());
-                m.told_leases = Some(leases.clone());
+            if m.told_workers.as_ref() != Some(&view.workers) || m.told_leases.as_ref() != Some(&view.leases) {
+                m.inbox.push(Input::Workers(view.infos(slots)));
+                m.told_workers = Some(view.workers.clone());
+                m.told_leases = Some(view.leases.clone());
                 told = true;
             }
             if m.told_slots.as_ref() != Some(&own) {
@@ -94,6 +119,68 @@ impl World {
             }
         }
         self.schedule(self.now + COORD_MS, Event::Coord);
+    }
+
+    /// The membership master `i` acts on this round: the one it saw
+    /// last while its watch lags, else the coordination service's.
+    ///
+    /// A real master computes its slots and its workers from one snapshot
+    /// of the membership (`cluster::drive_ownership`), and that snapshot
+    /// can be stale: after a freeze (SIGSTOP) or a lost lease its watch
+    /// delivers what changed meanwhile only later (events queued behind
+    /// the freeze, or a watch etcd cancelled, read again after a pause),
+    /// while its new lease makes it healthy at once. So the lag here is
+    /// of the whole snapshot, slots and workers alike, not of the workers
+    /// alone: a master told fresh slots beside stale workers is not one
+    /// the real node can be. It still takes runs over on a stale view: a
+    /// master that lost its lease gave its slots up, and joining again
+    /// it takes the slots of its old snapshot back, whose runs others
+    /// drove meanwhile, maybe on a worker that came back while it slept
+    /// and that its snapshot does not have (the chaos soak's twin
+    /// attempt, fixed by 97fb971). A lagging master keeps slots that are
+    /// another's now, too: the store's fences must hold that.
+    ///
+    /// The transport (is a dispatch's or a probe's worker a member?)
+    /// answers from the membership as it is now, lag or not. The real one
+    /// reads the same watch when it sends, a step after the snapshot the
+    /// takeover was made on: a lag that outlasts that step would have it
+    /// answer `Gone` for the worker that came back, and the attempt would
+    /// be lost all the same (with it modelled so, the seeds that find the
+    /// twin attempt without 97fb971 find it with it too).
+    pub(super) fn view_of(&mut self, i: usize, fresh: &View) -> View {
+        let now = self.now;
+        let m = &mut self.masters[i];
+        let woke = std::mem::take(&mut m.woke);
+        match (m.lags_until, m.seen.clone()) {
+            (Some(until), Some(seen)) if until > now => return seen,
+            (Some(_), _) => {
+                m.lags_until = None;
+                let id = m.id.clone();
+                self.note(|| format!("{id}'s membership catches up"));
+            }
+            (None, Some(seen)) if seen != *fresh => {
+                let chance = self.config.faults.membership_lag;
+                if self.rng.chance(if woke { chance } else { chance / 10.0 }) {
+                    let until = now + self.rng.between(1, crate::sim::MAX_LAG_MS);
+                    let m = &mut self.masters[i];
+                    m.lags_until = Some(until);
+                    self.report.faults.membership_lags += 1;
+                    let id = m.id.clone();
+                    self.note(|| {
+                        format!(
+                            "{id}'s membership lags until {} ms: it acts on masters {:?}, workers {:?}",
+                            until - START,
+                            seen.masters.iter().map(|j| format!("m{}", j + 1)).collect::<Vec<_>>(),
+                            seen.workers
+                        )
+                    });
+                    return seen;
+                }
+            }
+            _ => {}
+        }
+        self.masters[i].seen = Some(fresh.clone());
+        fresh.clone()
     }
 
     // Faults --------------------------------------------------------------------------------

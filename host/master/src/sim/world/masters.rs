@@ -190,6 +190,9 @@ impl World {
             return;
         }
         m.paused = false;
+        // What changed while it slept reaches its membership watch late,
+        // maybe (`World::view_of`).
+        m.woke = true;
         let id = m.id.clone();
         self.note(|| format!("{id} wakes up"));
         // It may step once on what it had before it learns that its lease

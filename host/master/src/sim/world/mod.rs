@@ -185,6 +185,13 @@ struct Master {
     told_workers: Option<Vec<String>>,
     /// The workers' leases in the last membership it was told.
     told_leases: Option<BTreeMap<String, u32>>,
+    /// The membership it acts on (its watch's snapshot), and until when
+    /// the watch lags behind the coordination service's: `coord::View`.
+    seen: Option<coord::View>,
+    lags_until: Option<i64>,
+    /// It woke from a freeze or joined again since it was last told the
+    /// membership: its watch is the likelier to lag.
+    woke: bool,
     tick_at: Option<i64>,
 }
 
@@ -269,6 +276,9 @@ impl World {
                     told_lead: None,
                     told_workers: None,
                     told_leases: None,
+                    seen: None,
+                    lags_until: None,
+                    woke: false,
                     tick_at: None,
                 }
             })
@@ -436,6 +446,10 @@ impl World {
         m.told_lead = None;
         m.told_workers = None;
         m.told_leases = None;
+        // A new process reads the membership whole before it watches it.
+        m.seen = None;
+        m.lags_until = None;
+        m.woke = false;
         m.tick_at = None;
         self.wake(i, self.now + 1);
     }
