@@ -209,6 +209,7 @@ impl EngineState {
                     worker: worker.clone(),
                     confirmed_at: now,
                     adopting: false,
+                    lease: spec.worker_lease,
                 };
                 if let Some(warn) =
                     self.runs.get(&item.run).and_then(|r| r.machine.workflow().tasks[item.task].timeout_warn)

@@ -149,6 +149,12 @@ impl Placement {
         gone
     }
 
+    /// The lease `worker` holds if it is a member, as last told (0: not
+    /// known).
+    pub(crate) fn member_lease(&self, worker: &str) -> Option<i64> {
+        self.workers.get(worker).map(|w| w.lease)
+    }
+
     /// The lease `worker` holds, as last told (none when not known).
     pub(crate) fn lease_of(&self, worker: &str) -> Option<i64> {
         self.workers.get(worker).map(|w| w.lease).filter(|lease| *lease != 0)
@@ -230,6 +236,16 @@ impl Placement {
     }
 
     /// An attempt on `worker` this master took over (adopted).
+    /// This master still has attempts on `worker`, which joined again: with
+    /// a resource leader, it holds their slots there (and says so).
+    pub(crate) fn holds(&mut self, worker: &str) {
+        let mine = self.outstanding(worker);
+        if let Some(grants) = self.grants.as_mut() {
+            let held = grants.held.entry(worker.to_owned()).or_default();
+            *held = (*held).max(mine);
+        }
+    }
+
     pub(crate) fn adopted(&mut self, worker: &str) {
         *self.outstanding.entry(worker.to_owned()).or_default() += 1;
         let mine = self.outstanding(worker);

@@ -137,17 +137,40 @@ impl EngineState {
 
     /// Attempts on workers that left (or lost their lease and joined
     /// again) are lost; their tasks go again.
+    ///
+    /// A worker that joined again under a new lease stopped what it ran
+    /// under the old one first, so those attempts are lost. One that runs
+    /// under the new lease stays; and one whose lease is not known (taken
+    /// over: this master's view of the worker may have been older than the
+    /// attempt) is asked again instead of lost.
     pub(crate) fn workers_gone(&mut self, effects: &mut Effects, workers: &[String], now: i64) {
         tracing::warn!(?workers, "workers left or lost their lease");
-        let lost: Vec<(AttemptKey, String)> = self
-            .in_flight
-            .iter()
-            .filter(|(_, f)| workers.contains(&f.worker))
-            .map(|(k, f)| (k.clone(), f.worker.clone()))
-            .collect();
+        let mut lost: Vec<(AttemptKey, String)> = Vec::new();
+        let mut ask: Vec<Probe> = Vec::new();
+        for (key, flight) in self.in_flight.iter().filter(|(_, f)| workers.contains(&f.worker)) {
+            match (self.placement.member_lease(&flight.worker), flight.lease) {
+                (Some(now_lease), Some(lease)) if lease == now_lease => {}
+                (Some(_), None) => {
+                    let Some(run) = self.runs.get(key.run_id.as_str()) else { continue };
+                    ask.push(Probe { key: key.clone(), worker: flight.worker.clone(), epoch: run.row.epoch });
+                }
+                _ => lost.push((key.clone(), flight.worker.clone())),
+            }
+        }
+        for probe in &ask {
+            if let Some(flight) = self.in_flight.get_mut(&probe.key) {
+                flight.confirmed_at = now;
+            }
+        }
+        effects.probes.extend(ask);
         for (key, worker) in lost {
             let message = format!("worker {worker} left the cluster, or lost its lease, while running it");
             self.lose_in_flight(effects, key, &worker, message, now);
+        }
+        for worker in workers {
+            if self.placement.member_lease(worker).is_some() {
+                self.placement.holds(worker);
+            }
         }
     }
 

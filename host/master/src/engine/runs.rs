@@ -136,6 +136,11 @@ pub(crate) struct InFlight {
     pub confirmed_at: i64,
     /// Its worker has not said yet whether it still runs it (taken over).
     pub adopting: bool,
+    /// The worker's lease it is known to run under: the one its dispatch
+    /// was addressed to (a worker refuses a dispatch for another). `None`
+    /// for an attempt taken over: this master's view of the worker's lease
+    /// may be older than the attempt.
+    pub lease: Option<i64>,
 }
 
 /// The wake-up a state change of (a task of) a run owes, if anyone waits
@@ -294,6 +299,7 @@ impl EngineState {
                     worker: attempt.worker.clone(),
                     confirmed_at: now,
                     adopting: true,
+                    lease: None,
                 },
             );
             effects.probes.push(Probe { key, worker: attempt.worker, epoch });

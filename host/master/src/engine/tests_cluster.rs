@@ -241,6 +241,54 @@ fn a_takeover_with_a_stale_view_of_the_workers_adopts_an_attempt_that_still_runs
     assert_eq!(dispatched_names(&effects), ["b"]);
 }
 
+/// Found by the simulation (`dagr sim`, seed 2709, its masters' view of
+/// the members lagging): a master whose view still had a worker under the
+/// lease it held before it joined again took a run over and adopted the
+/// attempt running there under the new lease; when its view caught up, the
+/// lease change declared that attempt lost and the task ran a second time
+/// beside it. An attempt taken over is asked about again on a lease change;
+/// one dispatched under the old lease is lost (the worker stopped it before
+/// it joined again); one dispatched under the new lease stays.
+#[test]
+fn a_lease_change_asks_about_an_adopted_attempt_instead_of_losing_it() {
+    let leased = |lease| WorkerInfo { lease, ..worker("w1", 8) };
+    let (mut env, run) = taken_over(vec![leased(7)]);
+    let effects = retake(&mut env, &run);
+    let probe = effects.probes[0].clone();
+    let epoch = env.store.runs[&run].epoch;
+    let running = |key: &dagr_protocol::wire::AttemptKey| Input::Probed {
+        key: key.clone(),
+        worker: "w1".into(),
+        epoch,
+        adoption: Adoption::Running,
+    };
+    env.step(vec![running(&probe.key)]);
+    assert_eq!(env.state.counters().attempts_adopted, 1);
+
+    let effects = env.step(vec![Input::Workers(vec![leased(8)])]);
+    assert!(effects.dispatches.is_empty(), "{:?}", dispatched_names(&effects));
+    assert_eq!(env.state.counters().attempts_lost, 0);
+    assert_eq!(effects.probes.len(), 1, "asked again");
+    assert_eq!(effects.probes[0].key, probe.key);
+    // It runs under the new lease: it stays, and its result is applied.
+    let effects = env.step(vec![running(&probe.key)]);
+    assert!(effects.dispatches.is_empty());
+    let effects = env.succeed(&probe.key, r#"{"v":1}"#);
+    assert_eq!(dispatched_names(&effects), ["b"]);
+    let next = effects.dispatches[0].0.key.clone();
+    assert_eq!(effects.dispatches[0].0.worker_lease, Some(8));
+
+    // Dispatched under lease 8, it stays when the view says 8 again (a
+    // lagging view catching up), and is lost when the worker joins again.
+    let effects = env.step(vec![Input::Workers(vec![leased(8)])]);
+    assert!(effects.probes.is_empty() && effects.dispatches.is_empty());
+    let effects = env.step(vec![Input::Workers(vec![leased(9)])]);
+    assert!(effects.probes.is_empty());
+    assert_eq!(effects.dispatches.len(), 1, "lost with lease 8: it goes again");
+    assert_eq!(effects.dispatches[0].0.key.task, next.task);
+    assert_eq!(env.state.counters().attempts_lost, 1);
+}
+
 /// A tenant's `max_concurrent` is counted by the master that drives its
 /// runs, so a capped tenant's runs are all made in one slot: the cycles a
 /// schedule makes and the child runs its sub-workflow tasks start (the API
