@@ -357,8 +357,15 @@ pub fn drive_ownership(
                 .with_role(Role::Master)
                 .map(|m| (m.id.clone(), weights.get(&m.id).copied().unwrap_or(1.0)))
                 .collect();
-            let slots =
-                if healthy && members.contains(&me) { SlotMap::compute(&live).slots_of(&me) } else { HashSet::new() };
+            // A snapshot without this node under the lease it holds now
+            // predates its joining (again, after a freeze or a lost lease):
+            // the watch delivers what changed meanwhile a moment later, in
+            // order. Slots, and the runs taken over with them, wait for the
+            // snapshot that has the node's own registration, and with it
+            // everything that changed before (a worker that joined again
+            // while this node slept).
+            let current = members.nodes.get(&me).is_some_and(|n| coordinator.lease() == Some(n.lease));
+            let slots = if healthy && current { SlotMap::compute(&live).slots_of(&me) } else { HashSet::new() };
             // Workers first: taking slots over asks their workers about
             // the attempts of the runs it loads.
             let workers = workers_of(&members);
@@ -559,22 +566,11 @@ mod tests {
     #[tokio::test]
     async fn a_lost_lease_gives_the_slots_up_without_letting_changes_settle() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("m.db");
-        let store: Arc<dyn Store> =
-            Arc::new(dagr_store::SqlStore::open_sqlite(&path, dagr_store::Synchronous::Normal).await.unwrap());
+        let store = sqlite_store(&dir).await;
         let plugins = Arc::new(crate::engine::testkit::FakePlugins::default());
         let (engine, mut told) = EngineHandle::detached(store.clone(), plugins);
         let hub = dagr_coord::local::LocalHub::new();
-        let node = NodeInfo {
-            id: "m1".into(),
-            role: Role::Master,
-            addr: "http://127.0.0.1:1".into(),
-            capacity: 0,
-            labels: BTreeMap::new(),
-            pid: 0,
-            lease: 0,
-        };
-        let coordinator: Arc<dyn Coordinator> = hub.join(node, &dagr_coord::SessionConfig::default());
+        let coordinator: Arc<dyn Coordinator> = hub.join(master(0), &dagr_coord::SessionConfig::default());
         let hour = Duration::from_secs(3600);
         let config = OwnershipConfig { check_interval: hour, rebalance: Default::default(), settle: hour };
         let mut owned = drive_ownership(engine, coordinator, store, config);
@@ -592,6 +588,91 @@ mod tests {
             }
         }
         assert_eq!(last, Some(HashSet::new()), "the engine was told it owns no slot");
+    }
+
+    /// A coordinator whose membership the test sets: a watch that lags.
+    struct Lagging {
+        node: NodeInfo,
+        lease: i64,
+        membership: watch::Sender<Membership>,
+        health: watch::Sender<bool>,
+        leadership: watch::Sender<Option<i64>>,
+        leader: watch::Sender<Option<dagr_coord::Leader>>,
+    }
+
+    impl Coordinator for Lagging {
+        fn node(&self) -> &NodeInfo {
+            &self.node
+        }
+        fn membership(&self) -> watch::Receiver<Membership> {
+            self.membership.subscribe()
+        }
+        fn health(&self) -> watch::Receiver<bool> {
+            self.health.subscribe()
+        }
+        fn lease_guard(&self) -> dagr_coord::LeaseGuard {
+            dagr_coord::LeaseGuard::forever()
+        }
+        fn lease(&self) -> Option<i64> {
+            Some(self.lease)
+        }
+        fn leadership(&self) -> watch::Receiver<Option<i64>> {
+            self.leadership.subscribe()
+        }
+        fn leader(&self) -> watch::Receiver<Option<dagr_coord::Leader>> {
+            self.leader.subscribe()
+        }
+        fn leave(&self) {}
+    }
+
+    fn master(lease: i64) -> NodeInfo {
+        NodeInfo {
+            id: "m1".into(),
+            role: Role::Master,
+            addr: "http://127.0.0.1:1".into(),
+            capacity: 0,
+            labels: BTreeMap::new(),
+            pid: 0,
+            lease,
+        }
+    }
+
+    async fn sqlite_store(dir: &tempfile::TempDir) -> Arc<dyn Store> {
+        let path = dir.path().join("m.db");
+        Arc::new(dagr_store::SqlStore::open_sqlite(&path, dagr_store::Synchronous::Normal).await.unwrap())
+    }
+
+    /// A master that joined again under a new lease takes slots only once
+    /// its view of the members has it under that lease: an older snapshot
+    /// (the watch lagging after a freeze) lacks what changed meanwhile,
+    /// such as a worker that joined again, and a takeover on it ran a task
+    /// twice at once (`dagr sim` with its membership lag).
+    #[tokio::test]
+    async fn slots_wait_for_a_view_that_has_this_master_under_its_current_lease() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = sqlite_store(&dir).await;
+        let plugins = Arc::new(crate::engine::testkit::FakePlugins::default());
+        let (engine, _told) = EngineHandle::detached(store.clone(), plugins);
+        let stale = Membership { nodes: BTreeMap::from([("m1".into(), master(1))]) };
+        let coordinator = Arc::new(Lagging {
+            node: master(2),
+            lease: 2,
+            membership: watch::channel(stale).0,
+            health: watch::channel(true).0,
+            leadership: watch::channel(None).0,
+            leader: watch::channel(None).0,
+        });
+        let hour = Duration::from_secs(3600);
+        let config = OwnershipConfig { check_interval: hour, rebalance: Default::default(), settle: Duration::ZERO };
+        let mut owned = drive_ownership(engine, coordinator.clone(), store, config);
+        let early = tokio::time::timeout(Duration::from_millis(300), owned.wait_for(|slots| *slots > 0)).await.is_ok();
+        assert!(!early, "slots taken on a view that has this master under its old lease");
+
+        coordinator.membership.send_replace(Membership { nodes: BTreeMap::from([("m1".into(), master(2))]) });
+        tokio::time::timeout(Duration::from_secs(10), owned.wait_for(|slots| *slots == dagr_protocol::SLOTS as usize))
+            .await
+            .expect("the view caught up: every slot is this master's")
+            .unwrap();
     }
 
     #[tokio::test]

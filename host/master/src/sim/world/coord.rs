@@ -138,7 +138,13 @@ impl World {
     /// drove meanwhile, maybe on a worker that came back while it slept
     /// and that its snapshot does not have (the chaos soak's twin
     /// attempt, fixed by 97fb971). A lagging master keeps slots that are
-    /// another's now, too: the store's fences must hold that.
+    /// another's now, too: the store's fences must hold that. The real
+    /// node is stricter than this model: it takes slots only from a
+    /// snapshot that has it under its current lease, so it does not take
+    /// runs over on a snapshot older than its re-join
+    /// (`cluster::drive_ownership`). The model leaves that guard out on
+    /// purpose: the engine must be safe without it too (the lease change
+    /// of `f1d81d9` was found so).
     ///
     /// The transport (is a dispatch's or a probe's worker a member?)
     /// answers from the membership as it is now, lag or not. The real one
