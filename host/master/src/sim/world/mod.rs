@@ -436,9 +436,11 @@ impl World {
         m.incarnation += 1;
         m.state = Some(EngineState::new(&m.config, self.now));
         m.paused = false;
-        m.lease_until = self.now + self.config.lease_ttl_ms;
+        // A new process registers with etcd before it acts: while etcd is
+        // down it is no member, and joins at the first round etcd answers.
+        m.joining = !self.etcd_up;
+        m.lease_until = if self.etcd_up { self.now + self.config.lease_ttl_ms } else { self.now - 1 };
         m.lease_lost = false;
-        m.joining = false;
         m.inbox.clear();
         m.committing = None;
         m.acks.clear();

@@ -199,10 +199,15 @@ impl World {
         worker.alive = true;
         worker.incarnation += 1;
         worker.resending = false;
-        // A new process registers under a new lease.
+        // A new process registers under a new lease, once etcd answers (the
+        // coordination round renews it then).
         worker.lease += 1;
         let id = worker.id.clone();
-        self.renew_worker_lease(w);
+        if self.etcd_up {
+            self.renew_worker_lease(w);
+        } else {
+            self.workers[w].lease_until = self.now - 1;
+        }
         self.note(|| format!("{id} restarts"));
     }
 
