@@ -395,9 +395,13 @@ pub fn drive_ownership(
                 _ = tick.tick() => checking = true,
             }
             // Let a burst of changes (a node joining) settle, but not a
-            // lost lease: the node stops acting at once, not 100 ms later.
+            // lost lease, also one lost meanwhile: the node stops acting at
+            // once, not when the settling is over.
             if !checking && *health.borrow() {
-                tokio::time::sleep(config.settle).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(config.settle) => {}
+                    r = health.wait_for(|healthy| !healthy) => if r.is_err() { return },
+                }
             }
         }
     });
@@ -562,7 +566,8 @@ mod tests {
     }
 
     /// A master that lost its lease gives its slots up at once: the time a
-    /// burst of membership changes gets to settle is not waited for.
+    /// burst of membership changes gets to settle is not waited for, also
+    /// when the lease is lost while a change settles.
     #[tokio::test]
     async fn a_lost_lease_gives_the_slots_up_without_letting_changes_settle() {
         let dir = tempfile::tempdir().unwrap();
@@ -575,6 +580,11 @@ mod tests {
         let config = OwnershipConfig { check_interval: hour, rebalance: Default::default(), settle: hour };
         let mut owned = drive_ownership(engine, coordinator, store, config);
         owned.wait_for(|slots| *slots > 0).await.unwrap();
+        // A worker joins: the membership changed, and that settles (for an
+        // hour); the lease is lost while it does.
+        let worker = NodeInfo { id: "w1".into(), role: Role::Worker, capacity: 1, ..master(0) };
+        let _w1 = hub.join(worker, &dagr_coord::SessionConfig::default());
+        tokio::time::sleep(Duration::from_millis(200)).await;
 
         hub.cut("m1");
         tokio::time::timeout(Duration::from_secs(10), owned.wait_for(|slots| *slots == 0))

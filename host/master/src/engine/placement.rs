@@ -235,7 +235,6 @@ impl Placement {
         }
     }
 
-    /// An attempt on `worker` this master took over (adopted).
     /// This master still has attempts on `worker`, which joined again: with
     /// a resource leader, it holds their slots there (and says so).
     pub(crate) fn holds(&mut self, worker: &str) {
@@ -246,6 +245,7 @@ impl Placement {
         }
     }
 
+    /// An attempt on `worker` this master took over (adopted).
     pub(crate) fn adopted(&mut self, worker: &str) {
         *self.outstanding.entry(worker.to_owned()).or_default() += 1;
         let mine = self.outstanding(worker);

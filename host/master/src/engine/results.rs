@@ -139,10 +139,10 @@ impl EngineState {
     /// again) are lost; their tasks go again.
     ///
     /// A worker that joined again under a new lease stopped what it ran
-    /// under the old one first, so those attempts are lost. One that runs
-    /// under the new lease stays; and one whose lease is not known (taken
-    /// over: this master's view of the worker may have been older than the
-    /// attempt) is asked again instead of lost.
+    /// under the old one first, so the attempts sent to the old one are
+    /// lost. One whose lease is not known (taken over: this master's view
+    /// of the worker may have been older than the attempt) is asked about
+    /// again instead: it may run under the new one.
     pub(crate) fn workers_gone(&mut self, effects: &mut Effects, workers: &[String], now: i64) {
         tracing::warn!(?workers, "workers left or lost their lease");
         let mut lost: Vec<(AttemptKey, String)> = Vec::new();
@@ -150,8 +150,7 @@ impl EngineState {
         for (key, flight) in self.in_flight.iter().filter(|(_, f)| workers.contains(&f.worker)) {
             match (self.placement.member_lease(&flight.worker), flight.lease) {
                 (Some(now_lease), Some(lease)) if lease == now_lease => {}
-                (Some(_), None) => {
-                    let Some(run) = self.runs.get(key.run_id.as_str()) else { continue };
+                (Some(_), None) if let Some(run) = self.runs.get(key.run_id.as_str()) => {
                     ask.push(Probe { key: key.clone(), worker: flight.worker.clone(), epoch: run.row.epoch });
                 }
                 _ => lost.push((key.clone(), flight.worker.clone())),
