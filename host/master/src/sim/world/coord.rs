@@ -245,3 +245,33 @@ impl World {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A node that restarts while etcd is down cannot register: it is no
+    /// member (no slots, no attempts) until etcd answers again (seed 872
+    /// had a master made a member at once, alone with every slot).
+    #[test]
+    fn a_node_restarted_while_etcd_is_down_joins_once_etcd_answers() {
+        let mut world = World::new(1, crate::sim::SimConfig::default());
+        world.setup().unwrap();
+        world.coordinate();
+        assert!(world.is_member_master(0));
+        world.etcd_up = false;
+        world.crash_master(0).unwrap();
+        world.workers[0].alive = false;
+        world.now += 1_000;
+        world.start_master(0);
+        world.restart_worker(0);
+        assert!(!world.is_member_master(0), "a master that could not register");
+        assert!(world.workers[0].lease_until < world.now, "a worker that could not register");
+
+        world.now += 1_000;
+        world.etcd_up = true;
+        world.coordinate();
+        assert!(world.is_member_master(0));
+        assert!(world.workers[0].lease_until >= world.now);
+    }
+}
