@@ -562,7 +562,13 @@ async fn chaos_soak() {
     let _one = exclusive().await;
     let secs: u64 = std::env::var("DAGR_CHAOS_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(30);
     let ledger = Ledger::start().await;
-    let cluster = Cluster::up(3, 3, "2s").await;
+    // Workers killed and frozen every few seconds lose an attempt now and
+    // then, and a burst of faults on the workers can lose one task's
+    // attempts more often than the default limit allows (a 600 s soak did:
+    // four times in 7.5 s, on w3, w2, w1 and w2 again, each at a kill or a
+    // freeze). What the soak checks is that none runs twice and none is
+    // lost for good, not that limit.
+    let cluster = Cluster::up_with_env(3, 3, "2s", &[], &[("DAGR_MASTER__MAX_LOST_ATTEMPTS", "20")]).await;
     let dags = alibaba(12);
     for (name, tasks) in &dags {
         cluster.apply(&ledger.workflow(name, tasks, 60)).await;

@@ -38,6 +38,8 @@ pub struct Cluster {
     /// The `default` tenant's token.
     pub token: String,
     client: Api,
+    /// What every node starts with, also when it is restarted or added.
+    envs: Vec<(String, String)>,
 }
 
 impl Cluster {
@@ -65,8 +67,8 @@ impl Cluster {
             .map(String::from)
             .to_vec();
         args.extend(flags.iter().map(|f| f.to_string()));
-        let dir2 = dir.clone();
-        let out = tokio::task::spawn_blocking(move || script_with(&dir2, &args, &envs)).await.unwrap();
+        let (dir2, envs2) = (dir.clone(), envs.clone());
+        let out = tokio::task::spawn_blocking(move || script_with(&dir2, &args, &envs2)).await.unwrap();
         let api = out.lines().last().unwrap_or_default().trim().to_owned();
         assert!(api.starts_with("http://"), "local-cluster up did not print the API URL: {out}");
         // The API node made the tenant `default` and its first token at its
@@ -76,11 +78,11 @@ impl Cluster {
             .trim()
             .to_owned();
         let client = Api::at(&api, &token);
-        Cluster { dir, api, token, client }
+        Cluster { dir, api, token, client, envs }
     }
 
     fn run(&self, args: &[&str]) -> String {
-        script(&self.dir, &args.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        script_with(&self.dir, &args.iter().map(|s| s.to_string()).collect::<Vec<_>>(), &self.envs)
     }
 
     pub fn kill(&self, node: &str) {
@@ -96,15 +98,19 @@ impl Cluster {
     }
 
     pub async fn restart(&self, node: &str) {
-        let dir = self.dir.clone();
+        let (dir, envs) = (self.dir.clone(), self.envs.clone());
         let node = node.to_owned();
-        tokio::task::spawn_blocking(move || script(&dir, &["restart".into(), node])).await.unwrap();
+        tokio::task::spawn_blocking(move || script_with(&dir, &["restart".into(), node], &envs)).await.unwrap();
     }
 
     pub async fn add(&self, role: &str) -> String {
-        let dir = self.dir.clone();
+        let (dir, envs) = (self.dir.clone(), self.envs.clone());
         let role = role.to_owned();
-        tokio::task::spawn_blocking(move || script(&dir, &["add".into(), role])).await.unwrap().trim().to_owned()
+        tokio::task::spawn_blocking(move || script_with(&dir, &["add".into(), role], &envs))
+            .await
+            .unwrap()
+            .trim()
+            .to_owned()
     }
 
     /// The internal address of a node, from its log.
@@ -242,10 +248,6 @@ impl Drop for Cluster {
             .env("DAGR_CLUSTER_DIR", &self.dir)
             .output();
     }
-}
-
-fn script(dir: &std::path::Path, args: &[String]) -> String {
-    script_with(dir, args, &[])
 }
 
 fn script_with(dir: &std::path::Path, args: &[String], envs: &[(String, String)]) -> String {
