@@ -335,6 +335,19 @@ impl Drop for TestServer {
 }
 
 /// Appends `n` as unsigned LEB128 (WebAssembly's integer encoding).
+/// The most of these `(start, end)` intervals that overlap at any instant
+/// (one that ends as another starts does not overlap it).
+pub fn most_at_once(intervals: impl IntoIterator<Item = (i64, i64)>) -> usize {
+    let mut edges: Vec<(i64, i32)> = intervals.into_iter().flat_map(|(start, end)| [(start, 1), (end, -1)]).collect();
+    edges.sort();
+    let (mut running, mut most) = (0i32, 0i32);
+    for (_, delta) in edges {
+        running += delta;
+        most = most.max(running);
+    }
+    most as usize
+}
+
 pub fn write_leb(mut n: usize, out: &mut Vec<u8>) {
     loop {
         let byte = (n & 0x7f) as u8;

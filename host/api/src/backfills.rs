@@ -38,7 +38,8 @@ async fn restore_cycles(
 /// (transitively): every cycle of theirs in `[from, to]` gets a run of the
 /// backfill, and cycles that already have one are re-flushed. Dependency
 /// order needs nothing more: each downstream run waits for its upstream
-/// instances. Returns the runs made and the cycles re-flushed.
+/// instances. `tenant_capped`: the tenant limits its tasks at once (its
+/// runs share a slot). Returns the runs made and the cycles re-flushed.
 async fn backfill_downstream(
     state: &ApiState,
     tenant: &str,
@@ -46,10 +47,10 @@ async fn backfill_downstream(
     from: chrono::DateTime<Utc>,
     to: chrono::DateTime<Utc>,
     backfill: &str,
-    limit: usize,
+    tenant_capped: bool,
 ) -> ApiResult<(Vec<RunRow>, Vec<String>)> {
+    let limit = state.config.max_backfill_runs;
     let edges = state.store.workflow_edges(tenant).await?;
-    let tenant_capped = crate::admin::capped(crate::admin::tenant_limits(state, tenant).await?.as_ref());
     let mut seen: std::collections::BTreeSet<String> = std::collections::BTreeSet::from([workflow.to_owned()]);
     let mut queue: std::collections::VecDeque<String> = std::collections::VecDeque::from([workflow.to_owned()]);
     let mut order = Vec::new();
@@ -230,8 +231,7 @@ pub async fn create_backfill(
     }
     if req.include_downstream {
         let (more, reflushed) =
-            backfill_downstream(&state, &tenant.0, &req.workflow, from, to, &id, state.config.max_backfill_runs)
-                .await?;
+            backfill_downstream(&state, &tenant.0, &req.workflow, from, to, &id, tenant_capped).await?;
         created_runs.extend(more.iter().map(run_summary));
         skipped.extend(reflushed);
     }

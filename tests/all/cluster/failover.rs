@@ -740,23 +740,15 @@ async fn a_tenant_s_max_concurrent_holds_across_masters() {
     audit(&cluster, &ledger, &details, false).await;
     // The executions the ledger saw: at no instant more than two overlap.
     let entries = ledger.entries();
-    let mut edges: Vec<(i64, i32)> = Vec::new();
-    for start in entries.iter().filter(|e| e.event == "start") {
+    let most = crate::support::most_at_once(entries.iter().filter(|e| e.event == "start").map(|start| {
         let end = entries
             .iter()
             .filter(|e| e.event != "start" && e.run == start.run && e.task == start.task && e.attempt == start.attempt)
             .map(|e| e.at)
             .min()
             .unwrap_or(i64::MAX);
-        edges.push((start.at, 1));
-        edges.push((end, -1));
-    }
-    edges.sort();
-    let (mut running, mut most) = (0, 0);
-    for (_, delta) in edges {
-        running += delta;
-        most = most.max(running);
-    }
+        (start.at, end)
+    }));
     assert!(most <= 2, "{most} attempts of tenant `default` ran at once; its max_concurrent is 2");
     assert_eq!(most, 2, "the two allowed attempts ran at once");
 }

@@ -25,19 +25,8 @@ async fn finished_backfill(api: &Api, id: &str) -> Vec<Value> {
 
 /// The most runs that were running at the same moment.
 fn max_overlap(runs: &[Value]) -> usize {
-    let mut edges: Vec<(DateTime<Utc>, i32)> = Vec::new();
-    for r in runs {
-        edges.push((time_of(&r["started_at"]), 1));
-        edges.push((time_of(&r["finished_at"]), -1));
-    }
-    // At equal times, an end comes before a start: touching is not overlapping.
-    edges.sort();
-    let (mut now, mut most) = (0i32, 0i32);
-    for (_, delta) in edges {
-        now += delta;
-        most = most.max(now);
-    }
-    most as usize
+    let ms = |v: &Value| time_of(v).timestamp_millis();
+    crate::support::most_at_once(runs.iter().map(|r| (ms(&r["started_at"]), ms(&r["finished_at"]))))
 }
 
 #[tokio::test]

@@ -194,19 +194,11 @@ async fn concurrent_attempts_stay_within_the_tenants_cap() {
     assert_eq!(finished["state"], "succeeded", "{finished}");
 
     // The attempts' intervals: at no instant more than two overlap.
-    let mut edges = Vec::new();
-    for task in finished["tasks"].as_array().unwrap() {
-        let start = chrono::DateTime::parse_from_rfc3339(task["started_at"].as_str().unwrap()).unwrap();
-        let end = chrono::DateTime::parse_from_rfc3339(task["finished_at"].as_str().unwrap()).unwrap();
-        edges.push((start.timestamp_millis(), 1));
-        edges.push((end.timestamp_millis(), -1));
-    }
-    edges.sort();
-    let (mut running, mut most) = (0, 0);
-    for (_, delta) in edges {
-        running += delta;
-        most = most.max(running);
-    }
+    let at = |task: &Value, field: &str| {
+        chrono::DateTime::parse_from_rfc3339(task[field].as_str().unwrap()).unwrap().timestamp_millis()
+    };
+    let tasks = finished["tasks"].as_array().unwrap();
+    let most = crate::support::most_at_once(tasks.iter().map(|task| (at(task, "started_at"), at(task, "finished_at"))));
     assert!(most <= 2, "{most} attempts of tenant `narrow` overlapped; its limit is 2: {finished:#}");
     assert_eq!(most, 2, "the two allowed slots were used: {finished:#}");
 }
