@@ -536,7 +536,11 @@ impl Transport for LocalTransport {
 
     async fn adopt(&self, key: &AttemptKey, _worker: &str, _epoch: i64) -> Adoption {
         // After a restart the in-process worker is new and knows nothing.
-        if self.worker.running_keys().contains(key) { Adoption::Running } else { Adoption::Unknown }
+        if self.worker.running_keys().contains(key) {
+            Adoption::Running
+        } else {
+            Adoption::Unknown { never_under: None }
+        }
     }
 }
 

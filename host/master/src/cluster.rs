@@ -158,7 +158,7 @@ impl Transport for HttpTransport {
                 return match answer {
                     AdoptResponse::Running => Adoption::Running,
                     AdoptResponse::Finished { result } => Adoption::Finished(result),
-                    AdoptResponse::Unknown => Adoption::Unknown,
+                    AdoptResponse::Unknown { never_under } => Adoption::Unknown { never_under },
                 };
             }
             tokio::time::sleep(RETRY_PAUSE).await;

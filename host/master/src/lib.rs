@@ -59,9 +59,11 @@ pub enum Adoption {
     Running,
     /// It ended; here is its result.
     Finished(AttemptResult),
-    /// The worker does not know it (never received, or restarted): it will
-    /// never run there.
-    Unknown,
+    /// The worker does not know it (never received, or restarted, or it ran
+    /// and its result was dropped): it will never run there. `never_under`:
+    /// the worker's lease, when it vouches that the attempt never reached
+    /// it under that lease.
+    Unknown { never_under: Option<i64> },
     /// The worker is not a member any more (its lease ended): what it ran
     /// is lost with it.
     Gone,

@@ -123,8 +123,20 @@ pub struct AdoptRequest {
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum AdoptResponse {
     Running,
-    Finished { result: AttemptResult },
-    Unknown,
+    Finished {
+        result: AttemptResult,
+    },
+    /// Neither running nor finished here. From now on the worker refuses
+    /// the attempt, should its dispatch still arrive.
+    Unknown {
+        /// The worker's lease now, when it can vouch that the attempt never
+        /// reached it under that lease (it keeps the key of every attempt
+        /// it took since it started, and forgot none). Absent, the attempt
+        /// may have run here and had its result dropped (a stale
+        /// acknowledgement), or the worker holds no lease.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        never_under: Option<i64>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

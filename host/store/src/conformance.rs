@@ -364,6 +364,7 @@ async fn runs_and_batches(store: &dyn Store, p: &str) -> Result<()> {
         epoch: 0,
         started_at: 1001,
         finished_at: None,
+        lease: Some(7),
     };
     let mut batch = WriteBatch {
         runs: vec![RunWrite {
@@ -408,6 +409,11 @@ async fn runs_and_batches(store: &dyn Store, p: &str) -> Result<()> {
     check(
         store.running_attempts_of(std::slice::from_ref(&id)).await?.iter().any(|a| a.run_id == id),
         "attempt running",
+    )?;
+    let running = store.running_attempts_of(std::slice::from_ref(&id)).await?;
+    check(
+        running.iter().all(|a| a.lease == Some(7)),
+        &format!("a running attempt is read back with the lease it was sent to: {running:?}"),
     )?;
     check(!store.pending_commands(0, 100).await?.iter().any(|c| c.id == command), "command done")?;
     check(

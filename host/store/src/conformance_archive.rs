@@ -43,6 +43,7 @@ pub(crate) async fn finished(store: &dyn Store, tenant: &str, id: &str, at: i64)
         epoch: 0,
         started_at: at + 1,
         finished_at: Some(at + 2),
+        lease: None,
     };
     store
         .commit(WriteBatch {

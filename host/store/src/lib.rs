@@ -217,6 +217,12 @@ pub struct AttemptRow {
     pub epoch: i64,
     pub started_at: i64,
     pub finished_at: Option<i64>,
+    /// The worker's lease its dispatch was addressed to (the worker refuses
+    /// it under any other), if the master knew it. Written when the attempt
+    /// starts and never changed; read back only with the running attempts
+    /// a new owner takes over ([`Store::running_attempts_of`]), `None` from
+    /// every other read and from the cold partitions.
+    pub lease: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -686,7 +692,7 @@ pub trait Store:
     /// Records `holder` as the holder of a singleton duty with `token`,
     /// unless a higher token already holds it. True if this token holds it.
     async fn acquire_singleton(&self, name: &str, holder: &str, token: i64, now: i64) -> Result<bool>;
-    /// The running attempts of these runs.
+    /// The running attempts of these runs, with the lease each was sent to.
     async fn running_attempts_of(&self, run_ids: &[String]) -> Result<Vec<AttemptRow>>;
     /// The current epoch of a run (workers check it before starting an attempt).
     async fn run_epoch(&self, run_id: &str) -> Result<Option<i64>>;

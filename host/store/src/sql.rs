@@ -546,9 +546,10 @@ impl Store for SqlStore {
         for chunk in run_ids.chunks(PADDED_IN_LIST) {
             let mut args = Vec::new();
             let list = padded_in_list(1, chunk.iter().map(|id| Arg::Text(id.clone())), &mut args);
-            let sql = format!("SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE state = 'running' AND run_id IN ({list})");
+            let sql =
+                format!("SELECT {ATTEMPT_COLUMNS}, lease FROM attempts WHERE state = 'running' AND run_id IN ({list})");
             for row in bind_all(&sql, args).fetch_all(&self.read).await? {
-                out.push(attempt_from(&row)?);
+                out.push(AttemptRow { lease: row.try_get("lease")?, ..attempt_from(&row)? });
             }
         }
         Ok(out)

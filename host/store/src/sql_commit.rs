@@ -272,15 +272,16 @@ impl SqlStore {
                         Arg::I64(a.epoch),
                         Arg::I64(a.started_at),
                         Arg::OptI64(a.finished_at),
+                        Arg::OptI64(a.lease),
                     ]
                 })
                 .collect();
             script.rows(
-                &format!("INSERT INTO attempts ({ATTEMPT_COLUMNS})"),
+                &format!("INSERT INTO attempts ({ATTEMPT_COLUMNS}, lease)"),
                 "ON CONFLICT (run_id, task_idx, number) DO UPDATE SET state = excluded.state, \
                  failure_kind = excluded.failure_kind, message = excluded.message, charged = excluded.charged, \
                  finished_at = excluded.finished_at",
-                12,
+                13,
                 rows,
             );
         }

@@ -189,9 +189,12 @@ pub(crate) fn attempt_from(row: &AnyRow) -> Result<AttemptRow> {
         epoch: row.try_get("epoch")?,
         started_at: row.try_get("started_at")?,
         finished_at: row.try_get("finished_at")?,
+        lease: None,
     })
 }
 
+/// An attempt's columns as every table of them has them (the cold
+/// partitions too); the hot table has `lease` besides.
 pub(crate) const ATTEMPT_COLUMNS: &str =
     "run_id, task_idx, number, task, state, failure_kind, message, charged, worker, epoch, started_at, finished_at";
 

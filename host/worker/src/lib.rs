@@ -79,10 +79,36 @@ pub struct Worker {
 /// not expected (a master asks about an attempt seconds after sending it).
 pub const DISOWNED_KEPT: usize = 65_536;
 
+/// The last keys put in, up to a bound: the oldest leave first.
 #[derive(Default)]
-struct Disowned {
+pub(crate) struct RecentKeys {
     keys: std::collections::HashSet<AttemptKey>,
     order: std::collections::VecDeque<AttemptKey>,
+    /// Some key left.
+    forgot: bool,
+}
+
+impl RecentKeys {
+    pub(crate) fn insert(&mut self, key: &AttemptKey, bound: usize) {
+        if self.keys.insert(key.clone()) {
+            self.order.push_back(key.clone());
+        }
+        while self.order.len() > bound {
+            if let Some(oldest) = self.order.pop_front() {
+                self.keys.remove(&oldest);
+                self.forgot = true;
+            }
+        }
+    }
+
+    pub(crate) fn contains(&self, key: &AttemptKey) -> bool {
+        self.keys.contains(key)
+    }
+
+    /// Whether a key left to keep the bound.
+    pub(crate) fn forgot(&self) -> bool {
+        self.forgot
+    }
 }
 
 /// Why a worker does not take an attempt.
@@ -109,7 +135,7 @@ struct Inner {
     abandoned: Mutex<std::collections::HashSet<AttemptKey>>,
     /// Attempts this worker told a master it does not know (taken after
     /// `running`, never before).
-    disowned: Mutex<Disowned>,
+    disowned: Mutex<RecentKeys>,
     /// "This worker may still act" (its lease is safe), checked by guests.
     keep_going: Mutex<Option<KeepGoing>>,
     /// Compiles components not in the code cache, outside this process.
@@ -202,15 +228,7 @@ impl Worker {
     /// between the look and the refusal. The last [`DISOWNED_KEPT`] are
     /// remembered.
     pub fn disown(&self, key: &AttemptKey) {
-        let mut disowned = self.inner.disowned.lock().unwrap_or_else(|e| e.into_inner());
-        if disowned.keys.insert(key.clone()) {
-            disowned.order.push_back(key.clone());
-        }
-        while disowned.order.len() > DISOWNED_KEPT {
-            if let Some(oldest) = disowned.order.pop_front() {
-                disowned.keys.remove(&oldest);
-            }
-        }
+        self.inner.disowned.lock().unwrap_or_else(|e| e.into_inner()).insert(key, DISOWNED_KEPT);
     }
 
     fn lock_running(&self) -> std::sync::MutexGuard<'_, HashMap<AttemptKey, CancellationToken>> {
@@ -264,7 +282,7 @@ impl Worker {
         if running.contains_key(key) {
             return Ok(false);
         }
-        if self.inner.disowned.lock().unwrap_or_else(|e| e.into_inner()).keys.contains(key) {
+        if self.inner.disowned.lock().unwrap_or_else(|e| e.into_inner()).contains(key) {
             return Err(Refusal::Disowned);
         }
         if running.len() >= self.slots() {

@@ -38,7 +38,7 @@ use dagr_store::Store;
 use dagr_transport::Internal;
 use tokio::sync::{Notify, watch};
 
-use crate::{Reporter, Worker};
+use crate::{RecentKeys, Reporter, Worker};
 
 /// Delivers results to masters, retrying and re-routing until acknowledged.
 pub struct ClusterReporter {
@@ -56,7 +56,15 @@ struct ReporterState {
     targets: HashMap<AttemptKey, (i64, String)>,
     /// Finished results not yet acknowledged.
     pending: HashMap<AttemptKey, AttemptResult>,
+    /// Attempts whose results were dropped on a stale acknowledgement: they
+    /// ran here, though this worker no longer knows them (the last
+    /// [`DROPPED_KEPT`]).
+    dropped: RecentKeys,
 }
+
+/// Results dropped on a stale acknowledgement that a worker remembers: past
+/// this many it no longer vouches for any attempt that it never had one.
+pub const DROPPED_KEPT: usize = 65_536;
 
 impl ClusterReporter {
     pub fn start(membership: watch::Receiver<Membership>, internal: &Internal) -> Arc<ClusterReporter> {
@@ -97,6 +105,16 @@ impl ClusterReporter {
         drop(state);
         self.notify.notify_one();
         result
+    }
+
+    /// Whether the attempt may have run here though neither it nor its
+    /// result is here any more: its result was dropped on a stale
+    /// acknowledgement (or such keys were forgotten). Asked after
+    /// [`Self::adopt`] found no result: a result settles under the same
+    /// lock that records it dropped.
+    fn may_have_dropped(&self, key: &AttemptKey) -> bool {
+        let state = self.lock();
+        state.dropped.forgot() || state.dropped.contains(key)
     }
 
     fn pending(&self) -> Vec<(AttemptResult, String)> {
@@ -211,6 +229,9 @@ impl ClusterReporter {
             {
                 state.pending.remove(&result.key);
                 state.targets.remove(&result.key);
+                if *ack == Ack::Stale {
+                    state.dropped.insert(&result.key, DROPPED_KEPT);
+                }
                 settled.push(result.key);
             }
         }
@@ -385,7 +406,11 @@ async fn adopt(State(s): State<WorkerService>, Json(req): Json<AdoptRequest>) ->
         None => {
             s.reporter.forget(&req.key);
             s.worker.disown(&req.key);
-            Json(AdoptResponse::Unknown)
+            // Neither running nor finished here, nor dropped: it never
+            // reached this worker since it started, so not under the lease
+            // it holds now (a new process joins under a new lease).
+            let never_under = if s.reporter.may_have_dropped(&req.key) { None } else { s.coordinator.lease() };
+            Json(AdoptResponse::Unknown { never_under })
         }
     })
 }
@@ -418,6 +443,21 @@ pub fn fence_on_lease_loss(worker: Worker, mut healthy: watch::Receiver<bool>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn recent_keys_keep_the_newest_and_say_when_they_forgot_one() {
+        let key = |number| AttemptKey { run_id: "r".into(), task: 0, number };
+        let mut keys = RecentKeys::default();
+        keys.insert(&key(1), 2);
+        keys.insert(&key(2), 2);
+        keys.insert(&key(2), 2);
+        assert!(keys.contains(&key(1)) && keys.contains(&key(2)));
+        assert!(!keys.forgot(), "a key put in twice is kept once");
+        keys.insert(&key(3), 2);
+        assert!(!keys.contains(&key(1)), "the oldest leaves");
+        assert!(keys.contains(&key(2)) && keys.contains(&key(3)));
+        assert!(keys.forgot());
+    }
 
     #[test]
     fn results_go_to_their_master_then_the_slot_owner_then_everyone_else() {

@@ -623,7 +623,10 @@ async fn chaos_soak() {
 /// or its call timed out, while the master moved on — does not start an
 /// attempt the master has ended: the worker remembers having told a master
 /// it does not know the attempt, or having been told to stop it, and
-/// refuses a dispatch sent to a lease it no longer holds.
+/// refuses a dispatch sent to a lease it no longer holds. Telling a master
+/// it does not know an attempt, it vouches, under the lease it holds, for
+/// one that never reached it — not for one that ran and whose result a
+/// master acknowledged as stale.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_dispatch_does_not_start_an_attempt_the_master_ended() {
     use dagr_protocol::wire::{AdoptRequest, AttemptKey, AttemptSpec, CancelRequest, DispatchBatch, PluginSpec};
@@ -680,11 +683,21 @@ async fn a_late_dispatch_does_not_start_an_attempt_the_master_ended() {
     let taken = verdict(dispatch(90, None).await).await;
     assert_eq!(taken["verdict"], "accepted", "{taken}");
 
-    // One it said it does not know is not, and the refusal says why.
-    let adopt = AdoptRequest { key: spec(91).key, epoch, master: "m1".into() };
-    let answer: Value =
-        post("/internal/attempts/adopt", serde_json::to_value(adopt).unwrap()).await.unwrap().json().await.unwrap();
+    // One it said it does not know is not, and the refusal says why. It
+    // never reached the worker, which says so under the lease the master
+    // sent the run's attempts to (its row keeps it).
+    let adopt = |number: u32| {
+        let adopt = AdoptRequest { key: spec(number).key, epoch, master: "m1".into() };
+        let answer = post("/internal/attempts/adopt", serde_json::to_value(adopt).unwrap());
+        async move { answer.await.unwrap().json::<Value>().await.unwrap() }
+    };
+    let lease: i64 =
+        psql_value(&cluster, &format!("SELECT lease FROM attempts WHERE run_id = '{run}' AND task_idx = 0"))
+            .parse()
+            .unwrap();
+    let answer = adopt(91).await;
     assert_eq!(answer["state"], "unknown", "{answer}");
+    assert_eq!(answer["never_under"], lease, "{answer}");
     let refused = verdict(dispatch(91, None).await).await;
     assert_eq!(refused["verdict"], "refused", "{refused}");
     let reason = refused["reason"].as_str().unwrap();
@@ -704,6 +717,15 @@ async fn a_late_dispatch_does_not_start_an_attempt_the_master_ended() {
     assert_eq!(refused["verdict"], "refused", "{refused}");
     let reason = refused["reason"].as_str().unwrap();
     assert!(reason.contains("an earlier lease of this worker"), "{reason}");
+
+    // The one it took ran, and its master acknowledged the result as stale
+    // (no master made it): the worker dropped it, and vouches for nothing.
+    let answer = until(Duration::from_secs(30), "the result of attempt 90 dropped", || async {
+        let answer = adopt(90).await;
+        (answer["state"] == "unknown").then_some(answer)
+    })
+    .await;
+    assert!(answer.get("never_under").is_none(), "it ran here: {answer}");
 }
 
 /// A tenant's `max_concurrent` is counted by the master that drives its

@@ -197,11 +197,12 @@ impl EngineState {
             epoch,
             started_at: now,
             finished_at: None,
+            lease: None,
         };
         match spec {
             Ok(mut spec) => {
                 spec.worker_lease = self.placement.lease_of(&worker);
-                effects.batch.attempts.push(started);
+                effects.batch.attempts.push(AttemptRow { lease: spec.worker_lease, ..started });
                 self.count_running(&workflow, &item.tenant);
                 let flight = InFlight {
                     workflow,

@@ -139,10 +139,11 @@ impl EngineState {
     /// again) are lost; their tasks go again.
     ///
     /// A worker that joined again under a new lease stopped what it ran
-    /// under the old one first, so the attempts sent to the old one are
-    /// lost. One whose lease is not known (taken over: this master's view
-    /// of the worker may have been older than the attempt) is asked about
-    /// again instead: it may run under the new one.
+    /// under the old one first, so the attempts sent to the old one (taken
+    /// over ones too: their rows keep it) are lost. One whose lease is not
+    /// known (sent by a master that did not know it, or taken over from a
+    /// row written before rows kept it) is asked about again instead: it
+    /// may run under the new one.
     pub(crate) fn workers_gone(&mut self, effects: &mut Effects, workers: &[String], now: i64) {
         tracing::warn!(?workers, "workers left or lost their lease");
         let mut lost: Vec<(AttemptKey, String)> = Vec::new();
@@ -246,28 +247,45 @@ impl EngineState {
             let Err(message) = verdict else { continue };
             self.counters.dispatch_refused += 1;
             tracing::warn!(attempt = %key, %message, "dispatch failed; the attempt goes again");
-            let result = AttemptResult {
-                key,
-                epoch,
-                task_name,
-                worker: worker.to_owned(),
-                started_at: now,
-                finished_at: now,
-                outcome: Outcome::Failed { kind: FailureKind::DispatchFailed, message },
-                trace: None,
-            };
-            self.apply_result(effects, result, now, true);
+            self.never_ran(effects, key, epoch, task_name, worker, message, now);
         }
+    }
+
+    /// An attempt that never ran on `worker` ends as `dispatch-failed`: it
+    /// goes again, neither charged nor counted as lost.
+    #[allow(clippy::too_many_arguments)]
+    fn never_ran(
+        &mut self,
+        effects: &mut Effects,
+        key: AttemptKey,
+        epoch: i64,
+        task_name: String,
+        worker: &str,
+        message: String,
+        now: i64,
+    ) {
+        let result = AttemptResult {
+            key,
+            epoch,
+            task_name,
+            worker: worker.to_owned(),
+            started_at: now,
+            finished_at: now,
+            outcome: Outcome::Failed { kind: FailureKind::DispatchFailed, message },
+            trace: None,
+        };
+        self.apply_result(effects, result, now, true);
     }
 
     /// Attempts whose dispatch got no answer: the worker may run them, so
     /// they stay in flight, and it is asked about them at the next check.
     /// It answers that it runs them, or has their result, or does not
-    /// know them: then they are lost (it refuses them if the request still
-    /// reaches it; "unknown" cannot tell one that never arrived from one
-    /// that ran and whose result was dropped, so they count as lost); a
-    /// worker that does not answer leaves with its lease, and they are lost
-    /// with it.
+    /// know them (it refuses them from then on, should the request still
+    /// reach it): then they never ran if the worker vouches for it under
+    /// the lease they were sent to, and are lost otherwise ("unknown" alone
+    /// cannot tell one that never arrived from one that ran and whose
+    /// result was dropped); a worker that does not answer leaves with its
+    /// lease, and they are lost with it.
     fn unanswered(&mut self, worker: &str, sent: &[(AttemptKey, i64, String)]) {
         let every = self.settings.attempt_check.map_or(0, |every| every.as_millis() as i64);
         for (key, _, _) in sent {
@@ -302,10 +320,10 @@ impl EngineState {
                 if let Some(flight) = self.in_flight.get_mut(&key) {
                     flight.confirmed_at = now;
                     if std::mem::take(&mut flight.adopting) {
-                        adopted_row = Some(flight.worker.clone());
+                        adopted_row = Some((flight.worker.clone(), flight.lease));
                     }
                 }
-                if let (Some(worker), Some(run)) = (adopted_row, self.runs.get(key.run_id.as_str())) {
+                if let (Some((worker, lease)), Some(run)) = (adopted_row, self.runs.get(key.run_id.as_str())) {
                     // Adopted: its row now carries this master's epoch.
                     self.counters.attempts_adopted += 1;
                     let task = key.task as usize;
@@ -322,6 +340,7 @@ impl EngineState {
                         epoch,
                         started_at: run.extra[task].started_at.unwrap_or(now),
                         finished_at: None,
+                        lease,
                     });
                 }
             }
@@ -334,7 +353,23 @@ impl EngineState {
                 let message = format!("worker {worker} left the cluster while running it");
                 self.lose_in_flight(effects, key, worker, message, now);
             }
-            Adoption::Unknown => {
+            Adoption::Unknown { never_under: Some(lease) }
+                if self.in_flight.get(&key).is_some_and(|f| f.lease == Some(lease)) =>
+            {
+                // Sent to this lease, which the worker still holds, and it
+                // never took the attempt under it: it never ran.
+                tracing::warn!(attempt = %key, %worker, "the attempt never reached its worker: it goes again");
+                let message = format!(
+                    "worker {worker} never received the attempt (it holds the lease it was sent to, and does not \
+                     know it): it never ran there"
+                );
+                let task_name = self
+                    .runs
+                    .get(key.run_id.as_str())
+                    .map(|r| r.machine.workflow().tasks[key.task as usize].name.clone());
+                self.never_ran(effects, key, epoch, task_name.unwrap_or_default(), worker, message, now);
+            }
+            Adoption::Unknown { .. } => {
                 tracing::warn!(attempt = %key, %worker, "the attempt's worker does not know it: lost");
                 let message = format!(
                     "worker {worker} does not know the attempt (it restarted, or the attempt never reached it)"
@@ -460,6 +495,7 @@ pub(crate) fn attempt_row(result: &AttemptResult) -> AttemptRow {
         epoch: result.epoch,
         started_at: result.started_at,
         finished_at: Some(result.finished_at),
+        lease: None,
     }
 }
 
@@ -469,6 +505,7 @@ pub(crate) fn finished_attempt(result: &AttemptResult, started: &AttemptRow) -> 
         worker: started.worker.clone(),
         epoch: started.epoch,
         started_at: started.started_at,
+        lease: started.lease,
         ..attempt_row(result)
     }
 }

@@ -137,9 +137,10 @@ pub(crate) struct InFlight {
     /// Its worker has not said yet whether it still runs it (taken over).
     pub adopting: bool,
     /// The worker's lease it is known to run under: the one its dispatch
-    /// was addressed to (a worker refuses a dispatch for another). `None`
-    /// for an attempt taken over: this master's view of the worker's lease
-    /// may be older than the attempt.
+    /// was addressed to (a worker refuses a dispatch for another), also for
+    /// one taken over (its row keeps it). `None` where the dispatching
+    /// master did not know the worker's lease, or for a row written before
+    /// rows kept it.
     pub lease: Option<i64>,
 }
 
@@ -299,7 +300,7 @@ impl EngineState {
                     worker: attempt.worker.clone(),
                     confirmed_at: now,
                     adopting: true,
-                    lease: None,
+                    lease: attempt.lease,
                 },
             );
             effects.probes.push(Probe { key, worker: attempt.worker, epoch });
@@ -594,6 +595,7 @@ impl EngineState {
                             epoch: run.row.epoch,
                             started_at: now,
                             finished_at: Some(now),
+                            lease: flight.lease,
                         });
                         effects.cancels.push((key, flight.worker.clone()));
                         stopped.push(flight);

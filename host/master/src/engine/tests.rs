@@ -674,7 +674,12 @@ fn a_dispatch_without_an_answer_stays_in_flight_until_the_worker_says() {
     let (first, second) = (sent[0].0.clone(), sent[1].0.clone());
     let inputs = vec![
         Input::Probed { key: first.clone(), worker: to.clone(), epoch, adoption: Adoption::Running },
-        Input::Probed { key: second.clone(), worker: to.clone(), epoch, adoption: Adoption::Unknown },
+        Input::Probed {
+            key: second.clone(),
+            worker: to.clone(),
+            epoch,
+            adoption: Adoption::Unknown { never_under: None },
+        },
     ];
     let effects = env.step(inputs);
     assert_eq!(effects.dispatches.len(), 1, "the unknown one goes again");
@@ -705,6 +710,45 @@ fn a_dispatch_without_an_answer_to_a_worker_that_left_is_lost_with_it() {
     assert_eq!(effects.dispatches.len(), 1, "it goes again");
     assert_eq!(env.store.attempts[&(run.clone(), 0, 1)].failure_kind, Some(FailureKind::WorkerLost));
     assert_eq!(env.store.tasks[&run][0].lost, 1);
+}
+
+/// An unanswered dispatch that never reached its worker: the worker still
+/// holds the lease it was sent to and never took the attempt under it, so
+/// it goes again as `dispatch-failed`, not counted towards the task's
+/// `max_lost_attempts` (a run of timed-out dispatches used to fail a task
+/// that never ran). A worker that vouches under another lease (it joined
+/// again since) or not at all leaves it lost.
+#[test]
+fn an_unanswered_dispatch_its_worker_never_received_goes_again_without_counting_as_lost() {
+    let check = |c: &mut crate::EngineConfig| c.attempt_check = Some(std::time::Duration::from_secs(5));
+    let leased = WorkerInfo { lease: 7, ..worker("w1", 8) };
+    let mut env = TestEnv::with(check, vec![leased]);
+    env.apply("name: one\ntasks:\n- {name: t, plugin: echo, retries: 0}\n");
+    let run = env.trigger("one");
+    let mut lost = 0;
+    let mut effects = env.step(vec![]);
+    for (answer, lost_now) in [(Some(7), false), (Some(6), true), (None, true), (Some(7), false)] {
+        assert_eq!(effects.dispatches.len(), 1, "it goes (again)");
+        let (spec, to) = effects.dispatches[0].clone();
+        assert_eq!(spec.worker_lease, Some(7));
+        let number = spec.key.number as i64;
+        assert_eq!(env.store.attempts[&(run.clone(), 0, number)].lease, Some(7), "its row keeps the lease");
+        let timed_out = Err(crate::DispatchError::NoAnswer { worker: to.clone(), reason: "timed out".into() });
+        env.answer(&to, std::slice::from_ref(&spec), timed_out);
+        env.advance(10_000); // past the worker's rest after the failed call
+        let unknown = Adoption::Unknown { never_under: answer };
+        effects =
+            env.step(vec![Input::Probed { key: spec.key.clone(), worker: to, epoch: spec.epoch, adoption: unknown }]);
+        let row = &env.store.attempts[&(run.clone(), 0, number)];
+        let kind = if lost_now { FailureKind::WorkerLost } else { FailureKind::DispatchFailed };
+        assert_eq!(row.failure_kind, Some(kind), "{answer:?}: {row:?}");
+        lost += u32::from(lost_now);
+        let task = &env.store.tasks[&run][0];
+        assert_eq!((task.failures, task.lost), (0, i64::from(lost)), "{answer:?}");
+    }
+    // Two lost of the three allowed: it still goes.
+    assert_eq!(effects.dispatches.len(), 1);
+    assert_eq!(env.task_state(&run, "t"), TaskState::Running);
 }
 
 /// Where workers are never asked about their attempts (no `attempt_check`),

@@ -192,7 +192,7 @@ fn a_takeover_loses_attempts_whose_worker_forgot_them_or_is_gone() {
         key: probe.key.clone(),
         worker: "w1".into(),
         epoch: probe.epoch,
-        adoption: Adoption::Unknown,
+        adoption: Adoption::Unknown { never_under: None },
     }]);
     assert_eq!(dispatched_names(&effects), ["a"], "lost: it goes again");
     let attempt = &env.store.attempts[&(run.clone(), 0, 1)];
@@ -284,6 +284,52 @@ fn a_lease_change_asks_about_an_adopted_attempt_instead_of_losing_it() {
     assert_eq!(effects.dispatches.len(), 1, "lost with lease 8: it goes again");
     assert_eq!(effects.dispatches[0].0.key.task, next.task);
     assert_eq!(env.state.counters().attempts_lost, 1);
+}
+
+/// A master that dies between committing an attempt and sending it: the
+/// new owner finds it running in the store, with the lease its dispatch
+/// was addressed to. A worker that still holds that lease and never took
+/// the attempt vouches for it: it never ran, and goes again as
+/// `dispatch-failed`, not counted as lost. Taken over under a known lease,
+/// an attempt is lost at once when the worker's lease changes (the worker
+/// refuses it under any other).
+#[test]
+fn a_taken_over_attempt_that_never_reached_its_worker_goes_again_without_counting_as_lost() {
+    let leased = |lease| WorkerInfo { lease, ..worker("w1", 8) };
+    let taken_over_under = |lease| {
+        let mut first = TestEnv::with(|_| {}, vec![leased(lease)]);
+        first.apply(CHAIN);
+        let run = first.trigger("chain");
+        first.step(vec![]);
+        let mut second = TestEnv::with(|c| c.node_id = "m2".into(), vec![leased(lease)]);
+        second.store = std::mem::take(&mut first.store);
+        second.apply(CHAIN);
+        (second, run)
+    };
+    let (mut env, run) = taken_over_under(7);
+    assert_eq!(env.store.attempts[&(run.clone(), 0, 1)].lease, Some(7));
+    let effects = retake(&mut env, &run);
+    let probe = effects.probes[0].clone();
+    let effects = env.step(vec![Input::Probed {
+        key: probe.key.clone(),
+        worker: "w1".into(),
+        epoch: probe.epoch,
+        adoption: Adoption::Unknown { never_under: Some(7) },
+    }]);
+    assert_eq!(dispatched_names(&effects), ["a"], "it goes again");
+    let attempt = &env.store.attempts[&(run.clone(), 0, 1)];
+    assert_eq!(attempt.failure_kind, Some(FailureKind::DispatchFailed), "{attempt:?}");
+    assert_eq!(env.store.tasks[&run][0].lost, 0);
+    assert_eq!(env.state.counters().attempts_lost, 0);
+
+    // Under the lease it was sent to, kept in its row: a new lease loses
+    // it without asking.
+    let (mut env, run) = taken_over_under(7);
+    retake(&mut env, &run);
+    let effects = env.step(vec![Input::Workers(vec![leased(8)])]);
+    assert!(effects.probes.is_empty(), "not asked: it cannot run under lease 8");
+    assert_eq!(dispatched_names(&effects), ["a"], "lost: it goes again");
+    assert_eq!(env.store.tasks[&run][0].lost, 1);
 }
 
 /// A tenant's `max_concurrent` is counted by the master that drives its

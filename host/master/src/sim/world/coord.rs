@@ -225,6 +225,7 @@ impl World {
                 worker.running.clear();
                 worker.outbox.clear();
                 worker.disowned.clear();
+                worker.dropped.clear();
                 worker.held.clear();
                 self.report.faults.worker_crashes += 1;
                 self.note(|| format!("w{} crashes (kill -9)", w + 1));

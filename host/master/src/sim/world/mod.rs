@@ -219,6 +219,10 @@ struct Worker {
     /// Attempts it told a master it does not know: refused if their
     /// dispatch arrives after all (the real worker's tombstones).
     disowned: BTreeSet<AttemptKey>,
+    /// Attempts whose results it dropped on a stale acknowledgement: it
+    /// cannot vouch that these never reached it (it vouches for every other
+    /// attempt it neither runs nor holds a result of).
+    dropped: BTreeSet<AttemptKey>,
     /// Its resend round is scheduled (one per worker incarnation).
     resending: bool,
 }
@@ -295,6 +299,7 @@ impl World {
                 running: BTreeMap::new(),
                 outbox: BTreeMap::new(),
                 disowned: BTreeSet::new(),
+                dropped: BTreeSet::new(),
                 resending: false,
             })
             .collect();

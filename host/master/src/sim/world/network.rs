@@ -166,8 +166,9 @@ impl World {
             }
             Msg::Acked { worker, w_inc, key, ack } => {
                 let w = &mut self.workers[worker];
-                if w.incarnation == w_inc && matches!(ack, Ack::Applied | Ack::Stale) {
-                    w.outbox.remove(&key);
+                let settled = w.incarnation == w_inc && matches!(ack, Ack::Applied | Ack::Stale);
+                if settled && w.outbox.remove(&key).is_some() && ack == Ack::Stale {
+                    w.dropped.insert(key);
                 }
             }
             Msg::Cancel { worker, key } => {
@@ -200,7 +201,10 @@ impl World {
                     Adoption::Finished(result.clone())
                 } else {
                     w.disowned.insert(probe.key.clone());
-                    Adoption::Unknown
+                    // It vouches under its lease unless it dropped the
+                    // attempt's result.
+                    let never_under = (!w.dropped.contains(&probe.key)).then_some(w.lease as i64);
+                    Adoption::Unknown { never_under }
                 };
                 self.send(Msg::Probed { master, m_inc, probe, adoption });
             }
@@ -242,7 +246,8 @@ pub(super) fn describe(msg: &Msg) -> String {
             let what = match adoption {
                 Adoption::Running => "running",
                 Adoption::Finished(_) => "finished",
-                Adoption::Unknown => "unknown",
+                Adoption::Unknown { never_under: None } => "unknown",
+                Adoption::Unknown { never_under: Some(_) } => "unknown, never received under its lease",
                 Adoption::Gone => "gone",
             };
             format!("probe of {} → m{}: {what}", key(&probe.key), master + 1)
