@@ -92,6 +92,8 @@ struct Tally {
     steps: AtomicU64,
     sim_ms: AtomicU64,
     over_limit: AtomicU64,
+    kept_results: AtomicU64,
+    never_received: AtomicU64,
     faults: Mutex<Faults>,
     paths: Mutex<HashSet<u64>>,
     failure: Mutex<Option<sim::Failure>>,
@@ -119,6 +121,8 @@ fn many(args: &SimArgs, config: &SimConfig) -> anyhow::Result<ExitCode> {
                             tally.steps.fetch_add(report.steps, Ordering::Relaxed);
                             tally.sim_ms.fetch_add(report.sim_ms as u64, Ordering::Relaxed);
                             tally.over_limit.fetch_add(report.over_limit, Ordering::Relaxed);
+                            tally.kept_results.fetch_add(report.kept_results, Ordering::Relaxed);
+                            tally.never_received.fetch_add(report.never_received, Ordering::Relaxed);
                             tally.faults.lock().unwrap_or_else(|e| e.into_inner()).add(&report.faults);
                             tally.paths.lock().unwrap_or_else(|e| e.into_inner()).insert(report.path);
                         }
@@ -150,6 +154,12 @@ fn many(args: &SimArgs, config: &SimConfig) -> anyhow::Result<ExitCode> {
         tally.sim_ms.load(Ordering::Relaxed) as f64 / 60_000.0,
     );
     println!("faults injected: {faults:?}");
+    println!(
+        "workers asked about attempts they no longer ran: {} results kept after a stale acknowledgement given to \
+         the master that asked; {} attempts they vouched never reached them under their lease",
+        tally.kept_results.load(Ordering::Relaxed),
+        tally.never_received.load(Ordering::Relaxed),
+    );
     let over = tally.over_limit.load(Ordering::Relaxed);
     if over > 0 {
         println!(

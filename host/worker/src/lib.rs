@@ -15,6 +15,7 @@
 //!   holds up the others (`logs`).
 
 mod builtins;
+mod kept;
 mod logs;
 pub mod metrics;
 mod registry;
@@ -79,38 +80,6 @@ pub struct Worker {
 /// not expected (a master asks about an attempt seconds after sending it).
 pub const DISOWNED_KEPT: usize = 65_536;
 
-/// The last keys put in, up to a bound: the oldest leave first.
-#[derive(Default)]
-pub(crate) struct RecentKeys {
-    keys: std::collections::HashSet<AttemptKey>,
-    order: std::collections::VecDeque<AttemptKey>,
-    /// Some key left.
-    forgot: bool,
-}
-
-impl RecentKeys {
-    pub(crate) fn insert(&mut self, key: &AttemptKey, bound: usize) {
-        if self.keys.insert(key.clone()) {
-            self.order.push_back(key.clone());
-        }
-        while self.order.len() > bound {
-            if let Some(oldest) = self.order.pop_front() {
-                self.keys.remove(&oldest);
-                self.forgot = true;
-            }
-        }
-    }
-
-    pub(crate) fn contains(&self, key: &AttemptKey) -> bool {
-        self.keys.contains(key)
-    }
-
-    /// Whether a key left to keep the bound.
-    pub(crate) fn forgot(&self) -> bool {
-        self.forgot
-    }
-}
-
 /// Why a worker does not take an attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
@@ -135,7 +104,7 @@ struct Inner {
     abandoned: Mutex<std::collections::HashSet<AttemptKey>>,
     /// Attempts this worker told a master it does not know (taken after
     /// `running`, never before).
-    disowned: Mutex<RecentKeys>,
+    disowned: Mutex<kept::RecentKeys>,
     /// "This worker may still act" (its lease is safe), checked by guests.
     keep_going: Mutex<Option<KeepGoing>>,
     /// Compiles components not in the code cache, outside this process.

@@ -38,7 +38,8 @@ use dagr_store::Store;
 use dagr_transport::Internal;
 use tokio::sync::{Notify, watch};
 
-use crate::{RecentKeys, Reporter, Worker};
+use crate::kept::StaleResults;
+use crate::{Reporter, Worker};
 
 /// Delivers results to masters, retrying and re-routing until acknowledged.
 pub struct ClusterReporter {
@@ -56,15 +57,10 @@ struct ReporterState {
     targets: HashMap<AttemptKey, (i64, String)>,
     /// Finished results not yet acknowledged.
     pending: HashMap<AttemptKey, AttemptResult>,
-    /// Attempts whose results were dropped on a stale acknowledgement: they
-    /// ran here, though this worker no longer knows them (the last
-    /// [`DROPPED_KEPT`]).
-    dropped: RecentKeys,
+    /// Results a master acknowledged as stale, for a master that asks
+    /// about their attempts later.
+    stale: StaleResults,
 }
-
-/// Results dropped on a stale acknowledgement that a worker remembers: past
-/// this many it no longer vouches for any attempt that it never had one.
-pub const DROPPED_KEPT: usize = 65_536;
 
 impl ClusterReporter {
     pub fn start(membership: watch::Receiver<Membership>, internal: &Internal) -> Arc<ClusterReporter> {
@@ -94,10 +90,14 @@ impl ClusterReporter {
         state.pending.remove(key);
     }
 
-    /// A new owner takes an attempt over.
+    /// A new owner takes an attempt over: its result, if it has one (kept
+    /// after a stale acknowledgement too: it goes to the new owner).
     fn adopt(&self, request: &AdoptRequest) -> Option<AttemptResult> {
         let mut state = self.lock();
         state.targets.insert(request.key.clone(), (request.epoch, request.master.clone()));
+        if let Some(kept) = state.stale.take(&request.key) {
+            state.pending.insert(request.key.clone(), kept);
+        }
         let result = state.pending.get_mut(&request.key).map(|r| {
             r.epoch = request.epoch;
             r.clone()
@@ -108,13 +108,11 @@ impl ClusterReporter {
     }
 
     /// Whether the attempt may have run here though neither it nor its
-    /// result is here any more: its result was dropped on a stale
-    /// acknowledgement (or such keys were forgotten). Asked after
-    /// [`Self::adopt`] found no result: a result settles under the same
-    /// lock that records it dropped.
+    /// result is here any more: its result, acknowledged as stale, was not
+    /// kept. Asked after [`Self::adopt`] found no result: a result settles
+    /// under the same lock that keeps it.
     fn may_have_dropped(&self, key: &AttemptKey) -> bool {
-        let state = self.lock();
-        state.dropped.forgot() || state.dropped.contains(key)
+        self.lock().stale.may_have_dropped(key)
     }
 
     fn pending(&self) -> Vec<(AttemptResult, String)> {
@@ -227,10 +225,10 @@ impl ClusterReporter {
             if matches!(ack, Ack::Applied | Ack::Stale)
                 && state.pending.get(&result.key).is_some_and(|p| p.outcome == result.outcome)
             {
-                state.pending.remove(&result.key);
                 state.targets.remove(&result.key);
-                if *ack == Ack::Stale {
-                    state.dropped.insert(&result.key, DROPPED_KEPT);
+                let settled_result = state.pending.remove(&result.key);
+                if let (Ack::Stale, Some(stale)) = (ack, settled_result) {
+                    state.stale.keep(stale);
                 }
                 settled.push(result.key);
             }
@@ -443,21 +441,6 @@ pub fn fence_on_lease_loss(worker: Worker, mut healthy: watch::Receiver<bool>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn recent_keys_keep_the_newest_and_say_when_they_forgot_one() {
-        let key = |number| AttemptKey { run_id: "r".into(), task: 0, number };
-        let mut keys = RecentKeys::default();
-        keys.insert(&key(1), 2);
-        keys.insert(&key(2), 2);
-        keys.insert(&key(2), 2);
-        assert!(keys.contains(&key(1)) && keys.contains(&key(2)));
-        assert!(!keys.forgot(), "a key put in twice is kept once");
-        keys.insert(&key(3), 2);
-        assert!(!keys.contains(&key(1)), "the oldest leaves");
-        assert!(keys.contains(&key(2)) && keys.contains(&key(3)));
-        assert!(keys.forgot());
-    }
 
     #[test]
     fn results_go_to_their_master_then_the_slot_owner_then_everyone_else() {

@@ -169,6 +169,13 @@ pub struct Report {
     /// (a master's count missed a run another master had started: see
     /// `dagr_store::admission`).
     pub over_limit: u64,
+    /// Results a master had acknowledged as stale that a worker kept and
+    /// gave to a master that asked about their attempts later.
+    pub kept_results: u64,
+    /// Attempts a worker did not know and vouched it never received under
+    /// its lease (they go again as `dispatch-failed`, not lost, when sent
+    /// to that lease).
+    pub never_received: u64,
     /// A hash of the order of everything that happened: two runs of a seed
     /// with the same hash took the same path.
     pub path: u64,
@@ -425,14 +432,18 @@ mod tests {
     fn the_invariants_hold_over_many_seeds_with_faults() {
         let config = SimConfig::default();
         let mut faults = Faults::default();
+        let (mut kept, mut never_received) = (0, 0);
         for seed in 0..SEEDS {
             let report = run(seed, &config).unwrap_or_else(|f| panic!("{f}"));
             faults.add(&report.faults);
+            kept += report.kept_results;
+            never_received += report.never_received;
         }
         assert!(faults.master_crashes > 0 && faults.master_pauses > 0, "{faults:?}");
         assert!(faults.worker_crashes > 0 && faults.worker_pauses > 0, "{faults:?}");
         assert!(faults.lost > 0 && faults.slow_commits > 0, "{faults:?}");
         assert!(faults.membership_lags > 0, "{faults:?}");
+        assert!(kept > 0 && never_received > 0, "kept results {kept}, never received {never_received}");
     }
 
     /// Seed 5014: m1 freezes past its lease while w2, which had crashed,

@@ -225,6 +225,7 @@ impl World {
                 worker.running.clear();
                 worker.outbox.clear();
                 worker.disowned.clear();
+                worker.stale.clear();
                 worker.dropped.clear();
                 worker.held.clear();
                 self.report.faults.worker_crashes += 1;

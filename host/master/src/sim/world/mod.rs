@@ -40,6 +40,9 @@ const POLL_MS: i64 = 200;
 const COORD_MS: i64 = 100;
 /// An unanswered dispatch or probe fails after this long.
 const HTTP_TIMEOUT_MS: i64 = 2_000;
+/// Stale results a worker keeps (the real one: `dagr_worker`'s
+/// `STALE_RESULTS_KEPT`).
+const STALE_KEPT: usize = 3;
 /// A run made after the faults stopped must have ended within this.
 const STUCK_MS: i64 = 30_000;
 /// Commands a step reads at most.
@@ -219,9 +222,13 @@ struct Worker {
     /// Attempts it told a master it does not know: refused if their
     /// dispatch arrives after all (the real worker's tombstones).
     disowned: BTreeSet<AttemptKey>,
-    /// Attempts whose results it dropped on a stale acknowledgement: it
-    /// cannot vouch that these never reached it (it vouches for every other
-    /// attempt it neither runs nor holds a result of).
+    /// Results acknowledged as stale, the newest [`STALE_KEPT`] (the real
+    /// worker keeps thousands; few here, so that some leave): given to a
+    /// master that asks about their attempts.
+    stale: VecDeque<AttemptResult>,
+    /// Attempts whose stale results left `stale`: it cannot vouch that
+    /// these never reached it (it vouches for every other attempt it
+    /// neither runs nor holds a result of).
     dropped: BTreeSet<AttemptKey>,
     /// Its resend round is scheduled (one per worker incarnation).
     resending: bool,
@@ -299,6 +306,7 @@ impl World {
                 running: BTreeMap::new(),
                 outbox: BTreeMap::new(),
                 disowned: BTreeSet::new(),
+                stale: VecDeque::new(),
                 dropped: BTreeSet::new(),
                 resending: false,
             })

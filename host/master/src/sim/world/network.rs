@@ -166,9 +166,16 @@ impl World {
             }
             Msg::Acked { worker, w_inc, key, ack } => {
                 let w = &mut self.workers[worker];
-                let settled = w.incarnation == w_inc && matches!(ack, Ack::Applied | Ack::Stale);
-                if settled && w.outbox.remove(&key).is_some() && ack == Ack::Stale {
-                    w.dropped.insert(key);
+                if w.incarnation != w_inc || !matches!(ack, Ack::Applied | Ack::Stale) {
+                    return;
+                }
+                if let (Some((result, _)), Ack::Stale) = (w.outbox.remove(&key), ack) {
+                    w.stale.push_back(result);
+                    if w.stale.len() > super::STALE_KEPT
+                        && let Some(left) = w.stale.pop_front()
+                    {
+                        w.dropped.insert(left.key);
+                    }
                 }
             }
             Msg::Cancel { worker, key } => {
@@ -191,6 +198,14 @@ impl World {
                     return;
                 }
                 let asker = self.masters[master].id.clone();
+                if let Some(at) = w.stale.iter().position(|r| r.key == probe.key)
+                    && let Some(kept) = w.stale.remove(at)
+                {
+                    // Kept after a stale acknowledgement: it goes to the asker.
+                    w.outbox.insert(probe.key.clone(), (kept, asker.clone()));
+                    self.report.kept_results += 1;
+                }
+                let w = &mut self.workers[worker];
                 let adoption = if let Some(run) = w.running.get_mut(&probe.key) {
                     run.epoch = probe.epoch;
                     run.master = asker;
@@ -202,8 +217,9 @@ impl World {
                 } else {
                     w.disowned.insert(probe.key.clone());
                     // It vouches under its lease unless it dropped the
-                    // attempt's result.
+                    // attempt's result (one that left `stale`).
                     let never_under = (!w.dropped.contains(&probe.key)).then_some(w.lease as i64);
+                    self.report.never_received += u64::from(never_under.is_some());
                     Adoption::Unknown { never_under }
                 };
                 self.send(Msg::Probed { master, m_inc, probe, adoption });
