@@ -62,6 +62,10 @@ impl Line {
         self.members.remove(id);
     }
 
+    pub(crate) fn has(&self, id: &str) -> bool {
+        self.members.contains_key(id)
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.members.is_empty()
     }

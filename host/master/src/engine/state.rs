@@ -533,11 +533,29 @@ impl EngineState {
                 .filter(|(_, r)| lost.contains(&(r.row.slot as u32)))
                 .map(|(id, _)| id.clone())
                 .collect();
+            // Their workflows' lines are judged again below: a run left in
+            // line here (one of another slot, admitted by no limit of the
+            // runs that left) may start now.
+            let mut freed: Vec<WorkflowKey> =
+                ids.iter().filter_map(|id| self.runs.get(id)).map(|r| r.workflow_key()).collect();
             for id in &ids {
                 self.drop_run(id);
             }
-            // Runs of lost slots are not claimed again here, nor counted.
-            self.reclaiming.retain(|_, (_, slot, _)| !lost.contains(slot));
+            // Runs of lost slots are not claimed again here, nor counted,
+            // and hold no line here any more.
+            self.reclaiming.retain(|_, (key, slot, _)| {
+                let keep = !lost.contains(slot);
+                if !keep {
+                    freed.push(key.clone());
+                }
+                keep
+            });
+            freed.sort();
+            freed.dedup();
+            let now = self.last_now;
+            for key in freed {
+                self.try_admit_waiting(effects, &key, now);
+            }
             self.counters.runs_handed_over += ids.len() as u64;
             if !ids.is_empty() {
                 tracing::info!(slots = lost.len(), runs = ids.len(), "handed over slots");
@@ -584,8 +602,23 @@ impl EngineState {
             .map(|(i, t)| format!("{}={:?}", run.machine.workflow().tasks[i].name, t.state))
             .collect();
         let flights: Vec<String> = self.in_flight.keys().filter(|k| k.run_id == id).map(|k| k.to_string()).collect();
+        let key = run.workflow_key();
+        let admission = if run.machine.state() != dagr_core::RunState::Queued {
+            String::new()
+        } else {
+            let in_line = self.waiting.get(&key).is_some_and(|line| line.has(id));
+            let held: Vec<&String> =
+                self.reclaiming.iter().filter(|(_, (held, _, _))| *held == key).map(|(id, _)| id).collect();
+            let backfill =
+                run.row.backfill_id.as_ref().map(|bf| (bf, self.active_by_backfill.get(bf).copied().unwrap_or(0)));
+            format!(
+                "; {} line; active in its workflow {}, in its backfill {backfill:?}; held by runs claimed again {held:?}",
+                if in_line { "in" } else { "NOT in" },
+                self.active_by_workflow.get(&key).copied().unwrap_or(0),
+            )
+        };
         Some(format!(
-            "{:?} epoch {}; tasks {}; in flight [{}]; timers {:?}",
+            "{:?} epoch {}; tasks {}; in flight [{}]; timers {:?}{admission}",
             run.machine.state(),
             run.row.epoch,
             tasks.join(" "),

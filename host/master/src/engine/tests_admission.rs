@@ -100,6 +100,41 @@ fn a_run_claimed_again_holds_back_its_workflow_s_admissions_until_it_is_read() {
     assert_eq!(effects.dispatches.iter().map(|(s, _)| s.key.run_id.clone()).collect::<Vec<_>>(), [second]);
 }
 
+/// Found by the simulation (`dagr sim --resources leader`, seed 404580): a
+/// run of a backfill with a parallelism, dropped and claimed again, holds
+/// its whole workflow's line. A manual run of the workflow joined the line
+/// meanwhile; then the backfill's slot went to another master, and the hold
+/// went with it — but nothing judged the line again, so the manual run (in
+/// a slot this master kept, under no limit) stayed queued for good.
+#[test]
+fn a_line_held_by_a_run_of_a_slot_that_leaves_is_judged_again() {
+    let mut env = TestEnv::new();
+    env.apply("name: free\ntasks:\n- {name: t, plugin: echo}\n");
+    env.store.backfills.insert("bf".into(), 1);
+    let filled = env.trigger_at("free", 0, Some("bf"));
+    env.step(vec![]);
+    assert_eq!(env.run_state(&filled), RunState::Running);
+    let backfill_slot = env.store.runs[&filled].slot as u32;
+    let manual = loop {
+        let id = env.trigger("free");
+        if env.store.runs[&id].slot as u32 != backfill_slot {
+            break id;
+        }
+    };
+    // The backfill's run is dropped and claimed again; the manual run is
+    // read in the same step, and held.
+    let all: std::collections::HashSet<u32> = (0..dagr_protocol::SLOTS).collect();
+    env.step(vec![Input::Ownership(Default::default()), Input::Ownership(all.clone())]);
+    assert!(!env.state.has_run(&filled), "claimed again at the next step");
+    assert_eq!(env.run_state(&manual), RunState::Queued, "held");
+    // Before it is read again, the backfill's slot leaves.
+    let kept: std::collections::HashSet<u32> = all.into_iter().filter(|s| *s != backfill_slot).collect();
+    let effects = env.step(vec![Input::Ownership(kept)]);
+    assert!(!env.state.has_run(&filled));
+    assert_eq!(env.run_state(&manual), RunState::Running, "judged again once the hold left");
+    assert_eq!(effects.dispatches.iter().map(|(s, _)| s.key.run_id.clone()).collect::<Vec<_>>(), [manual]);
+}
+
 #[test]
 fn a_rerun_waits_for_admission_like_a_new_run() {
     let mut env = TestEnv::new();
