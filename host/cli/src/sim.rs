@@ -42,6 +42,11 @@ pub struct SimArgs {
     /// leader (`leader`, Buffalo's resource scheduler).
     #[arg(long, default_value = "local")]
     resources: dagr_master::Resources,
+    /// Every fourth run is a second tenant's, whose `max_concurrent` (2) the
+    /// checker holds the workers to (off by default: it changes every
+    /// seed's path).
+    #[arg(long)]
+    tenant_cap: bool,
 }
 
 pub fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
@@ -51,6 +56,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
         runs: args.runs,
         faults: if args.no_faults { FaultMix::none() } else { FaultMix::standard() },
         resources: args.resources,
+        capped_tenant: args.tenant_cap,
         ..SimConfig::default()
     };
     if let Some(seed) = args.seed {

@@ -219,6 +219,20 @@ impl Checker {
         }
     }
 
+    /// A worker started `key`, of the capped tenant, while `running` of
+    /// its attempts ran already: past its `max_concurrent`.
+    pub(crate) fn over_cap(&mut self, key: &AttemptKey, worker: &str, running: &[String]) {
+        if self.broken.is_none() {
+            self.broken = Some(format!(
+                "{worker} started attempt {key} of the capped tenant (max_concurrent {}) while {} of its \
+                 attempts ran: {}",
+                crate::sim::CAPPED_MAX,
+                running.len(),
+                running.join(", ")
+            ));
+        }
+    }
+
     /// An invariant found broken outside a commit (by a worker).
     pub(crate) fn broken(&mut self) -> Result<(), String> {
         self.broken.take().map_or(Ok(()), Err)

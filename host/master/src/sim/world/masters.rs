@@ -2,6 +2,10 @@
 //! landing (fenced by the store) and sending the step's effects out, a
 //! master frozen and woken, and a master killed mid-commit.
 
+use std::collections::HashMap;
+
+use dagr_protocol::tenancy::TenantLimits;
+
 use super::*;
 
 impl World {
@@ -45,6 +49,11 @@ impl World {
         let mut effects = Effects::default();
         state.begin(&mut effects);
         let mut data = Data::default();
+        if self.config.capped_tenant {
+            // As the shell reads them at its start and when they change.
+            let cap = TenantLimits { max_concurrent: Some(crate::sim::CAPPED_MAX), ..TenantLimits::default() };
+            data.tenant_limits = Some(Arc::new(HashMap::from([(super::CAPPED.to_owned(), cap)])));
+        }
         let mut claimed = Vec::new();
         for pass in 0..crate::engine::MAX_PASSES {
             state.step(&mut effects, std::mem::take(&mut inputs), data, &self.plugins, self.now);

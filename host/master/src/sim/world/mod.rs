@@ -69,6 +69,17 @@ tasks:
 - {name: b, plugin: echo, depends_on: [a]}
 ";
 
+/// The capped tenant and its workflow: four tasks at once, then one.
+const CAPPED: &str = "capped";
+const FAN: &str = "name: fan
+tasks:
+- {name: a, plugin: echo}
+- {name: b, plugin: echo}
+- {name: c, plugin: echo}
+- {name: d, plugin: echo}
+- {name: e, plugin: echo, depends_on: [a, b, c, d]}
+";
+
 const TICKING: &str = "name: ticking
 schedule: {cron: \"*/2 * * * * *\"}
 tasks:
@@ -420,14 +431,15 @@ impl World {
 
     fn setup(&mut self) -> Result<(), String> {
         self.store.backfills.insert(BACKFILL.to_owned(), BACKFILL_PARALLEL);
-        for yaml in [CHAIN, SINGLE, TICKING] {
+        let capped = self.config.capped_tenant.then_some((CAPPED, FAN));
+        for (tenant, yaml) in [(TENANT, CHAIN), (TENANT, SINGLE), (TENANT, TICKING)].into_iter().chain(capped) {
             let spec = dagr_core::WorkflowSpec::parse(yaml, Format::Yaml)
                 .map_err(|e| format!("the simulation's workflow does not parse: {e}"))?;
             let workflow = Arc::new(
                 Workflow::validate(spec, &TrustedCatalog)
                     .map_err(|e| format!("the simulation's workflow is not valid: {e}"))?,
             );
-            self.store.workflows.insert((TENANT.to_owned(), workflow.name().to_owned()), (1, workflow, None));
+            self.store.workflows.insert((tenant.to_owned(), workflow.name().to_owned()), (1, workflow, None));
         }
         for i in 0..self.masters.len() {
             self.start_master(i);
@@ -616,15 +628,20 @@ impl World {
     }
 
     fn trigger(&mut self) {
-        let name = if self.triggered % 3 == 2 { "single" } else { "chain" };
-        let Some((_, workflow, _)) = self.store.workflows.get(&(TENANT.to_owned(), name.to_owned())).cloned() else {
+        let capped = self.config.capped_tenant && self.triggered % 4 == 3;
+        let (tenant, name) = match (capped, self.triggered % 3) {
+            (true, _) => (CAPPED, "fan"),
+            (false, 2) => (TENANT, "single"),
+            (false, _) => (TENANT, "chain"),
+        };
+        let Some((_, workflow, _)) = self.store.workflows.get(&(tenant.to_owned(), name.to_owned())).cloned() else {
             return;
         };
         // Every third run is part of a backfill of `chain` with a
         // parallelism of its own.
-        let backfill = (self.triggered % 3 == 1).then(|| BACKFILL.to_owned());
+        let backfill = (!capped && self.triggered % 3 == 1).then(|| BACKFILL.to_owned());
         let origin = RunOrigin {
-            tenant: TENANT.into(),
+            tenant: tenant.into(),
             version: Some(1),
             kind: if backfill.is_some() { RunKind::Backfill } else { RunKind::Manual },
             logical_time: self.now,
@@ -632,7 +649,7 @@ impl World {
             spec: None,
             backfill_id: backfill,
             parent: None,
-            tenant_capped: false,
+            tenant_capped: capped,
         };
         let together = dagr_store::together_in(&workflow, &origin);
         let mut new = dagr_store::NewRun::new(&workflow, origin, self.now);

@@ -88,6 +88,22 @@ impl World {
                 if let Some((other, number)) = twin {
                     self.checker.twice(key, &worker.id, &other, number);
                 }
+                // A capped tenant's attempts, on workers that are up and
+                // hold their lease, this one too, but for those cancelled
+                // (their cancellation is on its way).
+                if spec.tenant == super::CAPPED {
+                    let at_once: Vec<String> = self
+                        .workers
+                        .iter()
+                        .filter(|other| other.alive && !other.paused && other.lease_until >= self.now)
+                        .flat_map(|other| other.running.iter().map(move |(k, r)| (other, k, r)))
+                        .filter(|(_, k, r)| r.spec.tenant == super::CAPPED && !cancelled(k))
+                        .map(|(other, k, _)| format!("{k} on {}", other.id))
+                        .collect();
+                    if at_once.len() + 1 > crate::sim::CAPPED_MAX as usize {
+                        self.checker.over_cap(key, &worker.id, &at_once);
+                    }
+                }
                 let worker = &mut self.workers[w];
                 started.push(spec.key.clone());
                 let master_id = spec.master.clone();
