@@ -16,6 +16,7 @@ use crate::engine::effects::{Effects, LoadError, LoadedRun, Probe, Transition};
 use crate::engine::state::EngineState;
 use crate::engine::timers::Timer;
 use crate::hash::{Map, Set};
+use crate::ready::ReadyTask;
 
 /// Outputs up to this size stay in memory for dependents; larger ones are
 /// read back from the store when needed.
@@ -394,7 +395,7 @@ impl EngineState {
         }
         self.unpark(&flight.workflow);
         if let Some(parked) = self.parked_by_tenant.get_mut(&flight.tenant) {
-            if let Some(item) = parked.pop_front() {
+            if let Some(item) = next_to_dispatch(&self.runs, parked) {
                 self.ready.restore(item);
             }
             if parked.is_empty() {
@@ -407,7 +408,7 @@ impl EngineState {
         let Some(parked) = self.parked.get_mut(key) else {
             return;
         };
-        if let Some(item) = parked.pop_front() {
+        if let Some(item) = next_to_dispatch(&self.runs, parked) {
             self.ready.restore(item);
         }
         if parked.is_empty() {
@@ -629,6 +630,25 @@ impl EngineState {
             self.try_admit_waiting(effects, &key, now);
         }
     }
+}
+
+/// The first task parked behind a cap that is still to dispatch: a queued
+/// task of a loaded, running run. What went stale on the way is dropped: a
+/// task that moved on or whose run left or paused, and a task's second
+/// item (a resume queues a paused run's tasks again while their first
+/// items wait here). One freed place wakes one task that can take it, not
+/// a stale item, which would leave those behind it parked for good
+/// (simulation with a capped tenant, seed 404).
+fn next_to_dispatch(runs: &Map<Arc<str>, ActiveRun>, parked: &mut VecDeque<ReadyTask>) -> Option<ReadyTask> {
+    while let Some(item) = parked.pop_front() {
+        let queued = runs
+            .get(&item.run)
+            .is_some_and(|r| r.machine.dispatching() && r.machine.task(item.task).state == TaskState::Queued);
+        if queued {
+            return Some(item);
+        }
+    }
+    None
 }
 
 #[cfg(test)]

@@ -122,6 +122,41 @@ fn tenant_caps_hold_back_tasks_and_tenants_take_turns() {
     assert_eq!(effects.dispatches.len(), 1, "the held task starts when the first ends");
 }
 
+/// Found by the simulation with a capped tenant (seed 404): a resume
+/// queues a paused run's tasks again while their first items wait behind
+/// the tenant's cap. Those items went stale once their tasks ran; a place
+/// freed later woke one of them instead of a task still waiting behind
+/// them, which then stayed queued for good.
+#[test]
+fn a_place_under_a_tenant_s_cap_wakes_a_task_that_can_take_it() {
+    let mut env = TestEnv::new();
+    env.limits = Some(HashMap::from([(
+        TENANT.to_owned(),
+        TenantLimits { max_concurrent: Some(2), allow_hosts: vec!["*".into()], ..TenantLimits::default() },
+    )]));
+    env.apply("name: four\ntasks:\n- {name: a, plugin: echo}\n- {name: b, plugin: echo}\n- {name: c, plugin: echo}\n- {name: d, plugin: echo}\n");
+    let run = env.trigger("four");
+    let effects = env.step(vec![]);
+    assert_eq!(dispatched_names(&effects), ["a", "b"], "c and d wait for the cap");
+    env.command(&run, Command::Pause);
+    env.step(vec![]);
+    env.command(&run, Command::Resume);
+    env.step(vec![]);
+    // a and b are lost: c and d take their places, a and b wait behind
+    // c's and d's first items.
+    let effects = env.fail(&env.in_flight("a"), FailureKind::WorkerLost);
+    assert_eq!(dispatched_names(&effects), ["c"]);
+    let effects = env.fail(&env.in_flight("b"), FailureKind::WorkerLost);
+    assert_eq!(dispatched_names(&effects), ["d"]);
+    let effects = env.succeed(&env.in_flight("c"), "{}");
+    assert_eq!(dispatched_names(&effects), ["a"], "not c's stale item");
+    let effects = env.succeed(&env.in_flight("d"), "{}");
+    assert_eq!(dispatched_names(&effects), ["b"]);
+    env.succeed(&env.in_flight("a"), "{}");
+    env.succeed(&env.in_flight("b"), "{}");
+    assert_eq!(env.run_state(&run), RunState::Succeeded);
+}
+
 #[test]
 fn priorities_decide_the_order_within_a_tenant() {
     let mut env = TestEnv::with(|_| {}, vec![worker("w1", 1)]);
