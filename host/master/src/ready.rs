@@ -97,6 +97,11 @@ impl ReadyQueue {
     }
 
     /// Tasks waiting in line.
+    /// The ready items of one run (for a person debugging it).
+    pub fn count_of(&self, run: &str) -> usize {
+        self.tenants.values().flat_map(|g| g.heaps.iter()).flat_map(BinaryHeap::iter).filter(|t| *t.run == *run).count()
+    }
+
     pub fn len(&self) -> usize {
         self.tenants.values().flat_map(|g| g.heaps.iter()).map(BinaryHeap::len).sum()
     }

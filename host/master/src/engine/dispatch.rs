@@ -11,7 +11,7 @@ use dagr_store::{AttemptRow, AttemptState, OutputWrite};
 
 use crate::engine::control::Activation;
 use crate::engine::effects::{Effects, Need};
-use crate::engine::runs::InFlight;
+use crate::engine::runs::{InFlight, WorkflowKey, next_to_dispatch};
 use crate::engine::state::EngineState;
 use crate::engine::timers::Timer;
 use crate::hash::Set;
@@ -33,6 +33,7 @@ impl EngineState {
         for item in std::mem::take(&mut self.awaiting) {
             self.ready.restore(item);
         }
+        self.unpark_with_room();
         self.placement.clear_wants();
         let mut set_aside: Vec<ReadyTask> = Vec::new();
         let mut full_groups: Set<Option<String>> = Set::default();
@@ -98,6 +99,46 @@ impl EngineState {
         }
         for item in set_aside {
             self.ready.restore(item);
+        }
+    }
+
+    /// Tasks parked behind a cap that has room go back in line. A place
+    /// freed wakes one parked task ([`EngineState::release`]), but the task
+    /// woken can go stale before it is dispatched, and the place is then
+    /// left to none: in the simulation with a capped tenant (seed 5670) two
+    /// results woke two tasks of their own run, which a kill later in the
+    /// same step ended, and another run's task stayed parked for good with
+    /// none of its tenant's attempts running. Costs nothing where the caps
+    /// are full.
+    fn unpark_with_room(&mut self) {
+        let tenants: Vec<Arc<str>> = self.parked_by_tenant.keys().cloned().collect();
+        for tenant in tenants {
+            let cap = self.tenant_limits(&tenant).and_then(|l| l.max_concurrent).map_or(usize::MAX, |c| c as usize);
+            let room = cap.saturating_sub(self.running_by_tenant.get(&tenant).copied().unwrap_or(0));
+            let Some(parked) = self.parked_by_tenant.get_mut(&tenant) else { continue };
+            for _ in 0..room {
+                let Some(item) = next_to_dispatch(&self.runs, parked) else { break };
+                self.ready.restore(item);
+            }
+            if parked.is_empty() {
+                self.parked_by_tenant.remove(&tenant);
+            }
+        }
+        let workflows: Vec<WorkflowKey> = self.parked.keys().cloned().collect();
+        for key in workflows {
+            let Some(parked) = self.parked.get_mut(&key) else { continue };
+            let cap = parked
+                .iter()
+                .find_map(|item| self.runs.get(&item.run)?.machine.workflow().spec.concurrency)
+                .map_or(usize::MAX, |c| c as usize);
+            let room = cap.saturating_sub(self.running_by_workflow.get(&key).copied().unwrap_or(0));
+            for _ in 0..room {
+                let Some(item) = next_to_dispatch(&self.runs, parked) else { break };
+                self.ready.restore(item);
+            }
+            if parked.is_empty() {
+                self.parked.remove(&key);
+            }
         }
     }
 

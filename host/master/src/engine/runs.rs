@@ -639,7 +639,7 @@ impl EngineState {
 /// items wait here). One freed place wakes one task that can take it, not
 /// a stale item, which would leave those behind it parked for good
 /// (simulation with a capped tenant, seed 404).
-fn next_to_dispatch(runs: &Map<Arc<str>, ActiveRun>, parked: &mut VecDeque<ReadyTask>) -> Option<ReadyTask> {
+pub(crate) fn next_to_dispatch(runs: &Map<Arc<str>, ActiveRun>, parked: &mut VecDeque<ReadyTask>) -> Option<ReadyTask> {
     while let Some(item) = parked.pop_front() {
         let queued = runs
             .get(&item.run)

@@ -603,6 +603,13 @@ impl EngineState {
             .collect();
         let flights: Vec<String> = self.in_flight.keys().filter(|k| k.run_id == id).map(|k| k.to_string()).collect();
         let key = run.workflow_key();
+        let waiting_for = |queue: &VecDeque<ReadyTask>| queue.iter().filter(|i| *i.run == *id).count();
+        let parked = (
+            self.ready.count_of(id),
+            self.parked.values().map(waiting_for).sum::<usize>(),
+            self.parked_by_tenant.values().map(waiting_for).sum::<usize>(),
+            self.awaiting.iter().filter(|i| *i.run == *id).count(),
+        );
         let admission = if run.machine.state() != dagr_core::RunState::Queued {
             String::new()
         } else {
@@ -618,12 +625,14 @@ impl EngineState {
             )
         };
         Some(format!(
-            "{:?} epoch {}; tasks {}; in flight [{}]; timers {:?}{admission}",
+            "{:?} epoch {}; tasks {}; in flight [{}]; timers {:?}; items ready, parked behind a workflow's \
+             concurrency, behind its tenant's cap, awaiting: {parked:?}; its tenant's attempts running {}{admission}",
             run.machine.state(),
             run.row.epoch,
             tasks.join(" "),
             flights.join(", "),
-            self.timers.of_run(id)
+            self.timers.of_run(id),
+            self.running_by_tenant.get(&run.tenant).copied().unwrap_or(0),
         ))
     }
 

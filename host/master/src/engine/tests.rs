@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use dagr_protocol::commands::Command;
 use dagr_protocol::tenancy::TenantLimits;
-use dagr_protocol::wire::{Ack, FailureKind};
+use dagr_protocol::wire::{Ack, AttemptResult, FailureKind, Outcome};
 use dagr_store::{AttemptState, RunState, TaskState};
 
 use crate::Adoption;
@@ -155,6 +155,45 @@ fn a_place_under_a_tenant_s_cap_wakes_a_task_that_can_take_it() {
     env.succeed(&env.in_flight("a"), "{}");
     env.succeed(&env.in_flight("b"), "{}");
     assert_eq!(env.run_state(&run), RunState::Succeeded);
+}
+
+/// Seed 5670 of the simulation with a capped tenant: two results free two
+/// places and wake two parked tasks of their own run; a kill later in the
+/// same step ends that run, so neither takes its place. Another run's
+/// tasks, parked behind them, start all the same.
+#[test]
+fn places_under_a_tenant_s_cap_that_the_tasks_woken_do_not_take_go_to_others() {
+    let mut env = TestEnv::new();
+    env.limits = Some(HashMap::from([(
+        TENANT.to_owned(),
+        TenantLimits { max_concurrent: Some(2), allow_hosts: vec!["*".into()], ..TenantLimits::default() },
+    )]));
+    env.apply("name: four\ntasks:\n- {name: a, plugin: echo}\n- {name: b, plugin: echo}\n- {name: c, plugin: echo}\n- {name: d, plugin: echo}\n");
+    let first = env.trigger("four");
+    assert_eq!(dispatched_names(&env.step(vec![])), ["a", "b"]);
+    let second = env.trigger("four");
+    assert!(env.step(vec![]).dispatches.is_empty(), "all behind the cap");
+    let result = |env: &TestEnv, task: &str| {
+        let key = env.in_flight(task);
+        let epoch = env.state.runs[key.run_id.as_str()].row.epoch;
+        let result = AttemptResult {
+            key,
+            epoch,
+            task_name: task.into(),
+            worker: "w1".into(),
+            started_at: env.now,
+            finished_at: env.now,
+            outcome: Outcome::Succeeded { output: "{}".into() },
+            trace: None,
+        };
+        Input::Result { result, ack: None }
+    };
+    let inputs = vec![result(&env, "a"), result(&env, "b")];
+    env.command(&first, Command::Kill);
+    let effects = env.step(inputs);
+    assert_eq!(env.run_state(&first), RunState::Killed);
+    let started: Vec<String> = effects.dispatches.iter().map(|(s, _)| s.key.run_id.clone()).collect();
+    assert_eq!(started, [second.clone(), second], "{:?}", dispatched_names(&effects));
 }
 
 #[test]

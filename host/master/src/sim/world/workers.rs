@@ -90,8 +90,9 @@ impl World {
                 }
                 // A capped tenant's attempts, on workers that are up and
                 // hold their lease, this one too, but for those cancelled
-                // (their cancellation is on its way).
-                if spec.tenant == super::CAPPED {
+                // (their cancellation is on its way; the master gave their
+                // places back when it cancelled them).
+                if spec.tenant == super::CAPPED && !cancelled(key) {
                     let at_once: Vec<String> = self
                         .workers
                         .iter()
