@@ -102,14 +102,14 @@ impl EngineState {
         }
     }
 
-    /// Tasks parked behind a cap that has room go back in line. A place
-    /// freed wakes one parked task ([`EngineState::release`]), but the task
-    /// woken can go stale before it is dispatched, and the place is then
-    /// left to none: in the simulation with a capped tenant (seed 5670) two
-    /// results woke two tasks of their own run, which a kill later in the
-    /// same step ended, and another run's task stayed parked for good with
-    /// none of its tenant's attempts running. Costs nothing where the caps
-    /// are full.
+    /// Tasks parked behind a cap that has room go back in line, as many as
+    /// it has room for. Woken instead one by one as places were freed
+    /// ([`EngineState::release`]), a task woken could go stale before it
+    /// was dispatched, and the place was left to none: in the simulation
+    /// with a capped tenant (seed 5670) two results woke two tasks of their
+    /// own run, which a kill later in the same step ended, and another
+    /// run's task stayed parked for good with none of its tenant's attempts
+    /// running. Costs nothing where the caps are full.
     fn unpark_with_room(&mut self) {
         let tenants: Vec<Arc<str>> = self.parked_by_tenant.keys().cloned().collect();
         for tenant in tenants {

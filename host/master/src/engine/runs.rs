@@ -384,7 +384,9 @@ impl EngineState {
         *self.running_by_tenant.entry(tenant.clone()).or_default() += 1;
     }
 
-    /// A worker slot, a workflow and a tenant concurrency slot are free again.
+    /// A worker slot, a workflow and a tenant concurrency slot are free
+    /// again (what waits behind the caps goes back in line at the next
+    /// dispatch: [`EngineState::dispatch_ready`]).
     pub(crate) fn release(&mut self, flight: &InFlight) {
         self.placement.released(&flight.worker);
         if let Some(n) = self.running_by_workflow.get_mut(&flight.workflow) {
@@ -392,27 +394,6 @@ impl EngineState {
         }
         if let Some(n) = self.running_by_tenant.get_mut(&flight.tenant) {
             *n = n.saturating_sub(1);
-        }
-        self.unpark(&flight.workflow);
-        if let Some(parked) = self.parked_by_tenant.get_mut(&flight.tenant) {
-            if let Some(item) = next_to_dispatch(&self.runs, parked) {
-                self.ready.restore(item);
-            }
-            if parked.is_empty() {
-                self.parked_by_tenant.remove(&flight.tenant);
-            }
-        }
-    }
-
-    fn unpark(&mut self, key: &WorkflowKey) {
-        let Some(parked) = self.parked.get_mut(key) else {
-            return;
-        };
-        if let Some(item) = next_to_dispatch(&self.runs, parked) {
-            self.ready.restore(item);
-        }
-        if parked.is_empty() {
-            self.parked.remove(key);
         }
     }
 
@@ -636,9 +617,9 @@ impl EngineState {
 /// task of a loaded, running run. What went stale on the way is dropped: a
 /// task that moved on or whose run left or paused, and a task's second
 /// item (a resume queues a paused run's tasks again while their first
-/// items wait here). One freed place wakes one task that can take it, not
-/// a stale item, which would leave those behind it parked for good
-/// (simulation with a capped tenant, seed 404).
+/// items wait here). A place under the cap goes to a task that can take
+/// it, not to a stale item, which would leave those behind it parked for
+/// good (simulation with a capped tenant, seed 404).
 pub(crate) fn next_to_dispatch(runs: &Map<Arc<str>, ActiveRun>, parked: &mut VecDeque<ReadyTask>) -> Option<ReadyTask> {
     while let Some(item) = parked.pop_front() {
         let queued = runs

@@ -245,8 +245,8 @@ impl TestEnv {
         effects
     }
 
-    /// A step with a worker's result for `key`.
-    pub fn report(&mut self, key: &AttemptKey, outcome: Outcome) -> Effects {
+    /// A worker's result for `key`, as an input (for a step with more).
+    pub fn result(&self, key: &AttemptKey, outcome: Outcome) -> Input {
         let run_epoch = self.state.runs.get(key.run_id.as_str()).map_or(0, |r| r.row.epoch);
         let result = AttemptResult {
             key: key.clone(),
@@ -258,7 +258,13 @@ impl TestEnv {
             outcome,
             trace: None,
         };
-        self.step(vec![Input::Result { result, ack: Some(1) }])
+        Input::Result { result, ack: Some(1) }
+    }
+
+    /// A step with a worker's result for `key`.
+    pub fn report(&mut self, key: &AttemptKey, outcome: Outcome) -> Effects {
+        let input = self.result(key, outcome);
+        self.step(vec![input])
     }
 
     /// A step in which attempt `key` succeeded with `output`.

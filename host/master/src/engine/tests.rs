@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use dagr_protocol::commands::Command;
 use dagr_protocol::tenancy::TenantLimits;
-use dagr_protocol::wire::{Ack, AttemptResult, FailureKind, Outcome};
+use dagr_protocol::wire::{Ack, FailureKind, Outcome};
 use dagr_store::{AttemptState, RunState, TaskState};
 
 use crate::Adoption;
@@ -122,6 +122,18 @@ fn tenant_caps_hold_back_tasks_and_tenants_take_turns() {
     assert_eq!(effects.dispatches.len(), 1, "the held task starts when the first ends");
 }
 
+/// A tenant whose `max_concurrent` is 2, with a workflow of four tasks
+/// that may all run at once.
+fn four_under_a_cap_of_two() -> TestEnv {
+    let mut env = TestEnv::new();
+    env.limits = Some(HashMap::from([(
+        TENANT.to_owned(),
+        TenantLimits { max_concurrent: Some(2), allow_hosts: vec!["*".into()], ..TenantLimits::default() },
+    )]));
+    env.apply("name: four\ntasks:\n- {name: a, plugin: echo}\n- {name: b, plugin: echo}\n- {name: c, plugin: echo}\n- {name: d, plugin: echo}\n");
+    env
+}
+
 /// Found by the simulation with a capped tenant (seed 404): a resume
 /// queues a paused run's tasks again while their first items wait behind
 /// the tenant's cap. Those items went stale once their tasks ran; a place
@@ -129,12 +141,7 @@ fn tenant_caps_hold_back_tasks_and_tenants_take_turns() {
 /// them, which then stayed queued for good.
 #[test]
 fn a_place_under_a_tenant_s_cap_wakes_a_task_that_can_take_it() {
-    let mut env = TestEnv::new();
-    env.limits = Some(HashMap::from([(
-        TENANT.to_owned(),
-        TenantLimits { max_concurrent: Some(2), allow_hosts: vec!["*".into()], ..TenantLimits::default() },
-    )]));
-    env.apply("name: four\ntasks:\n- {name: a, plugin: echo}\n- {name: b, plugin: echo}\n- {name: c, plugin: echo}\n- {name: d, plugin: echo}\n");
+    let mut env = four_under_a_cap_of_two();
     let run = env.trigger("four");
     let effects = env.step(vec![]);
     assert_eq!(dispatched_names(&effects), ["a", "b"], "c and d wait for the cap");
@@ -163,32 +170,14 @@ fn a_place_under_a_tenant_s_cap_wakes_a_task_that_can_take_it() {
 /// tasks, parked behind them, start all the same.
 #[test]
 fn places_under_a_tenant_s_cap_that_the_tasks_woken_do_not_take_go_to_others() {
-    let mut env = TestEnv::new();
-    env.limits = Some(HashMap::from([(
-        TENANT.to_owned(),
-        TenantLimits { max_concurrent: Some(2), allow_hosts: vec!["*".into()], ..TenantLimits::default() },
-    )]));
-    env.apply("name: four\ntasks:\n- {name: a, plugin: echo}\n- {name: b, plugin: echo}\n- {name: c, plugin: echo}\n- {name: d, plugin: echo}\n");
+    let mut env = four_under_a_cap_of_two();
     let first = env.trigger("four");
     assert_eq!(dispatched_names(&env.step(vec![])), ["a", "b"]);
     let second = env.trigger("four");
     assert!(env.step(vec![]).dispatches.is_empty(), "all behind the cap");
-    let result = |env: &TestEnv, task: &str| {
-        let key = env.in_flight(task);
-        let epoch = env.state.runs[key.run_id.as_str()].row.epoch;
-        let result = AttemptResult {
-            key,
-            epoch,
-            task_name: task.into(),
-            worker: "w1".into(),
-            started_at: env.now,
-            finished_at: env.now,
-            outcome: Outcome::Succeeded { output: "{}".into() },
-            trace: None,
-        };
-        Input::Result { result, ack: None }
-    };
-    let inputs = vec![result(&env, "a"), result(&env, "b")];
+    let succeeded =
+        |env: &TestEnv, task: &str| env.result(&env.in_flight(task), Outcome::Succeeded { output: "{}".into() });
+    let inputs = vec![succeeded(&env, "a"), succeeded(&env, "b")];
     env.command(&first, Command::Kill);
     let effects = env.step(inputs);
     assert_eq!(env.run_state(&first), RunState::Killed);

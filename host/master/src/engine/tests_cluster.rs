@@ -135,7 +135,12 @@ fn a_run_of_a_lost_slot_is_handed_over_without_a_write() {
 /// A run of `CHAIN` whose `a` runs on w1, with the store as the first
 /// master left it; a second master takes it over.
 fn taken_over(workers: Vec<WorkerInfo>) -> (TestEnv, String) {
-    let mut first = TestEnv::new();
+    taken_over_from(vec![worker("w1", 8)], workers)
+}
+
+/// [`taken_over`], the first master seeing `first` as its workers.
+fn taken_over_from(first: Vec<WorkerInfo>, workers: Vec<WorkerInfo>) -> (TestEnv, String) {
+    let mut first = TestEnv::with(|_| {}, first);
     first.apply(CHAIN);
     let run = first.trigger("chain");
     first.step(vec![]);
@@ -296,16 +301,7 @@ fn a_lease_change_asks_about_an_adopted_attempt_instead_of_losing_it() {
 #[test]
 fn a_taken_over_attempt_that_never_reached_its_worker_goes_again_without_counting_as_lost() {
     let leased = |lease| WorkerInfo { lease, ..worker("w1", 8) };
-    let taken_over_under = |lease| {
-        let mut first = TestEnv::with(|_| {}, vec![leased(lease)]);
-        first.apply(CHAIN);
-        let run = first.trigger("chain");
-        first.step(vec![]);
-        let mut second = TestEnv::with(|c| c.node_id = "m2".into(), vec![leased(lease)]);
-        second.store = std::mem::take(&mut first.store);
-        second.apply(CHAIN);
-        (second, run)
-    };
+    let taken_over_under = |lease| taken_over_from(vec![leased(lease)], vec![leased(lease)]);
     let (mut env, run) = taken_over_under(7);
     assert_eq!(env.store.attempts[&(run.clone(), 0, 1)].lease, Some(7));
     let effects = retake(&mut env, &run);
