@@ -105,6 +105,47 @@ fn lane_of(run: &ActiveRun) -> Option<String> {
     run.backfill_parallel.and(run.row.backfill_id.clone())
 }
 
+/// A run under a limit on active runs, dropped here and claimed again: it
+/// may be active (elsewhere, or here once read) and is not counted
+/// meanwhile, so what its limits govern waits until it is read (for at most
+/// [`RECLAIM_HOLD_MS`](crate::engine::state::RECLAIM_HOLD_MS)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Hold {
+    pub(crate) workflow: WorkflowKey,
+    /// What waits: `None`, every run of the workflow (its
+    /// `max_active_runs` counts the run); else the lane of the run's
+    /// backfill, whose parallelism alone counts it.
+    pub(crate) lane: Option<String>,
+    /// The run's slot: a slot that leaves takes its holds with it.
+    pub(crate) slot: u32,
+    pub(crate) since: i64,
+}
+
+impl Hold {
+    /// What a run with these limits holds while it is claimed again, if
+    /// anything (`lane`: its backfill, if the backfill has a parallelism).
+    pub(crate) fn of(
+        workflow: WorkflowKey,
+        max_active_runs: Option<u32>,
+        lane: Option<String>,
+        slot: u32,
+        since: i64,
+    ) -> Option<Hold> {
+        let lane = match (max_active_runs, lane) {
+            (Some(_), _) => None,
+            (None, Some(lane)) => Some(lane),
+            (None, None) => return None,
+        };
+        Some(Hold { workflow, lane, slot, since })
+    }
+
+    /// The hold of an active run being dropped, if its limits count it.
+    pub(crate) fn of_run(run: &ActiveRun, since: i64) -> Option<Hold> {
+        let max_active_runs = run.machine.workflow().spec.max_active_runs;
+        Hold::of(run.workflow_key(), max_active_runs, lane_of(run), run.row.slot as u32, since)
+    }
+}
+
 /// Whether `run` may start, given the runs active per workflow and per
 /// backfill.
 fn can_admit(by_workflow: &Map<WorkflowKey, usize>, by_backfill: &Map<String, usize>, run: &ActiveRun) -> bool {
@@ -134,24 +175,30 @@ impl EngineState {
     }
 
     /// Starts the waiting runs of a workflow that may start now, in order;
-    /// none while a run of the workflow is being claimed again (it may be
-    /// active, and counts once it is read).
+    /// none that a run being claimed again holds back (it may be active,
+    /// and counts once it is read): every run of its workflow if the
+    /// workflow limits its active runs, else the runs of its backfill.
     pub(crate) fn try_admit_waiting(&mut self, effects: &mut Effects, key: &WorkflowKey, now: i64) {
-        if self.reclaiming.values().any(|(held, _, _)| held == key) {
-            return;
+        let mut held_lanes: Vec<String> = Vec::new();
+        for hold in self.reclaiming.values().filter(|hold| hold.workflow == *key) {
+            match &hold.lane {
+                None => return,
+                Some(lane) => held_lanes.push(lane.clone()),
+            }
         }
         loop {
             let Some(line) = self.waiting.get_mut(key) else {
                 return;
             };
             let (runs, by_workflow, by_backfill) = (&self.runs, &self.active_by_workflow, &self.active_by_backfill);
-            let next =
-                line.next_open(|id| match runs.get(id) {
-                    Some(run) if run.machine.state() == RunState::Queued => {
-                        if can_admit(by_workflow, by_backfill, run) { Front::Open } else { Front::Held }
-                    }
-                    _ => Front::Gone,
-                });
+            let next = line.next_open(|id| match runs.get(id) {
+                Some(run) if run.machine.state() == RunState::Queued => {
+                    let lane_held = !held_lanes.is_empty()
+                        && run.row.backfill_id.as_ref().is_some_and(|bf| held_lanes.contains(bf));
+                    if !lane_held && can_admit(by_workflow, by_backfill, run) { Front::Open } else { Front::Held }
+                }
+                _ => Front::Gone,
+            });
             if line.is_empty() {
                 self.waiting.remove(key);
             }

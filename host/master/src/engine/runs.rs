@@ -12,6 +12,7 @@ use dagr_protocol::wire::AttemptKey;
 use dagr_store::{NewEvent, OutputWrite, RunRow, RunWrite, TaskRow};
 use serde_json::{Value, json};
 
+use crate::engine::admission::Hold;
 use crate::engine::effects::{Effects, LoadError, LoadedRun, Probe, Transition};
 use crate::engine::state::EngineState;
 use crate::engine::timers::Timer;
@@ -367,8 +368,8 @@ impl EngineState {
         // It may be active (whatever this master made of it: its last
         // writes may not land), driven elsewhere or here again once read,
         // and not counted meanwhile against its workflow's limits.
-        if run.machine.workflow().spec.max_active_runs.is_some() || run.backfill_parallel.is_some() {
-            self.reclaiming.insert(run_id.to_owned(), (run.workflow_key(), run.row.slot as u32, self.last_now));
+        if let Some(hold) = Hold::of_run(&run, self.last_now) {
+            self.reclaiming.insert(run_id.to_owned(), hold);
         }
         self.remove_waiting(&run.workflow_key(), run_id);
         let flights: Vec<AttemptKey> = self.in_flight.keys().filter(|k| k.run_id == run_id).cloned().collect();

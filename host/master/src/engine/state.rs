@@ -11,7 +11,7 @@ use dagr_store::Committed;
 
 use crate::EngineConfig;
 use crate::engine::SCHEDULER;
-use crate::engine::admission::Line;
+use crate::engine::admission::{Hold, Line};
 use crate::engine::effects::{Data, Effects, Input, LoadError, LoadedRun, Need, PendingCommand, UpstreamQuery};
 use crate::engine::placement::Placement;
 use crate::engine::runs::{ActiveRun, InFlight, WorkflowKey};
@@ -140,11 +140,8 @@ pub struct EngineState {
     /// at the next (see [`EngineState::needs_to_read`]).
     unmet: Vec<Need>,
     /// Runs under a limit on active runs dropped here (and claimed again)
-    /// until they are read again (their workflow, their slot, since when):
-    /// they may be active, elsewhere or here once read, and are not counted
-    /// meanwhile, so their workflow admits no run (for at most
-    /// [`RECLAIM_HOLD_MS`]).
-    pub(crate) reclaiming: Map<String, (WorkflowKey, u32, i64)>,
+    /// until they are read again, and what each holds back meanwhile.
+    pub(crate) reclaiming: Map<String, Hold>,
     /// The time of the last step.
     pub(crate) last_now: i64,
     /// Waiting runs to forget at the end of the step (loaded again when
@@ -416,18 +413,21 @@ impl EngineState {
         // What was read of runs being claimed again ends their hold.
         let mut held: Vec<WorkflowKey> = Vec::new();
         for id in loaded.iter().map(|l| &l.row.id).chain(data.failed.iter().map(|(id, _)| id)) {
-            held.extend(self.reclaiming.remove(id).map(|(key, _, _)| key));
+            held.extend(self.reclaiming.remove(id).map(|hold| hold.workflow));
         }
-        self.reclaiming.retain(|_, (key, _, since)| {
-            let keep = now - *since < RECLAIM_HOLD_MS;
+        self.reclaiming.retain(|_, hold| {
+            let keep = now - hold.since < RECLAIM_HOLD_MS;
             if !keep {
-                held.push(key.clone());
+                held.push(hold.workflow.clone());
             }
             keep
         });
-        for l in again.iter().filter(|l| l.workflow.spec.max_active_runs.is_some() || l.backfill_parallel.is_some()) {
+        for l in &again {
             let key = (l.row.tenant.clone(), l.row.workflow.clone());
-            self.reclaiming.insert(l.row.id.clone(), (key, l.row.slot as u32, now));
+            let lane = l.backfill_parallel.and(l.row.backfill_id.clone());
+            if let Some(hold) = Hold::of(key, l.workflow.spec.max_active_runs, lane, l.row.slot as u32, now) {
+                self.reclaiming.insert(l.row.id.clone(), hold);
+            }
         }
         self.reclaim.extend(again.into_iter().map(|l| l.row.id));
         let ids: Vec<String> = loaded.iter().map(|l| l.row.id.clone()).collect();
@@ -543,10 +543,10 @@ impl EngineState {
             }
             // Runs of lost slots are not claimed again here, nor counted,
             // and hold no line here any more.
-            self.reclaiming.retain(|_, (key, slot, _)| {
-                let keep = !lost.contains(slot);
+            self.reclaiming.retain(|_, hold| {
+                let keep = !lost.contains(&hold.slot);
                 if !keep {
-                    freed.push(key.clone());
+                    freed.push(hold.workflow.clone());
                 }
                 keep
             });
@@ -614,8 +614,12 @@ impl EngineState {
             String::new()
         } else {
             let in_line = self.waiting.get(&key).is_some_and(|line| line.has(id));
-            let held: Vec<&String> =
-                self.reclaiming.iter().filter(|(_, (held, _, _))| *held == key).map(|(id, _)| id).collect();
+            let held: Vec<(&String, &Option<String>)> = self
+                .reclaiming
+                .iter()
+                .filter(|(_, hold)| hold.workflow == key)
+                .map(|(id, hold)| (id, &hold.lane))
+                .collect();
             let backfill =
                 run.row.backfill_id.as_ref().map(|bf| (bf, self.active_by_backfill.get(bf).copied().unwrap_or(0)));
             format!(

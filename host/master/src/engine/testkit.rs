@@ -142,6 +142,7 @@ impl TestEnv {
         let workflow = Arc::new(Workflow::validate(spec, &TrustedCatalog).unwrap_or_else(|e| panic!("{e}")));
         let key = (TENANT.to_owned(), workflow.name().to_owned());
         let version = self.store.workflows.get(&key).map_or(1, |(v, _, _)| v + 1);
+        self.store.versions.insert((key.0.clone(), key.1.clone(), version), workflow.clone());
         self.store.workflows.insert(key, (version, workflow.clone(), None));
         self.workflows.insert(workflow.name().to_owned(), workflow.clone());
         // As the API tells the engine.
@@ -182,9 +183,10 @@ impl TestEnv {
 
     fn made_run(&mut self, tenant: &str, workflow: &str, logical_time: i64, backfill: Option<&str>) -> String {
         let wf = self.workflows.get(workflow).unwrap_or_else(|| panic!("no workflow {workflow}")).clone();
+        let version = self.store.workflows.get(&(TENANT.to_owned(), workflow.to_owned())).map_or(1, |(v, _, _)| *v);
         let origin = RunOrigin {
             tenant: tenant.into(),
-            version: Some(1),
+            version: Some(version),
             kind: if backfill.is_some() { RunKind::Backfill } else { RunKind::Manual },
             logical_time,
             params: serde_json::to_string(&wf.spec.params).unwrap_or_else(|_| "{}".into()),

@@ -100,39 +100,74 @@ fn a_run_claimed_again_holds_back_its_workflow_s_admissions_until_it_is_read() {
     assert_eq!(effects.dispatches.iter().map(|(s, _)| s.key.run_id.clone()).collect::<Vec<_>>(), [second]);
 }
 
-/// Found by the simulation (`dagr sim --resources leader`, seed 404580): a
-/// run of a backfill with a parallelism, dropped and claimed again, holds
-/// its whole workflow's line. A manual run of the workflow joined the line
-/// meanwhile; then the backfill's slot went to another master, and the hold
-/// went with it — but nothing judged the line again, so the manual run (in
-/// a slot this master kept, under no limit) stayed queued for good.
+/// A run of a backfill with a parallelism, dropped and claimed again, holds
+/// back its backfill's next runs until it is read (it may be active), and
+/// nothing else: runs of its workflow that no limit governs start at once,
+/// so do another backfill's. (It held its whole workflow's line before.)
 #[test]
-fn a_line_held_by_a_run_of_a_slot_that_leaves_is_judged_again() {
+fn a_backfill_s_run_claimed_again_holds_back_only_its_backfill() {
     let mut env = TestEnv::new();
     env.apply("name: free\ntasks:\n- {name: t, plugin: echo}\n");
     env.store.backfills.insert("bf".into(), 1);
+    env.store.backfills.insert("other".into(), 1);
     let filled = env.trigger_at("free", 0, Some("bf"));
     env.step(vec![]);
     assert_eq!(env.run_state(&filled), RunState::Running);
-    let backfill_slot = env.store.runs[&filled].slot as u32;
-    let manual = loop {
-        let id = env.trigger("free");
-        if env.store.runs[&id].slot as u32 != backfill_slot {
+    let next = env.trigger_at("free", 60_000, Some("bf"));
+    let other = env.trigger_at("free", 0, Some("other"));
+    let manual = env.trigger("free");
+    let all: std::collections::HashSet<u32> = (0..dagr_protocol::SLOTS).collect();
+    let effects = env.step(vec![Input::Ownership(Default::default()), Input::Ownership(all)]);
+    assert!(!env.state.has_run(&filled), "claimed again at the next step");
+    let mut started: Vec<String> = effects.dispatches.iter().map(|(s, _)| s.key.run_id.clone()).collect();
+    started.sort();
+    let mut expected = vec![other, manual];
+    expected.sort();
+    assert_eq!(started, expected, "under no limit the run claimed again counts for");
+    assert_eq!(env.run_state(&next), RunState::Queued, "its backfill's run claimed again may be active");
+    env.step(vec![]);
+    assert!(env.state.has_run(&filled));
+    assert_eq!(env.run_state(&next), RunState::Queued, "its backfill's run claimed again is active");
+    let t = env.in_flight_all("t").into_iter().find(|k| k.run_id == filled).unwrap();
+    let effects = env.succeed(&t, "{}");
+    assert_eq!(effects.dispatches.iter().map(|(s, _)| s.key.run_id.clone()).collect::<Vec<_>>(), [next]);
+}
+
+/// Found by the simulation (`dagr sim --resources leader`, seed 404580, when
+/// a backfill's run claimed again held its whole workflow's line): a run
+/// under its workflow's `max_active_runs`, dropped and claimed again, holds
+/// the workflow's line. A run of the workflow made before the limit (in
+/// another slot, under no limit) joined the line meanwhile; then the held
+/// run's slot went to another master, and the hold went with it — but
+/// nothing judged the line again, so the other run stayed queued for good.
+#[test]
+fn a_line_held_by_a_run_of_a_slot_that_leaves_is_judged_again() {
+    let mut env = TestEnv::new();
+    env.apply("name: one\nmax_active_runs: 1\ntasks:\n- {name: t, plugin: echo}\n");
+    let filled = env.trigger("one");
+    env.step(vec![]);
+    assert_eq!(env.run_state(&filled), RunState::Running);
+    let limited_slot = env.store.runs[&filled].slot as u32;
+    // The limit is lifted; a run made now goes to any slot.
+    env.apply("name: one\ntasks:\n- {name: t, plugin: echo}\n");
+    let free = loop {
+        let id = env.trigger("one");
+        if env.store.runs[&id].slot as u32 != limited_slot {
             break id;
         }
     };
-    // The backfill's run is dropped and claimed again; the manual run is
-    // read in the same step, and held.
+    // The limited run is dropped and claimed again; the free run is read
+    // in the same step, and held.
     let all: std::collections::HashSet<u32> = (0..dagr_protocol::SLOTS).collect();
     env.step(vec![Input::Ownership(Default::default()), Input::Ownership(all.clone())]);
     assert!(!env.state.has_run(&filled), "claimed again at the next step");
-    assert_eq!(env.run_state(&manual), RunState::Queued, "held");
-    // Before it is read again, the backfill's slot leaves.
-    let kept: std::collections::HashSet<u32> = all.into_iter().filter(|s| *s != backfill_slot).collect();
+    assert_eq!(env.run_state(&free), RunState::Queued, "held");
+    // Before it is read again, the limited run's slot leaves.
+    let kept: std::collections::HashSet<u32> = all.into_iter().filter(|s| *s != limited_slot).collect();
     let effects = env.step(vec![Input::Ownership(kept)]);
     assert!(!env.state.has_run(&filled));
-    assert_eq!(env.run_state(&manual), RunState::Running, "judged again once the hold left");
-    assert_eq!(effects.dispatches.iter().map(|(s, _)| s.key.run_id.clone()).collect::<Vec<_>>(), [manual]);
+    assert_eq!(env.run_state(&free), RunState::Running, "judged again once the hold left");
+    assert_eq!(effects.dispatches.iter().map(|(s, _)| s.key.run_id.clone()).collect::<Vec<_>>(), [free]);
 }
 
 #[test]

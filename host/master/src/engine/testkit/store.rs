@@ -31,6 +31,9 @@ pub struct FakeStore {
     pub events: Vec<dagr_store::NewEvent>,
     /// Live workflows: (tenant, name) → (version, workflow, cursor).
     pub workflows: BTreeMap<(String, String), StoredWorkflow>,
+    /// Every version applied: (tenant, name, version) → its definition (a
+    /// run loads the version it was made from).
+    pub versions: BTreeMap<(String, String, i64), Arc<Workflow>>,
     /// Runs whose loading fails (for the failure paths).
     pub unloadable: HashMap<String, LoadError>,
     /// Backfills' parallelism, by id (a backfill not here has none).
@@ -309,7 +312,11 @@ impl FakeStore {
         if let Some(journal) = &mut self.journal {
             journal.push(StoreOp::Claim { id: id.to_owned(), node: node.to_owned(), epoch: row.epoch });
         }
-        let workflow = self.workflow_named(&row.workflow).ok_or_else(|| LoadError::Invalid("no workflow".into()))?;
+        let made_from = row.version.and_then(|v| self.versions.get(&(row.tenant.clone(), row.workflow.clone(), v)));
+        let workflow = made_from
+            .cloned()
+            .or_else(|| self.workflow_named(&row.workflow))
+            .ok_or_else(|| LoadError::Invalid("no workflow".into()))?;
         let fresh = row.epoch == 1 && row.state == RunState::Queued;
         let tasks = (!fresh).then(|| self.tasks.get(id).cloned().unwrap_or_default());
         let running =
