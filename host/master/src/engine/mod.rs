@@ -63,6 +63,8 @@ mod tests_backlog;
 #[cfg(test)]
 mod tests_cluster;
 #[cfg(test)]
+mod tests_in_flight;
+#[cfg(test)]
 mod tests_outer;
 
 pub use effects::{
