@@ -123,6 +123,51 @@ pub fn over_limit(batch: &WriteBatch, stored: &[(Limit, Vec<String>)]) -> HashSe
     over
 }
 
+/// A slot that admissions of the batch need their master to hold alone:
+/// (tenant, slot, the admitting master).
+pub type Sole = (String, i64, String);
+
+/// The slots, each once and in order, whose active runs of a tenant owned
+/// by another master the store reads for the batch's admissions (see
+/// [`Admission::sole`]), at most [`sole_enough`] each.
+pub fn soles(batch: &WriteBatch) -> Vec<Sole> {
+    let mut soles: Vec<Sole> = checked(batch)
+        .into_iter()
+        .filter_map(|a| a.sole.as_ref().map(|(slot, owner)| (a.tenant.clone(), *slot, owner.clone())))
+        .collect();
+    soles.sort();
+    soles.dedup();
+    soles
+}
+
+/// How many of a slot's runs owned elsewhere the decision needs: more
+/// than the batch writes, and one is left that it does not end.
+pub fn sole_enough(batch: &WriteBatch) -> i64 {
+    batch.runs.len() as i64 + 1
+}
+
+/// The admitted runs whose writes must be dropped because another master
+/// holds an active run of their tenant in their slot (`elsewhere`, as
+/// [`soles`] lists them): two masters each believe they hold the slot,
+/// and each counts only its own runs against a limit of the slot's.
+pub fn held_elsewhere(batch: &WriteBatch, elsewhere: &[(Sole, Vec<String>)]) -> HashSet<String> {
+    let finals = final_states(batch);
+    let mut over = HashSet::new();
+    for admission in checked(batch) {
+        let Some((slot, owner)) = &admission.sole else { continue };
+        let shared = elsewhere.iter().any(|((tenant, s, o), ids)| {
+            *tenant == admission.tenant
+                && s == slot
+                && o == owner
+                && ids.iter().any(|id| finals.get(id.as_str()).is_none_or(|s| is_active(*s)))
+        });
+        if shared {
+            over.insert(admission.run_id.clone());
+        }
+    }
+    over
+}
+
 /// Drops every write of `runs` from the batch (they are fenced, or over a
 /// limit): their states, tasks, outputs, attempts, events and the
 /// commands they answered (which stay pending).
@@ -155,7 +200,31 @@ mod tests {
             workflow: "w".into(),
             max_active_runs: max,
             backfill: backfill.map(|(b, n)| (b.into(), n)),
+            sole: None,
         }
+    }
+
+    #[test]
+    fn an_admission_under_a_slot_s_limit_waits_while_another_master_holds_an_active_run_of_it() {
+        let sole = |id: &str| Admission { sole: Some((7, "m2".into())), ..admit(id, None, None) };
+        let batch = WriteBatch {
+            runs: vec![
+                write("new", RunState::Running),
+                write("other", RunState::Running),
+                write("ended", RunState::Failed),
+            ],
+            admissions: vec![sole("new"), admit("other", None, None)],
+            ..WriteBatch::default()
+        };
+        assert_eq!(soles(&batch), [("t".to_owned(), 7, "m2".to_owned())]);
+        let elsewhere = |ids: &[&str]| [(soles(&batch)[0].clone(), ids.iter().map(|i| i.to_string()).collect())];
+        assert_eq!(ids(held_elsewhere(&batch, &elsewhere(&["m3-run"]))), ["new"]);
+        assert!(held_elsewhere(&batch, &elsewhere(&[])).is_empty(), "the slot is this master's alone");
+        assert!(held_elsewhere(&batch, &elsewhere(&["ended"])).is_empty(), "a run the batch ends does not count");
+        // Another tenant's, or another slot's, runs elsewhere are not this
+        // admission's concern.
+        let other_slot = [(("t".to_owned(), 8, "m2".to_owned()), vec!["m3-run".to_owned()])];
+        assert!(held_elsewhere(&batch, &other_slot).is_empty());
     }
 
     fn limit(backfill: Option<&str>, max: u32) -> Limit {

@@ -39,6 +39,7 @@ pub async fn run_all(store: &dyn Store, prefix: &str) -> Result<()> {
     cycles_are_unique(store, prefix).await?;
     fencing(store, prefix).await?;
     crate::conformance_admission::admissions(store, prefix).await?;
+    crate::conformance_admission::sole_admissions(store, prefix).await?;
     commands_logs_events(store, prefix).await?;
     big_batches(store, prefix).await?;
     many_runs_in_one_batch(store, prefix).await?;

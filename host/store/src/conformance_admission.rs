@@ -27,6 +27,7 @@ pub(crate) async fn admissions(store: &dyn Store, p: &str) -> Result<()> {
         workflow: "wf".into(),
         max_active_runs: max,
         backfill: backfill.map(|parallel| (format!("{p}bf"), parallel)),
+        sole: None,
     };
     let to = |n: u32, state: RunState| RunWrite {
         id: id(n),
@@ -84,5 +85,61 @@ pub(crate) async fn admissions(store: &dyn Store, p: &str) -> Result<()> {
         ))
         .await?;
     check(backfill.over_limit == [id(6)], &format!("a backfill's parallelism holds: {backfill:?}"))?;
+    Ok(())
+}
+
+/// An admission under a limit counted per slot (a capped tenant's, a
+/// workflow's `concurrency`) is refused while another master holds an
+/// active run of the tenant in the slot (two masters each believe they
+/// hold it), and goes once that run has ended.
+pub(crate) async fn sole_admissions(store: &dyn Store, p: &str) -> Result<()> {
+    let tenant = format!("{p}sole");
+    let id = |n: u32| format!("{p}sole{n}");
+    let runs: Vec<NewRun> = (1..=2)
+        .map(|n| NewRun {
+            run: run(&id(n), &tenant, "wf", RunKind::Manual, n as i64),
+            tasks: vec!["a".into()],
+            sla_at: None,
+        })
+        .collect();
+    let slot = runs[0].run.slot;
+    store.create_runs(runs, None).await?;
+    let claimed = |n: u32, owner: &'static str| async move {
+        store.claim_run(&id(n), owner, 10).await?.ok_or_else(|| Error::Invalid(format!("no run {}", id(n))))
+    };
+    let to = |row: &RunRow, state: RunState| WriteBatch {
+        runs: vec![RunWrite { id: row.id.clone(), state, started_at: Some(10), finished_at: None, updated_at: 10 }],
+        fences: vec![(row.id.clone(), row.epoch)],
+        ..WriteBatch::default()
+    };
+    let admitted = |row: &RunRow, owner: &str| WriteBatch {
+        admissions: vec![Admission {
+            run_id: row.id.clone(),
+            tenant: tenant.clone(),
+            workflow: "wf".into(),
+            max_active_runs: None,
+            backfill: None,
+            sole: Some((slot, owner.into())),
+        }],
+        ..to(row, RunState::Running)
+    };
+    let state = |n: u32| async move { Ok::<_, Error>(store.get_run(&id(n)).await?.map(|r| r.state)) };
+
+    let other = claimed(1, "m2").await?;
+    store.commit(to(&other, RunState::Running)).await?;
+    let mine = claimed(2, "m1").await?;
+    let refused = store.commit(admitted(&mine, "m1")).await?;
+    check(
+        refused.over_limit == [id(2)],
+        &format!("refused while another master holds a run of the slot: {refused:?}"),
+    )?;
+    check(state(2).await? == Some(RunState::Queued), "a refused admission's run stays queued")?;
+    let alone = store.commit(admitted(&other, "m2")).await?;
+    check(alone.over_limit.is_empty(), &format!("the other master's own runs do not hold it back: {alone:?}"))?;
+
+    store.commit(to(&other, RunState::Succeeded)).await?;
+    let went = store.commit(admitted(&mine, "m1")).await?;
+    check(went.over_limit.is_empty(), &format!("admitted once the other run ended: {went:?}"))?;
+    check(state(2).await? == Some(RunState::Running), "and running")?;
     Ok(())
 }

@@ -485,6 +485,12 @@ pub struct Admission {
     pub max_active_runs: Option<u32>,
     /// The run's backfill and its parallelism.
     pub backfill: Option<(String, u32)>,
+    /// The run's slot and owner (the master admitting it), when a limit
+    /// that one master counts for the slot governs it (its tenant's
+    /// `max_concurrent`, its workflow's `concurrency`): it is not admitted
+    /// while an active run of its tenant in that slot is another master's
+    /// (two masters each believe they hold the slot).
+    pub sole: Option<(i64, String)>,
 }
 
 /// A change to a task's stored output.

@@ -474,14 +474,22 @@ impl SqlStore {
     /// admitting runs of one workflow count each other's.
     async fn over_limit(&self, tx: &mut sqlx::AnyConnection, batch: &WriteBatch) -> Result<HashSet<String>> {
         let limits = admission::limits(batch);
+        let soles = admission::soles(batch);
         if self.backend == Backend::Postgres {
             let mut workflows: Vec<(&str, &str)> =
                 limits.iter().map(|l| (l.tenant.as_str(), l.workflow.as_str())).collect();
             workflows.dedup();
-            for (tenant, workflow) in workflows {
+            // Every master takes its locks in one order: the workflows',
+            // then the slots', each sorted.
+            let mut keys: Vec<String> =
+                workflows.into_iter().map(|(tenant, workflow)| format!("dagr.admission/{tenant}/{workflow}")).collect();
+            let mut slots: Vec<(&str, i64)> = soles.iter().map(|(tenant, slot, _)| (tenant.as_str(), *slot)).collect();
+            slots.dedup();
+            keys.extend(slots.into_iter().map(|(tenant, slot)| format!("dagr.admission.slot/{tenant}/{slot}")));
+            for key in keys {
                 // The lock's `void` is not a type sqlx's `Any` reads.
                 sqlx::query("SELECT 1 AS locked FROM (SELECT pg_advisory_xact_lock(hashtextextended($1, 0))) AS l")
-                    .bind(format!("dagr.admission/{tenant}/{workflow}"))
+                    .bind(key)
                     .fetch_one(&mut *tx)
                     .await?;
             }
@@ -507,7 +515,29 @@ impl SqlStore {
                 .collect::<std::result::Result<Vec<_>, _>>()?;
             stored.push((limit, ids));
         }
-        Ok(admission::over_limit(batch, &stored))
+        let mut over = admission::over_limit(batch, &stored);
+        let mut elsewhere = Vec::with_capacity(soles.len());
+        for sole in soles {
+            // Served by the partial index `runs_by_slot`.
+            let sql = "SELECT id FROM runs WHERE slot = $1 AND state IN ('running', 'paused') AND tenant = $2 \
+                       AND owner <> $3 LIMIT $4";
+            let (tenant, slot, owner) = &sole;
+            let args = vec![
+                Arg::I64(*slot),
+                Arg::Text(tenant.clone()),
+                Arg::Text(owner.clone()),
+                Arg::I64(admission::sole_enough(batch)),
+            ];
+            let ids = bind_all(sql, args)
+                .fetch_all(&mut *tx)
+                .await?
+                .iter()
+                .map(|row| row.try_get::<String, _>("id"))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            elsewhere.push((sole, ids));
+        }
+        over.extend(admission::held_elsewhere(batch, &elsewhere));
+        Ok(over)
     }
 }
 

@@ -203,6 +203,7 @@ impl EngineState {
                 self.waiting.remove(key);
             }
             let Some(id) = next else { return };
+            let capped = self.runs.get(&id).is_some_and(|run| self.tenant_capped(&run.row.tenant));
             if let Some(run) = self.runs.get_mut(&id)
                 && let Ok(actions) = run.machine.apply(RunInput::Start, now)
             {
@@ -210,13 +211,18 @@ impl EngineState {
                     // The store counts the runs other masters hold too.
                     let max_active_runs = run.machine.workflow().spec.max_active_runs;
                     let backfill = run.backfill_parallel.zip(run.row.backfill_id.clone());
-                    if max_active_runs.is_some() || backfill.is_some() {
+                    // Limits counted per slot: the store checks no other
+                    // master holds an active run of the tenant in it.
+                    let per_slot = capped || run.machine.workflow().spec.concurrency.is_some();
+                    let sole = per_slot.then(|| run.row.owner.clone().map(|owner| (run.row.slot, owner))).flatten();
+                    if max_active_runs.is_some() || backfill.is_some() || sole.is_some() {
                         effects.batch.admissions.push(Admission {
                             run_id: id.to_string(),
                             tenant: run.row.tenant.clone(),
                             workflow: run.row.workflow.clone(),
                             max_active_runs,
                             backfill: backfill.map(|(parallel, id)| (id, u32::try_from(parallel).unwrap_or(u32::MAX))),
+                            sole,
                         });
                     }
                 }

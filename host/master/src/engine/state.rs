@@ -739,14 +739,16 @@ impl EngineState {
         }
         for run in &committed.over_limit {
             // Another master started a run of its workflow (or backfill)
-            // that this one has not read: it froze while the runs' slot
-            // moved and has not read the slot's runs since. The run is
-            // still queued. The slot's runs that are not here are taken
-            // over at the next step, this one with them, so that they are
-            // counted before it is admitted again; the workflow's
-            // admissions wait for that.
+            // that this one has not read, or holds an active run of its
+            // tenant in its slot (under a limit counted per slot): this
+            // one froze, or its view of the members lags, while the runs'
+            // slot moved, and it has not read the slot's runs since. The
+            // run is still queued. The slot's runs that are not here are
+            // taken over at the next step, this one with them, so that
+            // they are counted before it is admitted again; the
+            // workflow's admissions wait for that.
             self.counters.over_limit += 1;
-            tracing::warn!(run = %run, "the store has its workflow's runs at their limit; reading its slot again");
+            tracing::warn!(run = %run, "the store has its limit reached, or its slot held elsewhere; reading its slot again");
             let slot = self.runs.get(run.as_str()).map(|r| r.row.slot as u32);
             self.drop_run(run);
             // Nothing of the step it was dropped from is left to fence.

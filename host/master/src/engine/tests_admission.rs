@@ -320,6 +320,42 @@ fn an_admission_the_store_finds_over_its_limit_waits_for_the_run_another_master_
     assert_eq!(effects.dispatches.iter().map(|(s, _)| s.key.run_id.clone()).collect::<Vec<_>>(), [mine]);
 }
 
+/// Found by the simulation with a capped tenant (`dagr sim --seed 2006422
+/// --tenant-cap --resources leader`): a master whose view of the members
+/// lagged still held a slot another master had taken over, and admitted a
+/// new run of it (a fresh run's claim conflicts with nothing); each master
+/// counted only its own attempts against a limit counted per slot (the
+/// tenant's `max_concurrent` there, a workflow's `concurrency` here), and
+/// together they passed it. The store now refuses such an admission while
+/// another master holds an active run of the tenant in the slot; the slot
+/// is read again and that run taken over, and counted.
+#[test]
+fn an_admission_under_a_limit_of_its_slot_waits_while_another_master_holds_a_run_there() {
+    let mut env = TestEnv::new();
+    env.apply("name: narrow\nconcurrency: 1\ntasks:\n- {name: t, plugin: echo}\n");
+    let elsewhere = env.run_elsewhere("narrow", "m2");
+    let mine = env.trigger("narrow");
+    let slot = env.store.runs[&mine].slot;
+    assert_eq!(env.store.runs[&elsewhere].slot, slot, "the runs one limit counts share a slot");
+    env.step(vec![]);
+    let batch = env.batches.last().unwrap();
+    let admitted: Vec<_> = batch.admissions.iter().map(|a| (a.run_id.as_str(), a.sole.clone())).collect();
+    assert_eq!(admitted, [(mine.as_str(), Some((slot, "m1".to_owned())))]);
+    assert_eq!(env.store.runs[&mine].state, RunState::Queued, "the store took none of its writes");
+    assert!(env.store.attempts.keys().all(|(run, ..)| *run != mine), "nothing of it was dispatched");
+    assert_eq!(env.state.counters().over_limit, 1);
+
+    // The slot is read again: the other run is taken over and counted.
+    env.step(vec![]);
+    assert_eq!(env.store.runs[&elsewhere].owner.as_deref(), Some("m1"));
+    assert!(env.state.has_run(&mine) && env.state.has_run(&elsewhere));
+    let t = env.in_flight("t");
+    assert_eq!(t.run_id, elsewhere, "one task at once, the other run's");
+    let effects = env.succeed(&t, "{}");
+    assert_eq!(env.run_state(&mine), RunState::Running);
+    assert_eq!(effects.dispatches.iter().map(|(s, _)| s.key.run_id.clone()).collect::<Vec<_>>(), [mine]);
+}
+
 /// A step that runs out of passes leaves what it still needs for the next,
 /// which asks for it first: the shell does not read it (a run claimed for
 /// it would be held by this master in the store and loaded nowhere).

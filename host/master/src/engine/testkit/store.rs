@@ -357,7 +357,22 @@ impl FakeStore {
                     (limit, ids)
                 })
                 .collect();
-            let over = admission::over_limit(&live, &stored);
+            let mut over = admission::over_limit(&live, &stored);
+            let elsewhere: Vec<(admission::Sole, Vec<String>)> = admission::soles(&live)
+                .into_iter()
+                .map(|sole| {
+                    let ids = self
+                        .runs
+                        .values()
+                        .filter(|r| matches!(r.state, RunState::Running | RunState::Paused))
+                        .filter(|r| r.tenant == sole.0 && r.slot == sole.1)
+                        .filter(|r| r.owner.as_ref().is_some_and(|o| *o != sole.2))
+                        .map(|r| r.id.clone())
+                        .collect();
+                    (sole, ids)
+                })
+                .collect();
+            over.extend(admission::held_elsewhere(&live, &elsewhere));
             stale.extend(batch.admissions.iter().filter(|a| over.contains(&a.run_id)).map(|a| a.run_id.as_str()));
             committed.over_limit = over.into_iter().collect();
             committed.over_limit.sort();
