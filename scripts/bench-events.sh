@@ -4,7 +4,8 @@
 # without watchers, with 100 SSE followers and 10 webhook subscriptions
 # (one event per request), the same with batching subscriptions (up to 100
 # events per request), and with /metrics scraped every second. Prints dagr
-# bench's lines. MODES picks others: `sse` (the 100 followers alone),
+# bench's lines, and per fan-out the server's CPU and the bench process's
+# own (where the followers and receivers live, on the same cores). MODES picks others: `sse` (the 100 followers alone),
 # `webhooks` (the 10 subscriptions alone, one event per request),
 # `webhooks-batched`.
 #
@@ -18,6 +19,7 @@ ROUNDS=${1:-3}
 TASKS=${2:-10000}
 start_serve events DAGR_WEBHOOKS__ALLOW_PRIVATE=true
 cpu() { awk '{print $14 + $15}' "/proc/$PID/stat"; }
+times=$W/times
 for round in $(seq "$ROUNDS"); do
   for mode in ${MODES:-plain watched batched scraped}; do
     case $mode in
@@ -31,9 +33,9 @@ for round in $(seq "$ROUNDS"); do
       *) echo "unknown mode $mode" >&2; exit 1 ;;
     esac
     before=$(cpu)
-    out=$("$BIN" bench --remote "$URL" --dag "fanout:$TASKS" --json "${extra[@]}")
+    out=$(/usr/bin/time -o "$times" -f "bench_cpu_s=%U+%S" "$BIN" bench --remote "$URL" --dag "fanout:$TASKS" --json "${extra[@]}")
     after=$(cpu)
-    echo "round $round $mode server_cpu_ms=$(( (after - before) * 10 ))"
+    echo "round $round $mode server_cpu_ms=$(( (after - before) * 10 )) $(cat "$times")"
     echo "$out"
   done
 done

@@ -507,13 +507,7 @@ impl SqlStore {
                 }
             };
             args.push(Arg::I64(limit.enough(batch)));
-            let ids = bind_all(&sql, args)
-                .fetch_all(&mut *tx)
-                .await?
-                .iter()
-                .map(|row| row.try_get::<String, _>("id"))
-                .collect::<std::result::Result<Vec<_>, _>>()?;
-            stored.push((limit, ids));
+            stored.push((limit, run_ids(tx, &sql, args).await?));
         }
         let mut over = admission::over_limit(batch, &stored);
         let mut elsewhere = Vec::with_capacity(soles.len());
@@ -528,17 +522,18 @@ impl SqlStore {
                 Arg::Text(owner.clone()),
                 Arg::I64(admission::sole_enough(batch)),
             ];
-            let ids = bind_all(sql, args)
-                .fetch_all(&mut *tx)
-                .await?
-                .iter()
-                .map(|row| row.try_get::<String, _>("id"))
-                .collect::<std::result::Result<Vec<_>, _>>()?;
+            let ids = run_ids(tx, sql, args).await?;
             elsewhere.push((sole, ids));
         }
         over.extend(admission::held_elsewhere(batch, &elsewhere));
         Ok(over)
     }
+}
+
+/// The `id` column of what `sql` reads.
+async fn run_ids(tx: &mut sqlx::AnyConnection, sql: &str, args: Vec<Arg>) -> Result<Vec<String>> {
+    let rows = bind_all(sql, args).fetch_all(&mut *tx).await?;
+    Ok(rows.iter().map(|row| row.try_get::<String, _>("id")).collect::<std::result::Result<Vec<_>, _>>()?)
 }
 
 fn one_per_cycle(kind: RunKind) -> bool {

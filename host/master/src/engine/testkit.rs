@@ -123,7 +123,7 @@ impl TestEnv {
             workflows: HashMap::new(),
             next_token: 0,
         };
-        env.step(vec![Input::Workers(workers), Input::Ownership((0..dagr_protocol::SLOTS).collect())]);
+        env.step(vec![Input::Workers(workers), Input::Ownership(all_slots())]);
         env
     }
 
@@ -133,7 +133,7 @@ impl TestEnv {
     pub fn take_over(&mut self, config: EngineConfig, workers: Vec<WorkerInfo>) -> Effects {
         self.state = EngineState::new(&config, self.now);
         self.node = config.node_id;
-        self.step(vec![Input::Workers(workers), Input::Ownership((0..dagr_protocol::SLOTS).collect())])
+        self.step(vec![Input::Workers(workers), Input::Ownership(all_slots())])
     }
 
     /// Validates a definition and makes it a live workflow of [`TENANT`].
@@ -352,6 +352,22 @@ pub fn worker(id: &str, slots: u32) -> WorkerInfo {
 /// The dispatches of a step: (run, task index, worker).
 pub fn dispatched(effects: &Effects) -> Vec<(String, usize, String)> {
     effects.dispatches.iter().map(|(s, w)| (s.key.run_id.clone(), s.key.task as usize, w.clone())).collect()
+}
+
+/// The runs whose tasks a step dispatched, in order.
+pub fn dispatched_runs(effects: &Effects) -> Vec<String> {
+    effects.dispatches.iter().map(|(s, _)| s.key.run_id.clone()).collect()
+}
+
+/// Every slot.
+pub fn all_slots() -> std::collections::HashSet<u32> {
+    (0..dagr_protocol::SLOTS).collect()
+}
+
+/// Inputs by which this master loses every slot and gains them all back
+/// in one step: its runs are dropped and claimed again.
+pub fn lost_and_regained() -> Vec<Input> {
+    vec![Input::Ownership(Default::default()), Input::Ownership(all_slots())]
 }
 
 /// The task names dispatched in a step, in order.

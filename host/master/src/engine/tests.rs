@@ -11,7 +11,9 @@ use dagr_protocol::wire::{Ack, FailureKind, Outcome};
 use dagr_store::{AttemptState, RunState, TaskState};
 
 use crate::engine::effects::{Accepted, Input, LoadError, Need};
-use crate::engine::testkit::{TENANT, TestEnv, dispatched_names, worker};
+use crate::engine::testkit::{
+    TENANT, TestEnv, all_slots, dispatched_names, dispatched_runs, lost_and_regained, worker,
+};
 use crate::engine::{Effects, WorkerInfo};
 
 pub(crate) const CHAIN: &str = "name: chain\ntasks:\n- {name: a, plugin: echo}\n- {name: b, plugin: echo, depends_on: [a], \
@@ -181,7 +183,7 @@ fn places_under_a_tenant_s_cap_that_the_tasks_woken_do_not_take_go_to_others() {
     env.command(&first, Command::Kill);
     let effects = env.step(inputs);
     assert_eq!(env.run_state(&first), RunState::Killed);
-    let started: Vec<String> = effects.dispatches.iter().map(|(s, _)| s.key.run_id.clone()).collect();
+    let started = dispatched_runs(&effects);
     assert_eq!(started, [second.clone(), second], "{:?}", dispatched_names(&effects));
 }
 
@@ -607,12 +609,9 @@ fn writes_made_before_a_run_was_dropped_and_claimed_again_in_one_step_are_fenced
         outcome: Outcome::Succeeded { output: "{}".into() },
         trace: None,
     };
-    let all: std::collections::HashSet<u32> = (0..dagr_protocol::SLOTS).collect();
-    let effects = env.step(vec![
-        Input::Result { result, ack: Some(1) },
-        Input::Ownership(Default::default()),
-        Input::Ownership(all),
-    ]);
+    let mut inputs = vec![Input::Result { result, ack: Some(1) }];
+    inputs.extend(lost_and_regained());
+    let effects = env.step(inputs);
     assert!(effects.batch.fences.contains(&(run.clone(), 1)), "fenced by the epoch it was written under");
     assert_eq!(env.store.runs[&run].epoch, 2, "claimed again in the step");
     assert_eq!(env.task_state(&run, "a"), TaskState::Running, "the write made under epoch 1 did not land");
@@ -634,8 +633,7 @@ fn a_run_wanted_twice_in_one_read_is_claimed_once() {
     env.apply(PLAIN);
     env.step(vec![Input::Ownership(Default::default())]);
     let run = env.trigger("plain");
-    let all: std::collections::HashSet<u32> = (0..dagr_protocol::SLOTS).collect();
-    let effects = env.step(vec![Input::Ownership(all)]);
+    let effects = env.step(vec![Input::Ownership(all_slots())]);
     assert_eq!(env.store.runs[&run].epoch, 1, "claimed once: {:?}", env.needs_seen);
     assert_eq!(env.store.runs[&run].state, RunState::Running, "admitted, not fenced off");
     assert_eq!(dispatched_names(&effects), ["a"]);

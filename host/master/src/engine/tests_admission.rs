@@ -8,7 +8,7 @@ use dagr_store::RunState;
 
 use crate::engine::Effects;
 use crate::engine::effects::{Input, Need};
-use crate::engine::testkit::{TestEnv, dispatched_names};
+use crate::engine::testkit::{TestEnv, all_slots, dispatched_names, dispatched_runs, lost_and_regained};
 
 #[test]
 fn backfills_admit_their_runs_each_within_its_parallelism_oldest_first() {
@@ -23,11 +23,10 @@ fn backfills_admit_their_runs_each_within_its_parallelism_oldest_first() {
     }
     made.push(env.trigger("many"));
     let [a0, b0, a1, b1, a2, m] = made.try_into().unwrap();
-    let started = |effects: &Effects| effects.dispatches.iter().map(|(s, _)| s.key.run_id.clone()).collect::<Vec<_>>();
     let effects = env.step(vec![]);
     // bf-a takes one at a time; the workflow three: a1 waits for a0, and
     // the next oldest whose backfill has room go first.
-    let mut first = started(&effects);
+    let mut first = dispatched_runs(&effects);
     first.sort();
     let mut expected = vec![a0.clone(), b0.clone(), b1.clone()];
     expected.sort();
@@ -38,10 +37,10 @@ fn backfills_admit_their_runs_each_within_its_parallelism_oldest_first() {
     assert_eq!(env.run_state(&a1), RunState::Killed);
     // a0 ends: bf-a has room again, and a2 (older than m) starts.
     let t = env.in_flight_all("t").into_iter().find(|k| k.run_id == a0).unwrap();
-    assert_eq!(started(&env.succeed(&t, "{}")), [a2]);
+    assert_eq!(dispatched_runs(&env.succeed(&t, "{}")), [a2]);
     // b0 ends: m, the last in line.
     let t = env.in_flight_all("t").into_iter().find(|k| k.run_id == b0).unwrap();
-    assert_eq!(started(&env.succeed(&t, "{}")), [m]);
+    assert_eq!(dispatched_runs(&env.succeed(&t, "{}")), [m]);
     assert!(env.state.waiting.is_empty(), "nobody is left in line");
 }
 
@@ -86,8 +85,7 @@ fn a_run_claimed_again_holds_back_its_workflow_s_admissions_until_it_is_read() {
     env.step(vec![]);
     assert_eq!(env.run_state(&first), RunState::Running);
     let second = env.trigger("one");
-    let all: std::collections::HashSet<u32> = (0..dagr_protocol::SLOTS).collect();
-    let effects = env.step(vec![Input::Ownership(Default::default()), Input::Ownership(all)]);
+    let effects = env.step(lost_and_regained());
     assert!(!env.state.has_run(&first), "claimed again at the next step");
     assert!(effects.dispatches.is_empty(), "{:?}", dispatched_names(&effects));
     assert_eq!(env.run_state(&second), RunState::Queued, "the first may be active");
@@ -97,7 +95,7 @@ fn a_run_claimed_again_holds_back_its_workflow_s_admissions_until_it_is_read() {
     let t = env.in_flight_all("t").into_iter().find(|k| k.run_id == first).unwrap();
     let effects = env.succeed(&t, "{}");
     assert_eq!(env.run_state(&first), RunState::Succeeded);
-    assert_eq!(effects.dispatches.iter().map(|(s, _)| s.key.run_id.clone()).collect::<Vec<_>>(), [second]);
+    assert_eq!(dispatched_runs(&effects), [second]);
 }
 
 /// A run of a backfill with a parallelism, dropped and claimed again, holds
@@ -116,10 +114,9 @@ fn a_backfill_s_run_claimed_again_holds_back_only_its_backfill() {
     let next = env.trigger_at("free", 60_000, Some("bf"));
     let other = env.trigger_at("free", 0, Some("other"));
     let manual = env.trigger("free");
-    let all: std::collections::HashSet<u32> = (0..dagr_protocol::SLOTS).collect();
-    let effects = env.step(vec![Input::Ownership(Default::default()), Input::Ownership(all)]);
+    let effects = env.step(lost_and_regained());
     assert!(!env.state.has_run(&filled), "claimed again at the next step");
-    let mut started: Vec<String> = effects.dispatches.iter().map(|(s, _)| s.key.run_id.clone()).collect();
+    let mut started = dispatched_runs(&effects);
     started.sort();
     let mut expected = vec![other, manual];
     expected.sort();
@@ -130,7 +127,7 @@ fn a_backfill_s_run_claimed_again_holds_back_only_its_backfill() {
     assert_eq!(env.run_state(&next), RunState::Queued, "its backfill's run claimed again is active");
     let t = env.in_flight_all("t").into_iter().find(|k| k.run_id == filled).unwrap();
     let effects = env.succeed(&t, "{}");
-    assert_eq!(effects.dispatches.iter().map(|(s, _)| s.key.run_id.clone()).collect::<Vec<_>>(), [next]);
+    assert_eq!(dispatched_runs(&effects), [next]);
 }
 
 /// Found by the simulation (`dagr sim --resources leader`, seed 404580, when
@@ -158,16 +155,15 @@ fn a_line_held_by_a_run_of_a_slot_that_leaves_is_judged_again() {
     };
     // The limited run is dropped and claimed again; the free run is read
     // in the same step, and held.
-    let all: std::collections::HashSet<u32> = (0..dagr_protocol::SLOTS).collect();
-    env.step(vec![Input::Ownership(Default::default()), Input::Ownership(all.clone())]);
+    env.step(lost_and_regained());
     assert!(!env.state.has_run(&filled), "claimed again at the next step");
     assert_eq!(env.run_state(&free), RunState::Queued, "held");
     // Before it is read again, the limited run's slot leaves.
-    let kept: std::collections::HashSet<u32> = all.into_iter().filter(|s| *s != limited_slot).collect();
+    let kept: std::collections::HashSet<u32> = all_slots().into_iter().filter(|s| *s != limited_slot).collect();
     let effects = env.step(vec![Input::Ownership(kept)]);
     assert!(!env.state.has_run(&filled));
     assert_eq!(env.run_state(&free), RunState::Running, "judged again once the hold left");
-    assert_eq!(effects.dispatches.iter().map(|(s, _)| s.key.run_id.clone()).collect::<Vec<_>>(), [free]);
+    assert_eq!(dispatched_runs(&effects), [free]);
 }
 
 #[test]
@@ -317,7 +313,7 @@ fn an_admission_the_store_finds_over_its_limit_waits_for_the_run_another_master_
     let effects = env.succeed(&t, "{}");
     assert_eq!(env.run_state(&elsewhere), RunState::Succeeded);
     assert_eq!(env.run_state(&mine), RunState::Running);
-    assert_eq!(effects.dispatches.iter().map(|(s, _)| s.key.run_id.clone()).collect::<Vec<_>>(), [mine]);
+    assert_eq!(dispatched_runs(&effects), [mine]);
 }
 
 /// Found by the simulation with a capped tenant (`dagr sim --seed 2006422
@@ -353,7 +349,7 @@ fn an_admission_under_a_limit_of_its_slot_waits_while_another_master_holds_a_run
     assert_eq!(t.run_id, elsewhere, "one task at once, the other run's");
     let effects = env.succeed(&t, "{}");
     assert_eq!(env.run_state(&mine), RunState::Running);
-    assert_eq!(effects.dispatches.iter().map(|(s, _)| s.key.run_id.clone()).collect::<Vec<_>>(), [mine]);
+    assert_eq!(dispatched_runs(&effects), [mine]);
 }
 
 /// A step that runs out of passes leaves what it still needs for the next,

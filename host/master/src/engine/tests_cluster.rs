@@ -10,7 +10,7 @@ use dagr_store::AttemptState;
 
 use crate::Adoption;
 use crate::engine::effects::{Input, Need};
-use crate::engine::testkit::{TENANT, TestEnv, dispatched_names, worker};
+use crate::engine::testkit::{TENANT, TestEnv, all_slots, dispatched_names, worker};
 use crate::engine::tests::{CHAIN, names};
 use crate::engine::{Effects, WorkerInfo};
 
@@ -24,7 +24,7 @@ fn slots_gained_and_lost_in_one_step_are_not_claimed() {
     env.step(vec![Input::Ownership(others.clone())]);
     assert!(!env.state.owns(slot));
     // Told that it gains the slot, then (before it stepped) that it lost it again.
-    let effects = env.step(vec![Input::Ownership((0..dagr_protocol::SLOTS).collect()), Input::Ownership(others)]);
+    let effects = env.step(vec![Input::Ownership(all_slots()), Input::Ownership(others)]);
     assert!(
         !env.needs_seen.iter().any(|n| matches!(n, Need::Slots(s) if s.contains(&slot))),
         "the slot's runs were asked for: {:?}",
@@ -156,13 +156,13 @@ fn taken_over_from(first: Vec<WorkerInfo>, workers: Vec<WorkerInfo>) -> (TestEnv
 fn retake(env: &mut TestEnv, run: &str) -> Effects {
     let slot = env.store.runs[run].slot as u32;
     env.step(vec![Input::Ownership((0..dagr_protocol::SLOTS).filter(|s| *s != slot).collect())]);
-    env.step(vec![Input::Ownership((0..dagr_protocol::SLOTS).collect())])
+    env.step(vec![Input::Ownership(all_slots())])
 }
 
 #[test]
 fn a_takeover_asks_workers_about_running_attempts_instead_of_restarting_them() {
     let (mut env, run) = taken_over(vec![worker("w1", 8)]);
-    let effects = env.step(vec![Input::Ownership((0..dagr_protocol::SLOTS).collect())]);
+    let effects = env.step(vec![Input::Ownership(all_slots())]);
     // Nothing happens: ownership did not change. Take the run over by
     // losing and gaining its slot.
     assert!(effects.probes.is_empty());

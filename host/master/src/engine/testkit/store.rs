@@ -140,6 +140,11 @@ impl FakeStore {
     }
 
     /// A workflow by name (shared by every tenant of the bench).
+    /// Runs active now (running or paused), as admissions count them.
+    fn active_runs(&self) -> impl Iterator<Item = &RunRow> {
+        self.runs.values().filter(|r| matches!(r.state, RunState::Running | RunState::Paused))
+    }
+
     fn workflow_named(&self, name: &str) -> Option<Arc<Workflow>> {
         self.workflows.iter().find(|((_, n), _)| n == name).map(|(_, (_, w, _))| w.clone())
     }
@@ -347,9 +352,7 @@ impl FakeStore {
                 .into_iter()
                 .map(|limit| {
                     let ids = self
-                        .runs
-                        .values()
-                        .filter(|r| matches!(r.state, RunState::Running | RunState::Paused))
+                        .active_runs()
                         .filter(|r| r.tenant == limit.tenant && r.workflow == limit.workflow)
                         .filter(|r| limit.backfill.is_none() || r.backfill_id == limit.backfill)
                         .map(|r| r.id.clone())
@@ -362,9 +365,7 @@ impl FakeStore {
                 .into_iter()
                 .map(|sole| {
                     let ids = self
-                        .runs
-                        .values()
-                        .filter(|r| matches!(r.state, RunState::Running | RunState::Paused))
+                        .active_runs()
                         .filter(|r| r.tenant == sole.0 && r.slot == sole.1)
                         .filter(|r| r.owner.as_ref().is_some_and(|o| *o != sole.2))
                         .map(|r| r.id.clone())
