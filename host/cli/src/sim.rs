@@ -47,6 +47,11 @@ pub struct SimArgs {
     /// seed's path).
     #[arg(long)]
     tenant_cap: bool,
+    /// Every fourth run is of a workflow with `concurrency: 2` (four
+    /// parallel tasks), whose attempts at once the checker counts on the
+    /// workers (off by default: it changes every seed's path).
+    #[arg(long)]
+    concurrency: bool,
 }
 
 pub fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
@@ -57,6 +62,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
         faults: if args.no_faults { FaultMix::none() } else { FaultMix::standard() },
         resources: args.resources,
         capped_tenant: args.tenant_cap,
+        workflow_concurrency: args.concurrency,
         ..SimConfig::default()
     };
     if let Some(seed) = args.seed {

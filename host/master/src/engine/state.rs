@@ -132,9 +132,8 @@ pub struct EngineState {
     /// writes made under the epoch they had, which must not be committed
     /// under the new one. Installed at the next step, claimed afresh.
     pub(crate) reclaim: Vec<String>,
-    /// Owned slots whose runs are read (and those not held here taken
-    /// over) at the next step: an admission there was over its limit in
-    /// the store.
+    /// Owned slots whose runs are all taken over (again) at the next step:
+    /// an admission there was over its limit in the store.
     pub(crate) retake: Vec<u32>,
     /// What a step that ran out of passes still needed: asked for first
     /// at the next (see [`EngineState::needs_to_read`]).
@@ -743,10 +742,10 @@ impl EngineState {
             // tenant in its slot (under a limit counted per slot): this
             // one froze, or its view of the members lags, while the runs'
             // slot moved, and it has not read the slot's runs since. The
-            // run is still queued. The slot's runs that are not here are
-            // taken over at the next step, this one with them, so that
-            // they are counted before it is admitted again; the
-            // workflow's admissions wait for that.
+            // run is still queued. Every run of the slot is taken over at
+            // the next step, this one with them, so that they are counted
+            // before it is admitted again; the workflow's admissions wait
+            // for that.
             self.counters.over_limit += 1;
             tracing::warn!(run = %run, "the store has its limit reached, or its slot held elsewhere; reading its slot again");
             let slot = self.runs.get(run.as_str()).map(|r| r.row.slot as u32);
@@ -754,6 +753,26 @@ impl EngineState {
             // Nothing of the step it was dropped from is left to fence.
             self.dropped_epochs.remove(run.as_str());
             self.retake.extend(slot);
+        }
+        // The slot's runs held here go too, to be read afresh with the
+        // rest: a copy of a run another master claimed since is stale
+        // (this one has not written for it, so no fence told it) and counts
+        // that run's attempts as they were, fewer than run (the simulation,
+        // seed 118917 with a workflow's `concurrency`: both masters
+        // dispatched past it). Dropped between steps, they are installed
+        // in the step that claims them.
+        if !committed.over_limit.is_empty() {
+            let slots: Set<u32> = self.retake.iter().copied().collect();
+            let held: Vec<Arc<str>> = self
+                .runs
+                .iter()
+                .filter(|(_, r)| slots.contains(&(r.row.slot as u32)))
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in held {
+                self.drop_run(&id);
+                self.dropped_epochs.remove(&*id);
+            }
         }
         if committed.singleton_fenced {
             self.counters.fenced_writes += 1;

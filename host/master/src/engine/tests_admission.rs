@@ -8,7 +8,7 @@ use dagr_store::RunState;
 
 use crate::engine::Effects;
 use crate::engine::effects::{Input, Need};
-use crate::engine::testkit::{TestEnv, all_slots, dispatched_names, dispatched_runs, lost_and_regained};
+use crate::engine::testkit::{TestEnv, all_slots, dispatched, dispatched_names, dispatched_runs, lost_and_regained};
 
 #[test]
 fn backfills_admit_their_runs_each_within_its_parallelism_oldest_first() {
@@ -350,6 +350,56 @@ fn an_admission_under_a_limit_of_its_slot_waits_while_another_master_holds_a_run
     let effects = env.succeed(&t, "{}");
     assert_eq!(env.run_state(&mine), RunState::Running);
     assert_eq!(dispatched_runs(&effects), [mine]);
+}
+
+/// Found by the simulation with a workflow's `concurrency` (`dagr sim
+/// --seed 118917 --concurrency --resources leader`): a master held a run
+/// that another master had claimed since (its view of the members lagged,
+/// and it had not written for the run, so no fence told it). Its admission
+/// of a new run of the slot was refused, as the other master held an
+/// active run there; it read the slot again, but took over only the runs
+/// not held here, and kept its stale copy, which counted fewer attempts
+/// than the other master was running: both dispatched, past the
+/// `concurrency`. The stale copy is now dropped and its run taken over
+/// again with the new one.
+#[test]
+fn a_slot_read_again_after_a_refused_admission_takes_back_a_run_claimed_elsewhere_since() {
+    let mut env = TestEnv::new();
+    env.apply("name: narrow\nconcurrency: 1\ntasks:\n- {name: a, plugin: echo}\n- {name: b, plugin: echo}\n");
+    let first = env.trigger("narrow");
+    env.step(vec![]);
+    assert_eq!(env.in_flight_all("a").len() + env.in_flight_all("b").len(), 1, "one task at once");
+    // Another master claims it; this one hears nothing of it.
+    let row = env.store.runs.get_mut(&first).unwrap();
+    row.owner = Some("m2".into());
+    row.epoch += 1;
+    let claimed_elsewhere = row.epoch;
+    let second = env.trigger("narrow");
+    env.step(vec![]);
+    assert_eq!(env.store.runs[&second].state, RunState::Queued, "refused: m2 holds a run of the slot");
+    assert_eq!(env.state.counters().over_limit, 1);
+
+    assert!(!env.state.has_run(&first), "the slot's runs held here go, to be read afresh");
+
+    // The slot is read again: the run is taken back with the new one (its
+    // new epoch fences m2's writes), and its task running is counted.
+    let effects = env.step(vec![]);
+    assert_eq!(env.store.runs[&first].owner.as_deref(), Some("m1"), "taken back");
+    assert!(env.store.runs[&first].epoch > claimed_elsewhere);
+    assert!(env.state.has_run(&first) && env.state.has_run(&second));
+    assert_eq!(effects.probes.len(), 1, "its running attempt is asked about: {:?}", effects.probes);
+    assert!(effects.dispatches.is_empty(), "one task at once: {:?}", dispatched_runs(&effects));
+    let probe = effects.probes[0].clone();
+    assert_eq!(probe.key.run_id, first);
+    let effects = env.step(vec![Input::Probed {
+        key: probe.key.clone(),
+        worker: probe.worker.clone(),
+        epoch: probe.epoch,
+        adoption: crate::Adoption::Running,
+    }]);
+    assert!(effects.dispatches.is_empty(), "adopted, it still runs: {:?}", dispatched_runs(&effects));
+    let effects = env.succeed(&probe.key, "{}");
+    assert_eq!(effects.dispatches.len(), 1, "the next task, alone: {:?}", dispatched(&effects));
 }
 
 /// A step that runs out of passes leaves what it still needs for the next,

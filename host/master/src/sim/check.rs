@@ -11,6 +11,10 @@
 //! - No workflow has more runs active than its `max_active_runs`, and no
 //!   backfill more than its parallelism (with faults, the store's count
 //!   of the admitting commit holds them: see `dagr_store::admission`).
+//! - No worker starts an attempt past its tenant's `max_concurrent` or
+//!   its workflow's `concurrency` (the capped tenant's and `wide`'s, when
+//!   the simulation has them), counting the attempts that run on workers
+//!   up and holding their lease.
 //! - The event log of a run is gap-free: each state event of a run and
 //!   of each of its tasks starts where the previous one ended.
 //! - At the end: every run has ended (the caller checks it), nothing
@@ -24,6 +28,24 @@ use dagr_protocol::wire::AttemptKey;
 use dagr_store::{Committed, RunKind, RunState, WriteBatch};
 
 use crate::engine::testkit::FakeStore;
+
+/// A limit on attempts at once that the checker holds the workers to.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Limited {
+    /// The capped tenant's `max_concurrent`.
+    Tenant,
+    /// The `wide` workflow's `concurrency`.
+    Workflow,
+}
+
+impl Limited {
+    pub(crate) fn describe(self, max: u32) -> String {
+        match self {
+            Limited::Tenant => format!("the capped tenant (max_concurrent {max})"),
+            Limited::Workflow => format!("workflow `wide` (concurrency {max})"),
+        }
+    }
+}
 
 #[derive(Debug, Default)]
 pub(crate) struct Checker {
@@ -219,14 +241,12 @@ impl Checker {
         }
     }
 
-    /// A worker started `key`, of the capped tenant, while `running` of
-    /// its attempts ran already: past its `max_concurrent`.
-    pub(crate) fn over_cap(&mut self, key: &AttemptKey, worker: &str, running: &[String]) {
+    /// A worker started `key`, under `limit`, while `running` of the
+    /// attempts it counts ran already.
+    pub(crate) fn over_cap(&mut self, key: &AttemptKey, worker: &str, limit: String, running: &[String]) {
         if self.broken.is_none() {
             self.broken = Some(format!(
-                "{worker} started attempt {key} of the capped tenant (max_concurrent {}) while {} of its \
-                 attempts ran: {}",
-                crate::sim::CAPPED_MAX,
+                "{worker} started attempt {key} of {limit} while {} of its attempts ran: {}",
                 running.len(),
                 running.join(", ")
             ));

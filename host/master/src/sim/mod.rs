@@ -131,10 +131,19 @@ pub struct SimConfig {
     /// its attempts on the workers. Off by default: it changes every
     /// seed's path, and the seeds named in tests and docs keep theirs.
     pub capped_tenant: bool,
+    /// Every fourth run triggered (the second of each four) is of a
+    /// workflow whose `concurrency` is [`WIDE_CONCURRENCY`] (a fan-out of
+    /// four); the checker counts its attempts on the workers. Off by
+    /// default, for the same reason as `capped_tenant`.
+    pub workflow_concurrency: bool,
 }
 
 /// The capped tenant's `max_concurrent` ([`SimConfig::capped_tenant`]).
 pub const CAPPED_MAX: u32 = 2;
+
+/// The `concurrency` of the workflow [`SimConfig::workflow_concurrency`]
+/// adds.
+pub const WIDE_CONCURRENCY: u32 = 2;
 
 /// Trace lines a failure shows.
 pub const TRACE_TAIL: usize = 200;
@@ -154,6 +163,7 @@ impl Default for SimConfig {
             full_trace: false,
             resources: crate::Resources::Local,
             capped_tenant: false,
+            workflow_concurrency: false,
         }
     }
 }
@@ -462,6 +472,19 @@ mod tests {
     fn a_capped_tenant_s_attempts_stay_within_its_cap_through_the_faults() {
         for resources in [crate::Resources::Local, crate::Resources::Leader] {
             let config = SimConfig { capped_tenant: true, resources, ..SimConfig::default() };
+            for seed in 0..SEEDS {
+                run(seed, &config).unwrap_or_else(|f| panic!("{f}"));
+            }
+        }
+    }
+
+    /// A workflow's attempts never run more than its `concurrency` at once
+    /// on the workers, through the faults, with either way of granting
+    /// worker slots.
+    #[test]
+    fn a_workflow_s_attempts_stay_within_its_concurrency_through_the_faults() {
+        for resources in [crate::Resources::Local, crate::Resources::Leader] {
+            let config = SimConfig { workflow_concurrency: true, resources, ..SimConfig::default() };
             for seed in 0..SEEDS {
                 run(seed, &config).unwrap_or_else(|f| panic!("{f}"));
             }

@@ -22,7 +22,7 @@ use dagr_store::{RunKind, RunOrigin, WriteBatch};
 
 use crate::engine::testkit::{FakePlugins, FakeStore, Reader, TENANT};
 use crate::engine::{Accepted, Data, Effects, EngineState, Input, Probe, WorkerInfo};
-use crate::sim::check::Checker;
+use crate::sim::check::{Checker, Limited};
 use crate::sim::{Failure, Report, Rng, SimConfig};
 use crate::{Adoption, DispatchError, EngineConfig};
 
@@ -75,6 +75,18 @@ const FAN: &str = "name: fan
 tasks:
 - {name: a, plugin: echo}
 - {name: b, plugin: echo}
+- {name: c, plugin: echo}
+- {name: d, plugin: echo}
+- {name: e, plugin: echo, depends_on: [a, b, c, d]}
+";
+
+/// A workflow of the first tenant whose four parallel tasks may run only
+/// two at a time ([`crate::sim::WIDE_CONCURRENCY`]).
+const WIDE: &str = "wide";
+/// `wide` after its `concurrency: N` line.
+const WIDE_TASKS: &str = "tasks:
+- {name: a, plugin: echo}
+- {name: b, plugin: echo, retries: 1}
 - {name: c, plugin: echo}
 - {name: d, plugin: echo}
 - {name: e, plugin: echo, depends_on: [a, b, c, d]}
@@ -432,7 +444,10 @@ impl World {
     fn setup(&mut self) -> Result<(), String> {
         self.store.backfills.insert(BACKFILL.to_owned(), BACKFILL_PARALLEL);
         let capped = self.config.capped_tenant.then_some((CAPPED, FAN));
-        for (tenant, yaml) in [(TENANT, CHAIN), (TENANT, SINGLE), (TENANT, TICKING)].into_iter().chain(capped) {
+        let wide_yaml = format!("name: {WIDE}\nconcurrency: {}\n{WIDE_TASKS}", crate::sim::WIDE_CONCURRENCY);
+        let wide = self.config.workflow_concurrency.then_some((TENANT, wide_yaml.as_str()));
+        let workflows = [(TENANT, CHAIN), (TENANT, SINGLE), (TENANT, TICKING)].into_iter().chain(capped).chain(wide);
+        for (tenant, yaml) in workflows {
             let spec = dagr_core::WorkflowSpec::parse(yaml, Format::Yaml)
                 .map_err(|e| format!("the simulation's workflow does not parse: {e}"))?;
             let workflow = Arc::new(
@@ -629,17 +644,19 @@ impl World {
 
     fn trigger(&mut self) {
         let capped = self.config.capped_tenant && self.triggered % 4 == 3;
-        let (tenant, name) = match (capped, self.triggered % 3) {
-            (true, _) => (CAPPED, "fan"),
-            (false, 2) => (TENANT, "single"),
-            (false, _) => (TENANT, "chain"),
+        let wide = self.config.workflow_concurrency && self.triggered % 4 == 1;
+        let (tenant, name) = match (capped, wide, self.triggered % 3) {
+            (true, _, _) => (CAPPED, "fan"),
+            (_, true, _) => (TENANT, WIDE),
+            (false, false, 2) => (TENANT, "single"),
+            (false, false, _) => (TENANT, "chain"),
         };
         let Some((_, workflow, _)) = self.store.workflows.get(&(tenant.to_owned(), name.to_owned())).cloned() else {
             return;
         };
         // Every third run is part of a backfill of `chain` with a
         // parallelism of its own.
-        let backfill = (!capped && self.triggered % 3 == 1).then(|| BACKFILL.to_owned());
+        let backfill = (name == "chain" && self.triggered % 3 == 1).then(|| BACKFILL.to_owned());
         let origin = RunOrigin {
             tenant: tenant.into(),
             version: Some(1),

@@ -88,21 +88,31 @@ impl World {
                 if let Some((other, number)) = twin {
                     self.checker.twice(key, &worker.id, &other, number);
                 }
-                // A capped tenant's attempts, on workers that are up and
-                // hold their lease, this one too, but for those cancelled
-                // (their cancellation is on its way; the master gave their
-                // places back when it cancelled them).
-                if spec.tenant == super::CAPPED && !cancelled(key) {
+                // A capped tenant's attempts, and a workflow's under its
+                // `concurrency`, on workers that are up and hold their
+                // lease, this one too, but for those cancelled (their
+                // cancellation is on its way; the master gave their places
+                // back when it cancelled them).
+                let limited = [
+                    (spec.tenant == super::CAPPED).then_some((Limited::Tenant, crate::sim::CAPPED_MAX)),
+                    (spec.tenant == super::TENANT && spec.workflow == super::WIDE)
+                        .then_some((Limited::Workflow, crate::sim::WIDE_CONCURRENCY)),
+                ];
+                for (limit, max) in limited.into_iter().flatten().filter(|_| !cancelled(key)) {
+                    let counted = |s: &AttemptSpec| match limit {
+                        Limited::Tenant => s.tenant == spec.tenant,
+                        Limited::Workflow => s.tenant == spec.tenant && s.workflow == spec.workflow,
+                    };
                     let at_once: Vec<String> = self
                         .workers
                         .iter()
                         .filter(|other| other.alive && !other.paused && other.lease_until >= self.now)
                         .flat_map(|other| other.running.iter().map(move |(k, r)| (other, k, r)))
-                        .filter(|(_, k, r)| r.spec.tenant == super::CAPPED && !cancelled(k))
+                        .filter(|(_, k, r)| counted(&r.spec) && !cancelled(k))
                         .map(|(other, k, _)| format!("{k} on {}", other.id))
                         .collect();
-                    if at_once.len() + 1 > crate::sim::CAPPED_MAX as usize {
-                        self.checker.over_cap(key, &worker.id, &at_once);
+                    if at_once.len() + 1 > max as usize {
+                        self.checker.over_cap(key, &worker.id, limit.describe(max), &at_once);
                     }
                 }
                 let worker = &mut self.workers[w];
