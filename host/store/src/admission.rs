@@ -17,7 +17,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::{Admission, RunState, WriteBatch};
+use crate::{Admission, RunState, SoleStart, WriteBatch};
 
 /// One limit that an admission of the batch counts against.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -134,6 +134,7 @@ pub fn soles(batch: &WriteBatch) -> Vec<Sole> {
     let mut soles: Vec<Sole> = checked(batch)
         .into_iter()
         .filter_map(|a| a.sole.as_ref().map(|(slot, owner)| (a.tenant.clone(), *slot, owner.clone())))
+        .chain(starting(batch).map(|s| (s.tenant.clone(), s.slot, s.owner.clone())))
         .collect();
     soles.sort();
     soles.dedup();
@@ -146,26 +147,37 @@ pub fn sole_enough(batch: &WriteBatch) -> i64 {
     batch.runs.len() as i64 + 1
 }
 
-/// The admitted runs whose writes must be dropped because another master
-/// holds an active run of their tenant in their slot (`elsewhere`, as
-/// [`soles`] lists them): two masters each believe they hold the slot,
-/// and each counts only its own runs against a limit of the slot's.
+/// The runs already active that start attempts in the batch under a
+/// slot's limit and are still active once it applies.
+fn starting(batch: &WriteBatch) -> impl Iterator<Item = &SoleStart> {
+    let finals = final_states(batch);
+    batch.sole_starts.iter().filter(move |s| finals.get(s.run_id.as_str()).is_none_or(|state| is_active(*state)))
+}
+
+/// The admitted runs, and the runs starting attempts, whose writes must be
+/// dropped because another master holds an active run of their tenant in
+/// their slot (`elsewhere`, as [`soles`] lists them): two masters each
+/// believe they hold the slot, and each counts only its own runs against a
+/// limit of the slot's.
 pub fn held_elsewhere(batch: &WriteBatch, elsewhere: &[(Sole, Vec<String>)]) -> HashSet<String> {
     let finals = final_states(batch);
-    let mut over = HashSet::new();
-    for admission in checked(batch) {
-        let Some((slot, owner)) = &admission.sole else { continue };
-        let shared = elsewhere.iter().any(|((tenant, s, o), ids)| {
-            *tenant == admission.tenant
-                && s == slot
+    let shared = |run_tenant: &str, slot: i64, owner: &str| {
+        elsewhere.iter().any(|((tenant, s, o), ids)| {
+            tenant == run_tenant
+                && *s == slot
                 && o == owner
                 && ids.iter().any(|id| finals.get(id.as_str()).is_none_or(|s| is_active(*s)))
-        });
-        if shared {
-            over.insert(admission.run_id.clone());
-        }
-    }
-    over
+        })
+    };
+    let admitted = checked(batch)
+        .into_iter()
+        .filter_map(|a| a.sole.as_ref().map(|(slot, owner)| (&a.run_id, &a.tenant, *slot, owner)));
+    let started = starting(batch).map(|s| (&s.run_id, &s.tenant, s.slot, &s.owner));
+    admitted
+        .chain(started)
+        .filter(|(_, tenant, slot, owner)| shared(tenant, *slot, owner))
+        .map(|(id, ..)| id.clone())
+        .collect()
 }
 
 /// Drops every write of `runs` from the batch (they are fenced, or over a
@@ -182,6 +194,7 @@ pub fn drop_writes(batch: &mut WriteBatch, runs: &HashSet<String>) {
     batch.events.retain(|e| e.run_id.as_ref().is_none_or(|r| !runs.contains(r)));
     batch.commands_done.retain(|c| !runs.contains(&c.run_id));
     batch.admissions.retain(|a| !runs.contains(&a.run_id));
+    batch.sole_starts.retain(|s| !runs.contains(&s.run_id));
 }
 
 #[cfg(test)]
@@ -225,6 +238,26 @@ mod tests {
         // admission's concern.
         let other_slot = [(("t".to_owned(), 8, "m2".to_owned()), vec!["m3-run".to_owned()])];
         assert!(held_elsewhere(&batch, &other_slot).is_empty());
+    }
+
+    #[test]
+    fn a_run_starting_attempts_under_a_slot_s_limit_is_held_back_like_an_admission() {
+        let start = |id: &str| SoleStart { run_id: id.into(), tenant: "t".into(), slot: 7, owner: "m2".into() };
+        let batch = WriteBatch {
+            runs: vec![write("ending", RunState::Succeeded)],
+            sole_starts: vec![start("going"), start("ending")],
+            ..WriteBatch::default()
+        };
+        assert_eq!(soles(&batch), [("t".to_owned(), 7, "m2".to_owned())]);
+        let elsewhere = [(soles(&batch)[0].clone(), vec!["m3-run".to_owned()])];
+        let over = held_elsewhere(&batch, &elsewhere);
+        assert_eq!(ids(over.clone()), ["going"], "a run the batch ends is not held back");
+        assert!(held_elsewhere(&batch, &[(soles(&batch)[0].clone(), vec![])]).is_empty());
+        let mut dropped = batch.clone();
+        drop_writes(&mut dropped, &over);
+        assert_eq!(dropped.sole_starts, [start("ending")]);
+        assert!(limits(&batch).is_empty(), "not an admission: it counts against no workflow's limit");
+        assert!(over_limit(&batch, &[]).is_empty());
     }
 
     fn limit(backfill: Option<&str>, max: u32) -> Limit {

@@ -95,7 +95,7 @@ pub(crate) async fn admissions(store: &dyn Store, p: &str) -> Result<()> {
 pub(crate) async fn sole_admissions(store: &dyn Store, p: &str) -> Result<()> {
     let tenant = format!("{p}sole");
     let id = |n: u32| format!("{p}sole{n}");
-    let runs: Vec<NewRun> = (1..=2)
+    let runs: Vec<NewRun> = (1..=3)
         .map(|n| NewRun {
             run: run(&id(n), &tenant, "wf", RunKind::Manual, n as i64),
             tasks: vec!["a".into()],
@@ -141,5 +141,38 @@ pub(crate) async fn sole_admissions(store: &dyn Store, p: &str) -> Result<()> {
     let went = store.commit(admitted(&mine, "m1")).await?;
     check(went.over_limit.is_empty(), &format!("admitted once the other run ended: {went:?}"))?;
     check(state(2).await? == Some(RunState::Running), "and running")?;
+
+    // A run already running that starts an attempt is held back the same
+    // way while another master holds an active run of the slot.
+    let starts = |row: &RunRow, owner: &str| WriteBatch {
+        attempts: vec![AttemptRow {
+            run_id: row.id.clone(),
+            task_idx: 0,
+            number: 1,
+            task: "a".into(),
+            state: AttemptState::Running,
+            failure_kind: None,
+            message: None,
+            charged: false,
+            worker: "w1".into(),
+            epoch: row.epoch,
+            started_at: 20,
+            finished_at: None,
+            lease: None,
+        }],
+        sole_starts: vec![SoleStart { run_id: row.id.clone(), tenant: tenant.clone(), slot, owner: owner.into() }],
+        fences: vec![(row.id.clone(), row.epoch)],
+        ..WriteBatch::default()
+    };
+    let third = claimed(3, "m2").await?;
+    store.commit(to(&third, RunState::Running)).await?;
+    let mine = store.get_run(&id(2)).await?.ok_or_else(|| Error::Invalid(format!("no run {}", id(2))))?;
+    let held = store.commit(starts(&mine, "m1")).await?;
+    check(held.over_limit == [id(2)], &format!("an attempt start refused while m2 holds a run of the slot: {held:?}"))?;
+    check(store.attempts(&id(2), None).await?.is_empty(), "and none of its writes taken")?;
+    store.commit(to(&third, RunState::Succeeded)).await?;
+    let started = store.commit(starts(&mine, "m1")).await?;
+    check(started.over_limit.is_empty(), &format!("started once the other run ended: {started:?}"))?;
+    check(store.attempts(&id(2), None).await?.len() == 1, "and its attempt written")?;
     Ok(())
 }

@@ -493,6 +493,17 @@ pub struct Admission {
     pub sole: Option<(i64, String)>,
 }
 
+/// A run that starts attempts under a limit counted for its slot
+/// ([`WriteBatch::sole_starts`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SoleStart {
+    pub run_id: String,
+    pub tenant: String,
+    pub slot: i64,
+    /// The master that starts them.
+    pub owner: String,
+}
+
 /// A change to a task's stored output.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OutputWrite {
@@ -544,6 +555,13 @@ pub struct WriteBatch {
     /// applies, and drops every write of an admission that would pass its
     /// limit ([`Committed::over_limit`]; see [`admission`]).
     pub admissions: Vec<Admission>,
+    /// Runs already active that start attempts in this step under a limit
+    /// one master counts for their slot (their tenant's `max_concurrent`,
+    /// their workflow's `concurrency`), each once. Like an admission's
+    /// [`Admission::sole`], the store drops every write of such a run while
+    /// an active run of its tenant in that slot is another master's
+    /// ([`Committed::over_limit`]).
+    pub sole_starts: Vec<SoleStart>,
     /// Upstream instances whose state changed: the runs waiting for them
     /// (`run_waits`) are woken with `wake_command`, in this transaction.
     pub wakes: Vec<Wake>,

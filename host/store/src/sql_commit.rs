@@ -110,7 +110,8 @@ impl SqlStore {
         // New runs (a schedule's, a sub-workflow's children) are read back:
         // which of them a cycle already had.
         let creates = !batch.new_runs.is_empty() || !batch.child_runs.is_empty();
-        if !batch.fences.is_empty() || !batch.admissions.is_empty() || batch.singleton.is_some() || creates {
+        let limited = !batch.admissions.is_empty() || !batch.sole_starts.is_empty();
+        if !batch.fences.is_empty() || limited || batch.singleton.is_some() || creates {
             tx.execute(begin).await?;
         } else {
             script.push(begin, Vec::new());
@@ -146,7 +147,7 @@ impl SqlStore {
             }
         }
 
-        if !batch.admissions.is_empty() {
+        if limited {
             let over = self.over_limit(tx, &batch).await?;
             if !over.is_empty() {
                 admission::drop_writes(&mut batch, &over);
@@ -468,7 +469,9 @@ impl SqlStore {
 /// Whether a run of this kind is its cycle's only one (a schedule's or a
 /// backfill's: the store refuses a second, see `existing_cycle_run`).
 impl SqlStore {
-    /// The admissions of `batch` past their limits (see [`admission`]):
+    /// The admissions of `batch` past their limits, and its runs starting
+    /// attempts in a slot another master holds a run of (see
+    /// [`admission`]):
     /// each limit's active runs are read in the transaction, on PostgreSQL
     /// under a lock per workflow held to its end, so that two masters
     /// admitting runs of one workflow count each other's.

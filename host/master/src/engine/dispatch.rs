@@ -7,7 +7,7 @@ use std::sync::Arc;
 use dagr_core::run::TaskState;
 use dagr_protocol::plugins::PluginDirectory;
 use dagr_protocol::wire::{AttemptKey, AttemptResult, Outcome};
-use dagr_store::{AttemptRow, AttemptState, OutputWrite};
+use dagr_store::{AttemptRow, AttemptState, OutputWrite, SoleStart};
 
 use crate::engine::control::Activation;
 use crate::engine::effects::{Effects, Need};
@@ -142,6 +142,33 @@ impl EngineState {
         }
     }
 
+    /// A run under a limit counted for its slot (its tenant's
+    /// `max_concurrent`, its workflow's `concurrency`) starts an attempt:
+    /// the store drops the step's writes for it while another master holds
+    /// an active run of its tenant in the slot. This master counts only the
+    /// attempts of the runs it holds, and a copy of a run another master
+    /// claimed since is stale (no fence tells a master that has not written
+    /// for the run), so two masters that each believe they hold the slot
+    /// would each dispatch up to the limit.
+    fn start_alone(&self, effects: &mut Effects, run_id: &str) {
+        if !self.settings.fence_writes {
+            return;
+        }
+        let Some(run) = self.runs.get(run_id) else { return };
+        let per_slot = run.machine.workflow().spec.concurrency.is_some() || self.tenant_capped(&run.row.tenant);
+        let Some(owner) = run.row.owner.clone().filter(|_| per_slot) else { return };
+        // As many as the limit lets start in one step, at most.
+        if effects.batch.sole_starts.iter().any(|s| s.run_id == run_id) {
+            return;
+        }
+        effects.batch.sole_starts.push(SoleStart {
+            run_id: run_id.to_owned(),
+            tenant: run.row.tenant.clone(),
+            slot: run.row.slot,
+            owner,
+        });
+    }
+
     /// Makes sure what a ready task needs is at hand: its upstream outputs
     /// (small ones are kept in memory, big ones read from the store) and
     /// its plugin (a plugin published a moment ago through another node may
@@ -244,6 +271,7 @@ impl EngineState {
             Ok(mut spec) => {
                 spec.worker_lease = self.placement.lease_of(&worker);
                 effects.batch.attempts.push(AttemptRow { lease: spec.worker_lease, ..started });
+                self.start_alone(effects, &item.run);
                 self.count_running(&workflow, &item.tenant);
                 let flight = InFlight {
                     workflow,

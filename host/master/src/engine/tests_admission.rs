@@ -402,6 +402,41 @@ fn a_slot_read_again_after_a_refused_admission_takes_back_a_run_claimed_elsewher
     assert_eq!(effects.dispatches.len(), 1, "the next task, alone: {:?}", dispatched(&effects));
 }
 
+/// A run already running that starts an attempt under a limit counted for
+/// its slot is held back like an admission while another master holds an
+/// active run of its tenant there: this master's count misses that run's
+/// attempts. Every write of the step for it is dropped (its result comes
+/// again from the worker, which keeps it), and the slot's runs are all
+/// taken over and counted before anything of them starts.
+#[test]
+fn an_attempt_under_a_limit_of_its_slot_waits_while_another_master_holds_a_run_there() {
+    let mut env = TestEnv::new();
+    env.apply("name: narrow\nconcurrency: 1\ntasks:\n- {name: a, plugin: echo}\n- {name: b, plugin: echo}\n");
+    let mine = env.trigger("narrow");
+    env.step(vec![]);
+    let first = env.in_flight_all("a").into_iter().chain(env.in_flight_all("b")).next().expect("one task runs");
+    // Meanwhile another master holds a run of the slot (this one froze, or
+    // its view of the members lags).
+    let elsewhere = env.run_elsewhere("narrow", "m2");
+    assert_eq!(env.store.runs[&elsewhere].slot, env.store.runs[&mine].slot);
+    let effects = env.succeed(&first, "{}");
+    // The step decided to start the next task; the store took none of it
+    // (and the shell sends nothing of a run whose writes were dropped).
+    let next = 1 - first.task as i64;
+    assert_eq!(dispatched(&effects).len(), 1);
+    assert!(!env.store.attempts.contains_key(&(mine.clone(), next, 1)), "not started");
+    let batch = env.batches.last().unwrap();
+    assert_eq!(batch.sole_starts.iter().map(|s| s.run_id.as_str()).collect::<Vec<_>>(), [mine.as_str()]);
+    assert_eq!(env.state.counters().over_limit, 1);
+    let row = &env.store.attempts[&(mine.clone(), first.task as i64, 1)];
+    assert_eq!(row.state, dagr_store::AttemptState::Running, "its result was not taken either");
+
+    // The slot's runs are taken over: the other run is counted here now.
+    env.step(vec![]);
+    assert_eq!(env.store.runs[&elsewhere].owner.as_deref(), Some("m1"));
+    assert!(env.state.has_run(&mine) && env.state.has_run(&elsewhere));
+}
+
 /// A step that runs out of passes leaves what it still needs for the next,
 /// which asks for it first: the shell does not read it (a run claimed for
 /// it would be held by this master in the store and loaded nowhere).

@@ -344,7 +344,7 @@ impl FakeStore {
             .collect();
         committed.fenced = stale.iter().map(|s| s.to_string()).collect();
         committed.fenced.sort();
-        if !batch.admissions.is_empty() {
+        if !batch.admissions.is_empty() || !batch.sole_starts.is_empty() {
             // Admissions past their limits, counted as the SQL store does.
             let mut live = batch.clone();
             admission::drop_writes(&mut live, &committed.fenced.iter().cloned().collect());
@@ -375,6 +375,7 @@ impl FakeStore {
                 .collect();
             over.extend(admission::held_elsewhere(&live, &elsewhere));
             stale.extend(batch.admissions.iter().filter(|a| over.contains(&a.run_id)).map(|a| a.run_id.as_str()));
+            stale.extend(batch.sole_starts.iter().filter(|s| over.contains(&s.run_id)).map(|s| s.run_id.as_str()));
             committed.over_limit = over.into_iter().collect();
             committed.over_limit.sort();
         }
