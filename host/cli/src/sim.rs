@@ -175,9 +175,10 @@ fn many(args: &SimArgs, config: &SimConfig) -> anyhow::Result<ExitCode> {
     let over = tally.over_limit.load(Ordering::Relaxed);
     if over > 0 {
         println!(
-            "{over} admissions refused by the store: their workflow's runs were at its max_active_runs, their \
-             backfill's at its parallelism, or another master held an active run of their tenant in their slot \
-             under a limit counted per slot (a master's count missed a run another master had started)"
+            "{over} admissions (or attempt starts) refused by the store: their workflow's runs were at its \
+             max_active_runs, their backfill's at its parallelism, or another master held an active run of their \
+             tenant in their slot under a limit counted per slot (a master's count missed a run another master \
+             had started)"
         );
     }
     match tally.failure.lock().unwrap_or_else(|e| e.into_inner()).take() {

@@ -99,7 +99,7 @@ pub fn register(engine: &Arc<EngineMetrics>) {
         }),
         (
             "dagr_admissions_over_limit_total",
-            "Admissions the store refused: the workflow's or backfill's runs, counted over every master's, were at their limit.",
+            "Admissions the store refused: the workflow's or backfill's runs, counted over every master's, were at their limit, or another master held an active run of the tenant in the slot of a run under a limit counted per slot (also for a run starting attempts).",
             |m| &m.admissions_over_limit,
         ),
         (

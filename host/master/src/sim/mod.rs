@@ -184,8 +184,10 @@ pub struct Report {
     pub refused: u64,
     pub faults: Faults,
     /// Admissions the store refused because their workflow's runs were
-    /// at its `max_active_runs`, or their backfill's at its parallelism
-    /// (a master's count missed a run another master had started: see
+    /// at its `max_active_runs`, or their backfill's at its parallelism,
+    /// and admissions or attempt starts under a limit counted per slot
+    /// while another master held a run of the slot (a master's count
+    /// missed a run another master had started: see
     /// `dagr_store::admission`).
     pub over_limit: u64,
     /// Results a master had acknowledged as stale that a worker kept and
