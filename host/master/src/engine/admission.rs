@@ -203,7 +203,7 @@ impl EngineState {
                 self.waiting.remove(key);
             }
             let Some(id) = next else { return };
-            let capped = self.runs.get(&id).is_some_and(|run| self.tenant_capped(&run.row.tenant));
+            let per_slot = self.runs.get(&id).is_some_and(|run| self.counted_per_slot(run));
             if let Some(run) = self.runs.get_mut(&id)
                 && let Ok(actions) = run.machine.apply(RunInput::Start, now)
             {
@@ -213,7 +213,6 @@ impl EngineState {
                     let backfill = run.backfill_parallel.zip(run.row.backfill_id.clone());
                     // Limits counted per slot: the store checks no other
                     // master holds an active run of the tenant in it.
-                    let per_slot = capped || run.machine.workflow().spec.concurrency.is_some();
                     let sole = per_slot.then(|| run.row.owner.clone().map(|owner| (run.row.slot, owner))).flatten();
                     if max_active_runs.is_some() || backfill.is_some() || sole.is_some() {
                         effects.batch.admissions.push(Admission {

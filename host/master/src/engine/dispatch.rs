@@ -11,7 +11,7 @@ use dagr_store::{AttemptRow, AttemptState, OutputWrite, SoleStart};
 
 use crate::engine::control::Activation;
 use crate::engine::effects::{Effects, Need};
-use crate::engine::runs::{InFlight, WorkflowKey, next_to_dispatch};
+use crate::engine::runs::{ActiveRun, InFlight, WorkflowKey, next_to_dispatch};
 use crate::engine::state::EngineState;
 use crate::engine::timers::Timer;
 use crate::hash::Set;
@@ -37,6 +37,9 @@ impl EngineState {
         self.placement.clear_wants();
         let mut set_aside: Vec<ReadyTask> = Vec::new();
         let mut full_groups: Set<Option<String>> = Set::default();
+        // Slots with a run under a limit counted per slot that is being
+        // claimed again (see `claiming`): their runs under such limits wait.
+        let reclaimed: Set<u32> = self.claiming.values().map(|(slot, _)| *slot).collect();
         while self.in_flight.len() < self.settings.max_in_flight && !self.owned.is_empty() {
             let Some(item) = self.ready.pop(now) else { break };
             let Some(run) = self.runs.get(&item.run) else {
@@ -57,6 +60,10 @@ impl EngineState {
                 && self.running_by_tenant.get(&run.tenant).copied().unwrap_or(0) >= cap as usize
             {
                 self.parked_by_tenant.entry(run.tenant.clone()).or_default().push_back(item);
+                continue;
+            }
+            if reclaimed.contains(&(run.row.slot as u32)) && self.counted_per_slot(run) {
+                set_aside.push(item);
                 continue;
             }
             let group = run.machine.workflow().tasks[item.task].worker_group.clone();
@@ -155,8 +162,7 @@ impl EngineState {
             return;
         }
         let Some(run) = self.runs.get(run_id) else { return };
-        let per_slot = run.machine.workflow().spec.concurrency.is_some() || self.tenant_capped(&run.row.tenant);
-        let Some(owner) = run.row.owner.clone().filter(|_| per_slot) else { return };
+        let Some(owner) = run.row.owner.clone().filter(|_| self.counted_per_slot(run)) else { return };
         // As many as the limit lets start in one step, at most.
         if effects.batch.sole_starts.iter().any(|s| s.run_id == run_id) {
             return;
@@ -167,6 +173,12 @@ impl EngineState {
             slot: run.row.slot,
             owner,
         });
+    }
+
+    /// Whether a limit that one master counts for the run's slot governs
+    /// it: its tenant's `max_concurrent`, its workflow's `concurrency`.
+    pub(crate) fn counted_per_slot(&self, run: &ActiveRun) -> bool {
+        run.machine.workflow().spec.concurrency.is_some() || self.tenant_capped(&run.row.tenant)
     }
 
     /// Makes sure what a ready task needs is at hand: its upstream outputs

@@ -39,6 +39,7 @@ mod admission;
 mod backlog;
 mod commands;
 mod control;
+mod describe;
 mod dispatch;
 mod effects;
 pub(crate) use effects::sent_of;

@@ -141,6 +141,13 @@ pub struct EngineState {
     /// Runs under a limit on active runs dropped here (and claimed again)
     /// until they are read again, and what each holds back meanwhile.
     pub(crate) reclaiming: Map<String, Hold>,
+    /// Runs under a limit counted per slot (a capped tenant's, a workflow's
+    /// `concurrency`) dropped here and claimed again, until they are read
+    /// (for at most [`RECLAIM_HOLD_MS`]): their slot and since when. Their
+    /// attempts are counted nowhere meanwhile, and the store's check does
+    /// not see them (this master owns them there), so the runs of their
+    /// slots under such limits start nothing (`dispatch_ready`).
+    pub(crate) claiming: Map<String, (u32, i64)>,
     /// The time of the last step.
     pub(crate) last_now: i64,
     /// Waiting runs to forget at the end of the step (loaded again when
@@ -234,6 +241,7 @@ impl EngineState {
             retake: Vec::new(),
             unmet: Vec::new(),
             reclaiming: Map::default(),
+            claiming: Map::default(),
             last_now: 0,
             parking: Vec::new(),
             awaiting: Vec::new(),
@@ -413,7 +421,9 @@ impl EngineState {
         let mut held: Vec<WorkflowKey> = Vec::new();
         for id in loaded.iter().map(|l| &l.row.id).chain(data.failed.iter().map(|(id, _)| id)) {
             held.extend(self.reclaiming.remove(id).map(|hold| hold.workflow));
+            self.claiming.remove(id);
         }
+        self.claiming.retain(|_, (_, since)| now - *since < RECLAIM_HOLD_MS);
         self.reclaiming.retain(|_, hold| {
             let keep = now - hold.since < RECLAIM_HOLD_MS;
             if !keep {
@@ -422,6 +432,9 @@ impl EngineState {
             keep
         });
         for l in &again {
+            if l.workflow.spec.concurrency.is_some() || self.tenant_capped(&l.row.tenant) {
+                self.claiming.insert(l.row.id.clone(), (l.row.slot as u32, now));
+            }
             let key = (l.row.tenant.clone(), l.row.workflow.clone());
             let lane = l.backfill_parallel.and(l.row.backfill_id.clone());
             if let Some(hold) = Hold::of(key, l.workflow.spec.max_active_runs, lane, l.row.slot as u32, now) {
@@ -542,6 +555,7 @@ impl EngineState {
             }
             // Runs of lost slots are not claimed again here, nor counted,
             // and hold no line here any more.
+            self.claiming.retain(|_, (slot, _)| !lost.contains(slot));
             self.reclaiming.retain(|_, hold| {
                 let keep = !lost.contains(&hold.slot);
                 if !keep {
@@ -587,56 +601,6 @@ impl EngineState {
     /// marked done and is not read again.
     pub fn restart_command_scan(&mut self) {
         self.command_cursor = 0;
-    }
-
-    /// What this engine holds of a run, for a person debugging it: its
-    /// machine's state and tasks, its attempts in flight, its timers.
-    pub fn describe_run(&self, id: &str) -> Option<String> {
-        let run = self.runs.get(id)?;
-        let tasks: Vec<String> = run
-            .machine
-            .tasks()
-            .iter()
-            .enumerate()
-            .map(|(i, t)| format!("{}={:?}", run.machine.workflow().tasks[i].name, t.state))
-            .collect();
-        let flights: Vec<String> = self.in_flight.keys().filter(|k| k.run_id == id).map(|k| k.to_string()).collect();
-        let key = run.workflow_key();
-        let waiting_for = |queue: &VecDeque<ReadyTask>| queue.iter().filter(|i| *i.run == *id).count();
-        let parked = (
-            self.ready.count_of(id),
-            self.parked.values().map(waiting_for).sum::<usize>(),
-            self.parked_by_tenant.values().map(waiting_for).sum::<usize>(),
-            self.awaiting.iter().filter(|i| *i.run == *id).count(),
-        );
-        let admission = if run.machine.state() != dagr_core::RunState::Queued {
-            String::new()
-        } else {
-            let in_line = self.waiting.get(&key).is_some_and(|line| line.has(id));
-            let held: Vec<(&String, &Option<String>)> = self
-                .reclaiming
-                .iter()
-                .filter(|(_, hold)| hold.workflow == key)
-                .map(|(id, hold)| (id, &hold.lane))
-                .collect();
-            let backfill =
-                run.row.backfill_id.as_ref().map(|bf| (bf, self.active_by_backfill.get(bf).copied().unwrap_or(0)));
-            format!(
-                "; {} line; active in its workflow {}, in its backfill {backfill:?}; held by runs claimed again {held:?}",
-                if in_line { "in" } else { "NOT in" },
-                self.active_by_workflow.get(&key).copied().unwrap_or(0),
-            )
-        };
-        Some(format!(
-            "{:?} epoch {}; tasks {}; in flight [{}]; timers {:?}; items ready, parked behind a workflow's \
-             concurrency, behind its tenant's cap, awaiting: {parked:?}; its tenant's attempts running {}{admission}",
-            run.machine.state(),
-            run.row.epoch,
-            tasks.join(" "),
-            flights.join(", "),
-            self.timers.of_run(id),
-            self.running_by_tenant.get(&run.tenant).copied().unwrap_or(0),
-        ))
     }
 
     /// Whether a run is loaded here.

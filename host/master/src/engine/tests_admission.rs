@@ -437,6 +437,45 @@ fn an_attempt_under_a_limit_of_its_slot_waits_while_another_master_holds_a_run_t
     assert!(env.state.has_run(&mine) && env.state.has_run(&elsewhere));
 }
 
+/// A run under a limit counted for its slot, dropped here and claimed again
+/// in the same step (the step may hold writes under its old epoch), is read
+/// only at the next step; the other runs of its slot dispatch nothing
+/// meanwhile, since its attempts are counted nowhere until then (the
+/// store's check does not see it: this master owns it there now).
+#[test]
+fn a_slot_s_runs_under_its_limit_wait_while_a_run_of_it_is_claimed_again() {
+    let check = |c: &mut crate::EngineConfig| c.attempt_check = Some(std::time::Duration::from_secs(5));
+    let mut env = TestEnv::with(check, vec![crate::engine::testkit::worker("w1", 8)]);
+    env.apply("name: narrow\nconcurrency: 1\ntasks:\n- {name: a, plugin: echo}\n- {name: b, plugin: echo}\n");
+    let mine = env.trigger("narrow");
+    env.step(vec![]);
+    let running = env.in_flight_all("a").into_iter().chain(env.in_flight_all("b")).next().expect("one task runs");
+    // Another master claims it (this one hears nothing of it), and a run
+    // of the slot is left to no master that has loaded it.
+    let row = env.store.runs.get_mut(&mine).unwrap();
+    row.owner = Some("m2".into());
+    row.epoch += 1;
+    let orphan = env.run_elsewhere("narrow", "m3");
+    // The sweep of the owned slots finds both: the stale copy is dropped
+    // and claimed again (read at the next step), the orphan taken over.
+    env.advance(6_000);
+    let effects = env.step(vec![]);
+    assert!(env.needs_seen.iter().any(|n| matches!(n, Need::Owners(_))), "{:?}", env.needs_seen);
+    assert!(env.state.has_run(&orphan), "the orphan is taken over");
+    assert_eq!(env.store.runs[&mine].owner.as_deref(), Some("m1"), "claimed again");
+    assert!(
+        !env.store.attempts.keys().any(|(run, ..)| *run == orphan),
+        "the orphan's tasks wait for the run claimed again: {:?}",
+        dispatched(&effects)
+    );
+    // The next step reads it: its running attempt is counted (and asked
+    // about), and still nothing else starts.
+    let effects = env.step(vec![]);
+    assert!(env.state.has_run(&mine));
+    assert!(effects.probes.iter().any(|p| p.key == running), "{:?}", effects.probes);
+    assert!(!env.store.attempts.keys().any(|(run, ..)| *run == orphan), "{:?}", dispatched(&effects));
+}
+
 /// A step that runs out of passes leaves what it still needs for the next,
 /// which asks for it first: the shell does not read it (a run claimed for
 /// it would be held by this master in the store and loaded nowhere).
