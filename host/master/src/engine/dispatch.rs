@@ -178,7 +178,12 @@ impl EngineState {
     /// Whether a limit that one master counts for the run's slot governs
     /// it: its tenant's `max_concurrent`, its workflow's `concurrency`.
     pub(crate) fn counted_per_slot(&self, run: &ActiveRun) -> bool {
-        run.machine.workflow().spec.concurrency.is_some() || self.tenant_capped(&run.row.tenant)
+        self.limited_per_slot(run.machine.workflow(), &run.row.tenant)
+    }
+
+    /// [`Self::counted_per_slot`] for a run of `workflow` and `tenant`.
+    pub(crate) fn limited_per_slot(&self, workflow: &dagr_core::Workflow, tenant: &str) -> bool {
+        workflow.spec.concurrency.is_some() || self.tenant_capped(tenant)
     }
 
     /// Makes sure what a ready task needs is at hand: its upstream outputs

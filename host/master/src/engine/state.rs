@@ -432,7 +432,7 @@ impl EngineState {
             keep
         });
         for l in &again {
-            if l.workflow.spec.concurrency.is_some() || self.tenant_capped(&l.row.tenant) {
+            if self.limited_per_slot(&l.workflow, &l.row.tenant) {
                 self.claiming.insert(l.row.id.clone(), (l.row.slot as u32, now));
             }
             let key = (l.row.tenant.clone(), l.row.workflow.clone());
