@@ -539,12 +539,7 @@ impl EngineState {
                 Need::Claim(runs) => !runs.is_empty(),
                 _ => true,
             });
-            let ids: Vec<Arc<str>> = self
-                .runs
-                .iter()
-                .filter(|(_, r)| lost.contains(&(r.row.slot as u32)))
-                .map(|(id, _)| id.clone())
-                .collect();
+            let ids = self.runs_in(&lost);
             // Their workflows' lines are judged again below: a run left in
             // line here (one of another slot, admitted by no limit of the
             // runs that left) may start now.
@@ -601,6 +596,11 @@ impl EngineState {
     /// marked done and is not read again.
     pub fn restart_command_scan(&mut self) {
         self.command_cursor = 0;
+    }
+
+    /// The runs held here of these slots.
+    fn runs_in(&self, slots: &Set<u32>) -> Vec<Arc<str>> {
+        self.runs.iter().filter(|(_, r)| slots.contains(&(r.row.slot as u32))).map(|(id, _)| id.clone()).collect()
     }
 
     /// Whether a run is loaded here.
@@ -727,13 +727,7 @@ impl EngineState {
         // in the step that claims them.
         if !committed.over_limit.is_empty() {
             let slots: Set<u32> = self.retake.iter().copied().collect();
-            let held: Vec<Arc<str>> = self
-                .runs
-                .iter()
-                .filter(|(_, r)| slots.contains(&(r.row.slot as u32)))
-                .map(|(id, _)| id.clone())
-                .collect();
-            for id in held {
+            for id in self.runs_in(&slots) {
                 self.drop_run(&id);
                 self.dropped_epochs.remove(&*id);
             }

@@ -127,6 +127,13 @@ impl TestEnv {
         env
     }
 
+    /// [`TestEnv::with`] asking workers about attempts not heard of for
+    /// 5 s (`attempt_check`), which also sweeps the owned slots for runs
+    /// loaded nowhere as often.
+    pub fn checking(workers: Vec<WorkerInfo>) -> TestEnv {
+        TestEnv::with(|c| c.attempt_check = Some(std::time::Duration::from_secs(5)), workers)
+    }
+
     /// A fresh engine, `config`'s node, takes over from the one that ran
     /// (as after its death), with the given workers and every slot; the
     /// store stays.
@@ -173,12 +180,20 @@ impl TestEnv {
     /// of it.
     pub fn run_elsewhere(&mut self, workflow: &str, owner: &str) -> String {
         let id = self.made_run(TENANT, workflow, self.now, None);
+        self.claim_elsewhere(&id, owner);
         let row = self.store.runs.get_mut(&id).unwrap_or_else(|| panic!("no run {id}"));
         row.state = RunState::Running;
-        row.owner = Some(owner.into());
-        row.epoch += 1;
         row.started_at = Some(self.now);
         id
+    }
+
+    /// `owner` claims `run` in the store (its epoch goes up); this engine
+    /// hears nothing of it. Returns the new epoch.
+    pub fn claim_elsewhere(&mut self, run: &str, owner: &str) -> i64 {
+        let row = self.store.runs.get_mut(run).unwrap_or_else(|| panic!("no run {run}"));
+        row.owner = Some(owner.into());
+        row.epoch += 1;
+        row.epoch
     }
 
     fn made_run(&mut self, tenant: &str, workflow: &str, logical_time: i64, backfill: Option<&str>) -> String {

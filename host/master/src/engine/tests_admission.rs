@@ -10,6 +10,9 @@ use crate::engine::Effects;
 use crate::engine::effects::{Input, Need};
 use crate::engine::testkit::{TestEnv, all_slots, dispatched, dispatched_names, dispatched_runs, lost_and_regained};
 
+/// Two tasks that may run only one at a time.
+const NARROW: &str = "name: narrow\nconcurrency: 1\ntasks:\n- {name: a, plugin: echo}\n- {name: b, plugin: echo}\n";
+
 #[test]
 fn backfills_admit_their_runs_each_within_its_parallelism_oldest_first() {
     let mut env = TestEnv::new();
@@ -365,15 +368,12 @@ fn an_admission_under_a_limit_of_its_slot_waits_while_another_master_holds_a_run
 #[test]
 fn a_slot_read_again_after_a_refused_admission_takes_back_a_run_claimed_elsewhere_since() {
     let mut env = TestEnv::new();
-    env.apply("name: narrow\nconcurrency: 1\ntasks:\n- {name: a, plugin: echo}\n- {name: b, plugin: echo}\n");
+    env.apply(NARROW);
     let first = env.trigger("narrow");
     env.step(vec![]);
     assert_eq!(env.in_flight_all("a").len() + env.in_flight_all("b").len(), 1, "one task at once");
     // Another master claims it; this one hears nothing of it.
-    let row = env.store.runs.get_mut(&first).unwrap();
-    row.owner = Some("m2".into());
-    row.epoch += 1;
-    let claimed_elsewhere = row.epoch;
+    let claimed_elsewhere = env.claim_elsewhere(&first, "m2");
     let second = env.trigger("narrow");
     env.step(vec![]);
     assert_eq!(env.store.runs[&second].state, RunState::Queued, "refused: m2 holds a run of the slot");
@@ -411,7 +411,7 @@ fn a_slot_read_again_after_a_refused_admission_takes_back_a_run_claimed_elsewher
 #[test]
 fn an_attempt_under_a_limit_of_its_slot_waits_while_another_master_holds_a_run_there() {
     let mut env = TestEnv::new();
-    env.apply("name: narrow\nconcurrency: 1\ntasks:\n- {name: a, plugin: echo}\n- {name: b, plugin: echo}\n");
+    env.apply(NARROW);
     let mine = env.trigger("narrow");
     env.step(vec![]);
     let first = env.in_flight_all("a").into_iter().chain(env.in_flight_all("b")).next().expect("one task runs");
@@ -444,17 +444,14 @@ fn an_attempt_under_a_limit_of_its_slot_waits_while_another_master_holds_a_run_t
 /// store's check does not see it: this master owns it there now).
 #[test]
 fn a_slot_s_runs_under_its_limit_wait_while_a_run_of_it_is_claimed_again() {
-    let check = |c: &mut crate::EngineConfig| c.attempt_check = Some(std::time::Duration::from_secs(5));
-    let mut env = TestEnv::with(check, vec![crate::engine::testkit::worker("w1", 8)]);
-    env.apply("name: narrow\nconcurrency: 1\ntasks:\n- {name: a, plugin: echo}\n- {name: b, plugin: echo}\n");
+    let mut env = TestEnv::checking(vec![crate::engine::testkit::worker("w1", 8)]);
+    env.apply(NARROW);
     let mine = env.trigger("narrow");
     env.step(vec![]);
     let running = env.in_flight_all("a").into_iter().chain(env.in_flight_all("b")).next().expect("one task runs");
     // Another master claims it (this one hears nothing of it), and a run
     // of the slot is left to no master that has loaded it.
-    let row = env.store.runs.get_mut(&mine).unwrap();
-    row.owner = Some("m2".into());
-    row.epoch += 1;
+    env.claim_elsewhere(&mine, "m2");
     let orphan = env.run_elsewhere("narrow", "m3");
     // The sweep of the owned slots finds both: the stale copy is dropped
     // and claimed again (read at the next step), the orphan taken over.

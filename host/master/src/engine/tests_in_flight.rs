@@ -20,8 +20,7 @@ use crate::engine::tests::{PLAIN, names};
 /// ran"), it went again elsewhere while the first worker ran it too.
 #[test]
 fn a_dispatch_without_an_answer_stays_in_flight_until_the_worker_says() {
-    let check = |c: &mut crate::EngineConfig| c.attempt_check = Some(std::time::Duration::from_secs(5));
-    let mut env = TestEnv::with(check, vec![worker("w1", 8)]);
+    let mut env = TestEnv::checking(vec![worker("w1", 8)]);
     env.apply("name: two\ntasks:\n- {name: t, plugin: echo, retries: 0}\n- {name: u, plugin: echo, retries: 0}\n");
     let run = env.trigger("two");
     let effects = env.step(vec![]);
@@ -77,8 +76,7 @@ fn a_dispatch_without_an_answer_stays_in_flight_until_the_worker_says() {
 /// have run there, so it is lost with the worker (not "never ran").
 #[test]
 fn a_dispatch_without_an_answer_to_a_worker_that_left_is_lost_with_it() {
-    let check = |c: &mut crate::EngineConfig| c.attempt_check = Some(std::time::Duration::from_secs(5));
-    let mut env = TestEnv::with(check, vec![worker("w1", 8)]);
+    let mut env = TestEnv::checking(vec![worker("w1", 8)]);
     env.apply("name: one\ntasks:\n- {name: t, plugin: echo, retries: 0}\n");
     let run = env.trigger("one");
     let effects = env.step(vec![]);
@@ -101,9 +99,8 @@ fn a_dispatch_without_an_answer_to_a_worker_that_left_is_lost_with_it() {
 /// again since) or not at all leaves it lost.
 #[test]
 fn an_unanswered_dispatch_its_worker_never_received_goes_again_without_counting_as_lost() {
-    let check = |c: &mut crate::EngineConfig| c.attempt_check = Some(std::time::Duration::from_secs(5));
     let leased = WorkerInfo { lease: 7, ..worker("w1", 8) };
-    let mut env = TestEnv::with(check, vec![leased]);
+    let mut env = TestEnv::checking(vec![leased]);
     env.apply("name: one\ntasks:\n- {name: t, plugin: echo, retries: 0}\n");
     let run = env.trigger("one");
     let mut lost = 0;
@@ -177,7 +174,7 @@ fn a_worker_under_a_new_lease_loses_what_ran_under_the_old_one() {
 /// fence told it — and never took the run over again.
 #[test]
 fn a_run_claimed_elsewhere_behind_this_masters_back_is_taken_over_again() {
-    let mut env = TestEnv::with(|c| c.attempt_check = Some(std::time::Duration::from_secs(5)), vec![worker("w1", 8)]);
+    let mut env = TestEnv::checking(vec![worker("w1", 8)]);
     env.apply(PLAIN);
     let run = env.trigger("plain");
     env.step(vec![]);

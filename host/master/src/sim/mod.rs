@@ -472,12 +472,7 @@ mod tests {
     /// granting worker slots.
     #[test]
     fn a_capped_tenant_s_attempts_stay_within_its_cap_through_the_faults() {
-        for resources in [crate::Resources::Local, crate::Resources::Leader] {
-            let config = SimConfig { capped_tenant: true, resources, ..SimConfig::default() };
-            for seed in 0..SEEDS {
-                run(seed, &config).unwrap_or_else(|f| panic!("{f}"));
-            }
-        }
+        every_seed_both_ways(SimConfig { capped_tenant: true, ..SimConfig::default() });
     }
 
     /// A workflow's attempts never run more than its `concurrency` at once
@@ -485,8 +480,13 @@ mod tests {
     /// worker slots.
     #[test]
     fn a_workflow_s_attempts_stay_within_its_concurrency_through_the_faults() {
+        every_seed_both_ways(SimConfig { workflow_concurrency: true, ..SimConfig::default() });
+    }
+
+    /// The suite's seeds with `config`, each way of granting worker slots.
+    fn every_seed_both_ways(config: SimConfig) {
         for resources in [crate::Resources::Local, crate::Resources::Leader] {
-            let config = SimConfig { workflow_concurrency: true, resources, ..SimConfig::default() };
+            let config = SimConfig { resources, ..config.clone() };
             for seed in 0..SEEDS {
                 run(seed, &config).unwrap_or_else(|f| panic!("{f}"));
             }
