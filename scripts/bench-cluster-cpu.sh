@@ -7,6 +7,11 @@
 # for the engine's tables (inserts, updates, HOT updates).
 #
 #   DAGR_BIN=/work/target-rel/release/dagr scripts/bench-cluster-cpu.sh [ROUNDS]
+#
+# With CAP=N the rounds alternate between the default tenant without a
+# limit and with `max_concurrent` N (a limit counted per slot: each attempt
+# start of its runs is checked against the other masters' in the store), so
+# the two compare in one cluster.
 set -euo pipefail
 ROUNDS=${1:-3}
 BIN=${DAGR_BIN:?set DAGR_BIN to a dagr binary}
@@ -42,13 +47,22 @@ cpu() {
 }
 
 "$BIN" bench --remote "$API" --dag fanout:5000 --concurrent 6 --runs 1 >/dev/null 2>&1
+limit() { # uncapped | capped: the default tenant's max_concurrent
+  if [ "$1" = capped ]; then set -- --max-concurrent "$CAP"; else set -- --clear max-concurrent; fi
+  "$BIN" tenant set default "$@" --server "$API" --token "$(cat "$DAGR_CLUSTER_DIR/api/admin.token")" >/dev/null
+}
 for round in $(seq "$ROUNDS"); do
+  mode=""
+  if [ -n "${CAP:-}" ]; then
+    if [ $((round % 2)) = 1 ]; then mode=uncapped; else mode=capped; fi
+    limit "$mode"
+  fi
   before=$(cpu)
   speed=$("$BIN" bench --remote "$API" --dag fanout:5000 --concurrent 6 --runs 1 --json 2>/dev/null |
     python3 -c 'import json,sys; r=[json.loads(l) for l in sys.stdin if l.startswith("{")][0]; print("%.0f tasks/s (%.0f ms)" % (r["tasks_per_s"], r["wall_ms"]))')
   after=$(cpu)
   spent=$(join <(echo "$before") <(echo "$after") | awk '{printf "%s %d ms, ", $1, $3 - $2}')
-  echo "round $round: 6x5000 $speed | CPU ${spent%, }"
+  echo "round $round${mode:+ ($mode)}: 6x5000 $speed | CPU ${spent%, }"
 done
 "$PG/psql" "$URL" -Atc "select relname || ': ' || n_tup_ins || ' inserted, ' || n_tup_upd || ' updated, ' || n_tup_hot_upd || ' HOT'
   from pg_stat_user_tables where relname in ('tasks', 'attempts', 'events', 'task_outputs') order by 1"
