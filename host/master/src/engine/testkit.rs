@@ -284,7 +284,6 @@ impl TestEnv {
         self.step(vec![input])
     }
 
-    /// A step in which attempt `key` succeeded with `output`.
     /// A step in which `worker` answers the dispatch of `specs`.
     pub fn answer(
         &mut self,
@@ -296,6 +295,7 @@ impl TestEnv {
         self.step(vec![Input::Dispatched { worker: worker.to_owned(), sent, answer }])
     }
 
+    /// A step in which attempt `key` succeeded with `output`.
     pub fn succeed(&mut self, key: &AttemptKey, output: &str) -> Effects {
         self.report(key, Outcome::Succeeded { output: output.into() })
     }

@@ -525,6 +525,25 @@ fn a_refused_dispatch_goes_again_uncharged_and_rests_the_worker() {
 }
 
 #[test]
+fn a_dispatch_answered_after_its_result_does_not_leave_its_worker_full() {
+    // A worker's answer says what it ran when it took the attempts; a short
+    // attempt's result can overtake it. Found by the simulation with one
+    // worker (seed 5000026, `--workers 1`): the master saw its one worker
+    // full for good and never dispatched again.
+    let mut env = TestEnv::with(|_| {}, vec![worker("w1", 1)]);
+    env.apply("name: one\ntasks:\n- {name: t, plugin: echo}\n");
+    env.trigger("one");
+    let effects = env.step(vec![]);
+    let (spec, to) = effects.dispatches[0].clone();
+    env.succeed(&env.in_flight("t"), "{}");
+    let accepted = Accepted { verdicts: vec![Ok(())], running: Some(1) };
+    env.answer(&to, &[spec], Ok(accepted));
+    env.trigger("one");
+    let effects = env.step(vec![]);
+    assert_eq!(dispatched_names(&effects), ["t"], "the slot the ended attempt held is free");
+}
+
+#[test]
 fn kill_cancels_running_attempts_and_pause_holds_new_ones() {
     let mut env = TestEnv::new();
     env.apply(PLAIN);
