@@ -32,6 +32,9 @@ pub struct SimArgs {
     masters: usize,
     #[arg(long, default_value_t = 3)]
     workers: usize,
+    /// Attempts each worker runs at once.
+    #[arg(long, default_value_t = 4)]
+    slots: u32,
     /// Runs triggered per seed (besides the scheduled ones).
     #[arg(long, default_value_t = 8)]
     runs: usize,
@@ -58,6 +61,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
     let config = SimConfig {
         masters: args.masters.max(1),
         workers: args.workers.max(1),
+        slots: args.slots.max(1),
         runs: args.runs,
         faults: if args.no_faults { FaultMix::none() } else { FaultMix::standard() },
         resources: args.resources,
