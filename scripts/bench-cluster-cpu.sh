@@ -9,8 +9,9 @@
 #   DAGR_BIN=/work/target-rel/release/dagr scripts/bench-cluster-cpu.sh [ROUNDS]
 #
 # With CAP=N the rounds alternate between the default tenant without a
-# limit and with `max_concurrent` N (a limit counted per slot: each attempt
-# start of its runs is checked against the other masters' in the store), so
+# limit and with `max_concurrent` N (a limit counted per slot: the runs
+# made meanwhile share one slot, so one master drives them, and each
+# attempt start is checked against the other masters' in the store), so
 # the two compare in one cluster.
 set -euo pipefail
 ROUNDS=${1:-3}

@@ -257,10 +257,16 @@ impl Placement {
         }
     }
 
-    /// A dispatch reached `worker`, which runs `running` attempts now.
-    pub(crate) fn answered(&mut self, worker: &str, running: Option<u32>) {
+    /// A dispatch reached `worker`, which ran `running` attempts when it
+    /// answered, `ended` of them this dispatch's attempts whose results
+    /// came back before the answer: their slots were [`Self::released`]
+    /// already, and no later release would take them off the figure again
+    /// (a master with nothing else there would see the worker full for
+    /// good).
+    pub(crate) fn answered(&mut self, worker: &str, running: Option<u32>, ended: usize) {
         if let Some(running) = running {
-            self.reported.insert(worker.to_owned(), running);
+            let ended = u32::try_from(ended).unwrap_or(u32::MAX);
+            self.reported.insert(worker.to_owned(), running.saturating_sub(ended));
         }
         self.resting.remove(worker);
     }
@@ -447,7 +453,7 @@ mod tests {
         assert_eq!(p.pick(Some("gpu"), 0).as_deref(), Some("gpu"));
         assert_eq!(p.pick(Some("tpu"), 0), None, "no worker of the group");
         // Other masters keep `gpu` full: it says it runs 4.
-        p.answered("gpu", Some(4));
+        p.answered("gpu", Some(4), 0);
         assert_eq!(p.pick(Some("gpu"), 0), None);
         let any = WorkerInfo { any_group: true, ..worker("local", 1, None) };
         p.set_workers(vec![any]);
@@ -469,7 +475,7 @@ mod tests {
             p.failed("dead", 2000);
         }
         assert_eq!(p.failed("dead", 2000), LONGEST_REST_MS);
-        p.answered("dead", Some(0));
+        p.answered("dead", Some(0), 0);
         assert_eq!(p.next_rest_end(2000), None, "a good answer ends the rest");
     }
 

@@ -228,14 +228,8 @@ impl EngineState {
         self.counters.dispatched += sent.len() as u64;
         let verdicts: Vec<Result<(), String>> = match answer {
             Ok(accepted) => {
-                // What the worker ran when it answered counts this
-                // dispatch's attempts; those whose result came back before
-                // the answer have released their slot already, and no
-                // later release would take them off again: a master with
-                // nothing else there would see the worker full for good.
                 let ended = sent.iter().filter(|(key, _, _)| !self.in_flight.contains_key(key)).count();
-                let running = accepted.running.map(|n| n.saturating_sub(u32::try_from(ended).unwrap_or(u32::MAX)));
-                self.placement.answered(worker, running);
+                self.placement.answered(worker, accepted.running, ended);
                 accepted.verdicts
             }
             Err(error) if error.may_have_run() && self.settings.attempt_check.is_some() => {
