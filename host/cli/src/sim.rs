@@ -55,6 +55,12 @@ pub struct SimArgs {
     /// workers (off by default: it changes every seed's path).
     #[arg(long)]
     concurrency: bool,
+    /// Every fourth run is a pair of the outer DAG: a run waiting for
+    /// another workflow's run of its logical time (made up to 3 s before or
+    /// after it), whose tasks the checker holds until that run has ended
+    /// (off by default: it changes every seed's path).
+    #[arg(long)]
+    outer: bool,
 }
 
 pub fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
@@ -67,6 +73,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
         resources: args.resources,
         capped_tenant: args.tenant_cap,
         workflow_concurrency: args.concurrency,
+        outer: args.outer,
         ..SimConfig::default()
     };
     if let Some(seed) = args.seed {

@@ -168,6 +168,11 @@ pub struct RunMachine {
     running: usize,
     failures: usize,
     max_lost: u32,
+    /// It has been released from `waiting` (or its workflow waits for no
+    /// upstream instance): a run that never was and is reopened (a rerun
+    /// after it was killed or marked failed while it waited) waits again,
+    /// instead of starting tasks its upstream was never done for.
+    released: bool,
     actions: Vec<Action>,
     now_ms: i64,
 }
@@ -177,7 +182,8 @@ impl RunMachine {
     pub fn new(workflow: Arc<Workflow>) -> Self {
         let tasks = vec![TaskProgress::new(TaskState::Pending, 0, 0, false); workflow.tasks.len()];
         let unfinished = tasks.len();
-        let state = if workflow.waits_upstream() { RunState::Waiting } else { RunState::Queued };
+        let waits = workflow.waits_upstream();
+        let state = if waits { RunState::Waiting } else { RunState::Queued };
         RunMachine {
             workflow,
             state,
@@ -186,6 +192,7 @@ impl RunMachine {
             running: 0,
             failures: 0,
             max_lost: DEFAULT_MAX_LOST,
+            released: !waits,
             actions: Vec::new(),
             now_ms: 0,
         }
@@ -196,6 +203,13 @@ impl RunMachine {
     /// it (every restart finds it running again) must not do so forever.
     pub fn with_max_lost(mut self, max: u32) -> Self {
         self.max_lost = max;
+        self
+    }
+
+    /// Whether a restored run was released from `waiting` once (by default
+    /// a restored run was, unless it waits now): see [`Self::released`].
+    pub fn with_released(mut self, released: bool) -> Self {
+        self.released = released || !self.workflow.waits_upstream();
         self
     }
 
@@ -218,6 +232,7 @@ impl RunMachine {
             running: 0,
             failures: 0,
             max_lost: DEFAULT_MAX_LOST,
+            released: state != RunState::Waiting,
             actions: Vec::new(),
             now_ms: 0,
         };
@@ -494,6 +509,7 @@ impl RunMachine {
                     for &t in &all {
                         self.recount(t);
                     }
+                    self.released = false;
                     self.set_run_state(RunState::Waiting);
                 } else {
                     self.reset(all);
@@ -503,6 +519,7 @@ impl RunMachine {
                 if self.state != RunState::Waiting {
                     return Err(Rejected::Stale(format!("the run is {}, not waiting", self.state)));
                 }
+                self.released = true;
                 self.set_run_state(RunState::Queued);
             }
             Input::Wait { task } => {
@@ -626,7 +643,8 @@ impl RunMachine {
         Some(from)
     }
 
-    /// Says where a reopened run went: queued if it has tasks to run, or
+    /// Says where a reopened run went: queued if it has tasks to run
+    /// (waiting, if it was never released from waiting upstream), or
     /// straight to its end if every task it reopened was settled at once
     /// (a forced success of its last failed task, a rerun of a disabled
     /// task): such a run needs no admission.
@@ -638,6 +656,7 @@ impl RunMachine {
         let to = match self.unfinished {
             0 if self.failures > 0 => RunState::Failed,
             0 => RunState::Succeeded,
+            _ if !self.released => RunState::Waiting,
             _ => RunState::Queued,
         };
         self.state = from;

@@ -181,8 +181,11 @@ pub fn held_elsewhere(batch: &WriteBatch, elsewhere: &[(Sole, Vec<String>)]) -> 
 }
 
 /// Drops every write of `runs` from the batch (they are fenced, or over a
-/// limit): their states, tasks, outputs, attempts, events and the
-/// commands they answered (which stay pending).
+/// limit): their states, tasks, outputs, attempts, events, the commands
+/// they answered (which stay pending), what they wait for upstream (a
+/// master that lost a run must not delete the waits its new owner
+/// recorded: the wake-up they are for would find nobody) and the upstream
+/// runs recorded as releasing them.
 pub fn drop_writes(batch: &mut WriteBatch, runs: &HashSet<String>) {
     use crate::OutputWrite;
     batch.runs.retain(|r| !runs.contains(&r.id));
@@ -195,6 +198,9 @@ pub fn drop_writes(batch: &mut WriteBatch, runs: &HashSet<String>) {
     batch.commands_done.retain(|c| !runs.contains(&c.run_id));
     batch.admissions.retain(|a| !runs.contains(&a.run_id));
     batch.sole_starts.retain(|s| !runs.contains(&s.run_id));
+    batch.clear_waits.retain(|id| !runs.contains(id));
+    batch.run_waits.retain(|w| !runs.contains(&w.run_id));
+    batch.links.retain(|(_, _, released)| !runs.contains(released));
 }
 
 #[cfg(test)]

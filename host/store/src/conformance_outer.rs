@@ -99,6 +99,23 @@ pub(crate) async fn outer_dag(store: &dyn Store, p: &str) -> Result<()> {
     check(together.iter().any(|runs| runs.is_empty()), "and some found none")?;
     check(store.runs_in_ranges(&[]).await?.is_empty(), "no ranges, no answers")?;
 
+    // The runs waiting upstream, by slot (a master taking slots over wakes
+    // them): not those of other slots, nor runs that are not waiting.
+    let mut waiting = run(&format!("{p}waiting"), &tenant, "daily", RunKind::Manual, 5);
+    (waiting.state, waiting.slot) = (RunState::Waiting, 11);
+    let mut queued = run(&format!("{p}queued"), &tenant, "daily", RunKind::Manual, 5);
+    queued.slot = 11;
+    for row in [waiting.clone(), queued.clone()] {
+        store.create_runs(vec![NewRun { run: row, tasks: vec!["r".into()], sla_at: None }], None).await?;
+    }
+    let mine = |found: Vec<(String, String)>| -> Vec<(String, String)> {
+        found.into_iter().filter(|(t, _)| *t == tenant).collect()
+    };
+    let found = mine(store.waiting_in_slots(&[3, 11]).await?);
+    check(found == vec![(tenant.clone(), waiting.id.clone())], &format!("waiting runs of slot 11: {found:?}"))?;
+    check(mine(store.waiting_in_slots(&[3, 12]).await?).is_empty(), "none in other slots")?;
+    check(mine(store.waiting_in_slots(&[]).await?).is_empty(), "no slots, no runs")?;
+
     // A waiting daily run; a change of an hourly instance in its range wakes it.
     let daily = format!("{p}day-0");
     store
@@ -163,7 +180,18 @@ pub(crate) async fn outer_dag(store: &dyn Store, p: &str) -> Result<()> {
     check(wakes_of(store, &daily).await? == before + 2, "a change of another workflow wakes nobody")?;
     store.commit(changed("hourly")).await?;
     check(wakes_of(store, &daily).await? == before + 3, "a changed upstream wakes whoever waits on it")?;
+    // A master that lost the run (its epoch is stale) neither clears what
+    // the run's owner recorded it waits for nor records waits of its own.
+    let stale = vec![(daily.clone(), i64::MAX)];
+    let cleared = WriteBatch { fences: stale.clone(), clear_waits: vec![daily.clone()], at: 8, ..Default::default() };
+    check(store.commit(cleared).await?.fenced == vec![daily.clone()], "a stale epoch is fenced")?;
+    store.commit(waking(vec![wake(3_600_000)])).await?;
+    check(wakes_of(store, &daily).await? == before + 4, "the owner's waits outlive a stale master's clearing")?;
     store.commit(WriteBatch { clear_waits: vec![daily.clone()], ..Default::default() }).await?;
+    let recorded = WriteBatch { fences: stale, run_waits: vec![wait.clone()], at: 9, ..Default::default() };
+    check(store.commit(recorded).await?.fenced == vec![daily.clone()], "a stale epoch is fenced")?;
+    store.commit(waking(vec![wake(3_600_000)])).await?;
+    check(wakes_of(store, &daily).await? == before + 4, "a stale master records no waits")?;
 
     // Links and the children of a run.
     let link = (tenant.clone(), hours[0].clone(), daily.clone());

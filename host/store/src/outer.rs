@@ -88,4 +88,10 @@ pub trait OuterStore: Send + Sync {
     async fn set_schedule_paused(&self, tenant: &str, name: &str, paused: bool, cursor: i64) -> Result<bool>;
     /// The child runs of `run`.
     async fn children_of(&self, run: &str) -> Result<Vec<String>>;
+    /// The runs waiting upstream whose slot is in `slots`, as (tenant, run
+    /// id), oldest first: a master that takes slots over wakes them (the
+    /// one that had them may have recorded their waits after an upstream
+    /// instance's end looked for them, and died before it read the
+    /// instance again).
+    async fn waiting_in_slots(&self, slots: &[i64]) -> Result<Vec<(String, String)>>;
 }

@@ -192,6 +192,21 @@ impl OuterStore for SqlStore {
             .await?;
         rows.iter().map(|r| Ok(r.try_get("id")?)).collect()
     }
+
+    async fn waiting_in_slots(&self, slots: &[i64]) -> Result<Vec<(String, String)>> {
+        let mut out = Vec::new();
+        for chunk in slots.chunks(crate::sql::MAX_PARAMS) {
+            let sql = format!(
+                "SELECT tenant, id FROM runs WHERE state = 'waiting' AND slot IN ({}) ORDER BY created_at, id",
+                crate::sql_script::in_list(1, chunk.len())
+            );
+            let args = chunk.iter().map(|&s| Arg::I64(s)).collect();
+            for row in bind_all(&sql, args).fetch_all(&self.read).await? {
+                out.push((row.try_get("tenant")?, row.try_get("id")?));
+            }
+        }
+        Ok(out)
+    }
 }
 
 /// Ranges per statement of [`ranges_query`] on PostgreSQL (six parameters

@@ -118,3 +118,35 @@ fn a_run_waiting_upstream_is_released_then_admitted() {
     m.apply(Input::Kill, 0).unwrap();
     assert_eq!(m.state(), RunState::Killed);
 }
+
+#[test]
+fn a_run_stopped_while_it_waited_upstream_waits_again_when_rerun() {
+    let wf = workflow("name: t\nupstream: [{workflow: up}]\ntasks:\n- {name: a, plugin: p}\n");
+    for stop in [Input::Kill, Input::MarkFailed] {
+        let mut m = RunMachine::new(wf.clone());
+        m.apply(stop, 0).unwrap();
+        let actions = m.apply(Input::RerunFailed, 0).unwrap();
+        assert_eq!(m.state(), RunState::Waiting, "its upstream was never done for it");
+        assert!(!actions.iter().any(|a| matches!(a, Action::Dispatch { .. })));
+        assert!(m.apply(Input::Start, 0).is_err(), "not before it is released");
+        m.apply(Input::Release, 0).unwrap();
+        let actions = m.apply(Input::Start, 0).unwrap();
+        assert!(actions.contains(&Action::Dispatch { task: 0 }));
+    }
+    // Released once, a rerun goes straight to the queue (a re-flush is
+    // what waits again).
+    let mut m = RunMachine::new(wf.clone());
+    m.apply(Input::Release, 0).unwrap();
+    m.apply(Input::Start, 0).unwrap();
+    m.apply(Input::MarkFailed, 0).unwrap();
+    m.apply(Input::RerunFailed, 0).unwrap();
+    assert_eq!(m.state(), RunState::Queued);
+    // Restored from rows: what the rows say about its release counts.
+    let tasks = vec![TaskProgress::new(TaskState::Killed, 0, 0, false)];
+    for (released, after) in [(false, RunState::Waiting), (true, RunState::Queued)] {
+        let (m, _) = RunMachine::restore(wf.clone(), RunState::Failed, tasks.clone());
+        let mut m = m.with_released(released);
+        m.apply(Input::RerunFailed, 0).unwrap();
+        assert_eq!(m.state(), after, "released: {released}");
+    }
+}

@@ -177,6 +177,8 @@ pub struct Data {
     pub failed: Vec<(String, LoadError)>,
     /// Slots whose runs were read and loaded ([`Need::Slots`]).
     pub gained: Vec<u32>,
+    /// The runs of those slots waiting upstream (not loaded): (tenant, run).
+    pub waiting: Vec<(String, String)>,
     /// Slots whose runs could not be read (asked for again next step).
     pub slots_failed: Vec<u32>,
     /// Active runs of slots: (id, slot, owner).
@@ -212,6 +214,7 @@ impl Data {
         self.loaded.is_empty()
             && self.failed.is_empty()
             && self.gained.is_empty()
+            && self.waiting.is_empty()
             && self.slots_failed.is_empty()
             && self.owners.is_empty()
             && self.outputs.is_empty()

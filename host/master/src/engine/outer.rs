@@ -453,7 +453,7 @@ impl EngineState {
         }
     }
 
-    fn keep_evaluating(&mut self, run_id: &Arc<str>) {
+    pub(crate) fn keep_evaluating(&mut self, run_id: &Arc<str>) {
         if !self.evaluating.contains(run_id) {
             self.evaluating.push(run_id.clone());
         }

@@ -204,7 +204,10 @@ fn restore(run: &LoadedRun, max_lost: u32) -> Result<(RunMachine, Vec<TaskExtra>
         }
     };
     let (machine, actions) = RunMachine::restore(workflow, row.state, progress);
-    Ok((machine.with_max_lost(max_lost), extra, actions))
+    // A run that ended without ever starting may have ended while it
+    // waited upstream: a rerun makes it wait again.
+    let released = row.state != RunState::Waiting && row.started_at.is_some();
+    Ok((machine.with_max_lost(max_lost).with_released(released), extra, actions))
 }
 
 impl EngineState {
@@ -269,8 +272,14 @@ impl EngineState {
         }
         let epoch = run.row.epoch;
         let (workflow_key, tenant) = (run.workflow_key(), run.tenant.clone());
+        let tasks_wait = run.extra.iter().any(|e| e.waiting_upstream);
         self.runs.insert(id.clone(), run);
         self.absorb(effects, &id, actions, now);
+        // Its tasks waiting upstream are judged again, as a run waiting in
+        // a slot taken over is (see `absorb_data`).
+        if tasks_wait && self.settings.fence_writes {
+            self.keep_evaluating(&id);
+        }
         for attempt in running {
             let key = AttemptKey {
                 run_id: attempt.run_id.clone(),

@@ -509,14 +509,21 @@ impl Engine {
     /// The active runs of gained slots, claimed and loaded.
     async fn read_slots(&mut self, data: &mut Data, slots: Vec<u32>, now: i64) {
         let query: Vec<i64> = slots.iter().map(|&s| s as i64).collect();
-        let rows = match self.store.active_runs_in_slots(&query).await {
-            Ok(rows) => rows,
+        let read = async {
+            Ok::<_, dagr_store::Error>((
+                self.store.active_runs_in_slots(&query).await?,
+                self.store.waiting_in_slots(&query).await?,
+            ))
+        };
+        let (rows, waiting) = match read.await {
+            Ok(read) => read,
             Err(e) => {
                 tracing::error!(error = %e, "cannot read the runs of gained slots; retrying");
                 data.slots_failed.extend(slots);
                 return;
             }
         };
+        data.waiting.extend(waiting);
         for row in rows {
             if self.state.has_run(&row.id) || data.loaded.iter().any(|l| l.row.id == row.id) {
                 continue;

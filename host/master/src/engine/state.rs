@@ -457,7 +457,22 @@ impl EngineState {
             self.try_admit_waiting(effects, &key, now);
         }
         if !data.gained.is_empty() {
-            tracing::info!(slots = data.gained.len(), runs = loaded.len(), "took over slots");
+            tracing::info!(
+                slots = data.gained.len(),
+                runs = loaded.len(),
+                waiting = data.waiting.len(),
+                "took over slots"
+            );
+            // The runs of these slots waiting upstream are judged again:
+            // the master that had them may have recorded their waits after
+            // an upstream instance's end looked for them, and died before
+            // it read the instance again (`confirm_waits`). In a cluster
+            // only: a single node's commits never cross.
+            if self.settings.fence_writes {
+                for (tenant, run) in &data.waiting {
+                    effects.command_for(tenant, run, &dagr_protocol::commands::Command::Wake, now);
+                }
+            }
             // Commands of these slots may be pending from before.
             self.command_cursor = 0;
             effects.read_commands = true;
@@ -646,6 +661,11 @@ impl EngineState {
             // not consume a command meant for the run's owner, even with a
             // refusal that writes nothing else.
             touched.extend(batch.commands_done.iter().map(|c| c.run_id.as_str()));
+            // And what a run waits for upstream: a master that lost it must
+            // not replace the waits its new owner recorded.
+            touched.extend(batch.clear_waits.iter().map(String::as_str));
+            touched.extend(batch.run_waits.iter().map(|w| w.run_id.as_str()));
+            touched.extend(batch.links.iter().map(|(_, _, released)| released.as_str()));
             let mut fences: Vec<(String, i64)> = touched
                 .into_iter()
                 .filter_map(|id| {

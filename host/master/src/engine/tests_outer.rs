@@ -149,6 +149,51 @@ fn a_failed_upstream_fails_or_holds_its_dependents_by_policy_and_a_rerun_release
 }
 
 #[test]
+fn a_run_failed_or_killed_while_it_waited_waits_again_when_rerun() {
+    for stop in ["upstream failed", "kill", "mark failed"] {
+        let mut env = TestEnv::new();
+        env.apply("name: up\ntasks:\n- {name: u, plugin: echo}\n");
+        env.apply(
+            "name: down\non_upstream_failure: fail\nupstream: [{workflow: up}]\ntasks:\n- {name: d, plugin: echo}\n",
+        );
+        let up = env.trigger_at("up", DAY, None);
+        let down = env.trigger_at("down", DAY, None);
+        env.step(vec![]);
+        let u = env.in_flight("u");
+        match stop {
+            "upstream failed" => {
+                env.fail(&u, FailureKind::Fatal);
+            }
+            "kill" => {
+                env.command(&down, Command::Kill);
+            }
+            _ => {
+                env.command(&down, Command::MarkFailed);
+            }
+        }
+        env.step(vec![]);
+        assert!(env.store.runs[&down].state.is_terminal(), "{stop}: {:?}", env.store.runs[&down].state);
+        if stop == "upstream failed" {
+            // Rerun while its upstream is still failed, it fails again.
+            env.command(&down, Command::RerunFailed { downstream: false });
+            let effects = env.step(vec![]);
+            assert!(dispatched_names(&effects).is_empty());
+            assert_eq!(env.store.runs[&down].state, RunState::Failed);
+            env.command(&up, Command::RerunFailed { downstream: false });
+            env.step(vec![]);
+        }
+        env.command(&down, Command::RerunFailed { downstream: false });
+        let effects = env.step(vec![]);
+        assert!(dispatched_names(&effects).is_empty(), "{stop}: its upstream was never done for it");
+        assert_eq!(env.store.runs[&down].state, RunState::Waiting, "{stop}");
+        let u = env.in_flight("u");
+        env.succeed(&u, "{}");
+        let effects = env.step(vec![]);
+        assert_eq!(dispatched_names(&effects), ["d"], "{stop}: released by its upstream's end");
+    }
+}
+
+#[test]
 fn among_instances_of_one_cycle_the_sentinel_is_the_one_furthest_from_its_end() {
     let mut env = TestEnv::new();
     env.apply("name: b\ntasks:\n- {name: b, plugin: echo}\n");
@@ -310,6 +355,33 @@ fn a_success_beside_the_sentinel_committed_before_the_waits_wakes_nobody() {
     env.step(vec![]);
     assert_eq!(env.store.commands.len(), before, "a success beside the sentinel is no reason to judge again");
     assert_eq!(env.store.runs[&report].state, RunState::Waiting);
+}
+
+#[test]
+fn a_master_taking_over_judges_again_what_its_predecessor_left_waiting() {
+    // A run waiting, and a run whose task waits, for `up`.
+    for (down_yaml, gated) in [
+        ("name: down\nupstream: [{workflow: up}]\ntasks:\n- {name: d, plugin: echo}\n", "d"),
+        ("name: down\ntasks:\n- {name: d, plugin: echo, upstream: [{workflow: up}]}\n", "d"),
+    ] {
+        let mut env = TestEnv::new();
+        env.apply("name: up\ntasks:\n- {name: u, plugin: echo}\n");
+        env.apply(down_yaml);
+        let (up, down, ours) = across_masters(&mut env, "up", DAY, "down");
+        let effects = env.step(vec![crate::engine::Input::Ownership(ours)]);
+        assert!(dispatched_names(&effects).is_empty());
+        assert!(env.store.waits.contains_key(&down), "{down_yaml}: its waits are recorded");
+        // Another master ends the upstream run; its commit found no waits
+        // yet. This master dies before it reads the upstream again, and
+        // another takes its slots over.
+        ended_elsewhere(&mut env, &up, RunState::Succeeded);
+        let config = crate::EngineConfig { node_id: "m2".into(), ..crate::EngineConfig::default() };
+        let mut dispatched = dispatched_names(&env.take_over(config, vec![worker("w1", 8)]));
+        for _ in 0..3 {
+            dispatched.extend(dispatched_names(&env.step(vec![])));
+        }
+        assert_eq!(dispatched, [gated], "{down_yaml}: judged again by the master that took it over");
+    }
 }
 
 #[test]

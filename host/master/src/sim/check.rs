@@ -1,7 +1,8 @@
 //! The invariants, checked around every commit and at the end.
 //!
 //! - Every write a step makes for a run is fenced by the run's epoch (an
-//!   unfenced write could come from a master that lost the run).
+//!   unfenced write could come from a master that lost the run), what it
+//!   waits for upstream included.
 //! - The store takes no write from a stale epoch.
 //! - A task instance has at most one attempt accepted as its result.
 //! - No worker starts an attempt that the store has ended (but for one
@@ -15,6 +16,9 @@
 //!   its workflow's `concurrency` (the capped tenant's and `wide`'s, when
 //!   the simulation has them), counting the attempts that run on workers
 //!   up and holding their lease.
+//! - No worker starts an attempt of a run of the outer DAG's downstream
+//!   workflow before the upstream run of its logical time has ended (when
+//!   the simulation has them).
 //! - The event log of a run is gap-free: each state event of a run and
 //!   of each of its tasks starts where the previous one ended.
 //! - At the end: every run has ended (the caller checks it), nothing
@@ -28,6 +32,7 @@ use dagr_protocol::wire::AttemptKey;
 use dagr_store::{Committed, RunKind, RunState, WriteBatch};
 
 use crate::engine::testkit::FakeStore;
+use crate::sim::{DOWNSTREAM, UPSTREAM};
 
 /// A limit on attempts at once that the checker holds the workers to.
 #[derive(Debug, Clone, Copy)]
@@ -55,6 +60,9 @@ pub(crate) struct Checker {
     last_state: HashMap<(String, Option<String>), String>,
     /// Every attempt a worker started, and the first worker that did.
     started: HashMap<(String, i64, i64), String>,
+    /// The logical times of the upstream runs of the outer DAG that some
+    /// commit left ended (a rerun may take one out of its end later).
+    upstream_ended: HashSet<i64>,
     broken: Option<String>,
 }
 
@@ -67,7 +75,10 @@ impl Checker {
             .iter()
             .map(|w| &w.id)
             .chain(batch.tasks.iter().map(|t| &t.run_id))
-            .chain(batch.attempts.iter().map(|a| &a.run_id));
+            .chain(batch.attempts.iter().map(|a| &a.run_id))
+            .chain(&batch.clear_waits)
+            .chain(batch.run_waits.iter().map(|w| &w.run_id))
+            .chain(batch.links.iter().map(|(_, _, released)| released));
         for id in written {
             if !fenced.contains(id.as_str()) {
                 return Err(format!("{writer} wrote run {id} without fencing it by its epoch"));
@@ -99,6 +110,15 @@ impl Checker {
             batch.attempts.iter().map(|a| a.run_id.as_str()).filter(|id| !stale.contains(id)).collect();
         for run in touched {
             self.one_result_per_task(store, run)?;
+        }
+        // The outer DAG's upstream runs that have ended.
+        for w in batch.runs.iter().filter(|w| !stale.contains(w.id.as_str())) {
+            if let Some(run) = store.runs.get(&w.id)
+                && run.workflow == UPSTREAM
+                && run.state.is_terminal()
+            {
+                self.upstream_ended.insert(run.logical_time);
+            }
         }
         // One leader's scheduling at a time.
         if let Some((_, token)) = &batch.singleton
@@ -225,6 +245,16 @@ impl Checker {
                 a.number,
                 a.state,
                 a.failure_kind.map_or("", |k| k.as_str())
+            ));
+        }
+        if let Some(run) = store.runs.get(&key.0)
+            && run.workflow == DOWNSTREAM
+            && !self.upstream_ended.contains(&run.logical_time)
+            && self.broken.is_none()
+        {
+            self.broken = Some(format!(
+                "{worker} started attempt {}/{}#{} of run {} ({:?}) before the `{UPSTREAM}` run of its logical time {} ended",
+                key.0, key.1, key.2, run.id, run.state, run.logical_time
             ));
         }
         self.started.entry(key).or_insert_with(|| worker.to_owned());

@@ -136,6 +136,13 @@ pub struct SimConfig {
     /// four); the checker counts its attempts on the workers. Off by
     /// default, for the same reason as `capped_tenant`.
     pub workflow_concurrency: bool,
+    /// Every fourth run triggered (the first of each four) is a pair of
+    /// the outer DAG: a run of [`DOWNSTREAM`], which waits for the run of
+    /// [`UPSTREAM`] of its logical time to end, and that run, made up to
+    /// 3 s before or after it. The checker holds every attempt of a
+    /// downstream run until its upstream run has ended. Off by default,
+    /// for the same reason as `capped_tenant`.
+    pub outer: bool,
 }
 
 /// The capped tenant's `max_concurrent` ([`SimConfig::capped_tenant`]).
@@ -144,6 +151,11 @@ pub const CAPPED_MAX: u32 = 2;
 /// The `concurrency` of the workflow [`SimConfig::workflow_concurrency`]
 /// adds.
 pub const WIDE_CONCURRENCY: u32 = 2;
+
+/// The workflows of [`SimConfig::outer`]: a downstream run waits for the
+/// upstream run of its logical time to end (in any state).
+pub const UPSTREAM: &str = "up";
+pub const DOWNSTREAM: &str = "down";
 
 /// Trace lines a failure shows.
 pub const TRACE_TAIL: usize = 200;
@@ -164,6 +176,7 @@ impl Default for SimConfig {
             resources: crate::Resources::Local,
             capped_tenant: false,
             workflow_concurrency: false,
+            outer: false,
         }
     }
 }
@@ -490,6 +503,27 @@ mod tests {
     #[test]
     fn with_one_worker_every_run_finishes_through_the_faults() {
         every_seed_both_ways(SimConfig { workers: 1, ..SimConfig::default() });
+    }
+
+    /// The outer DAG through the faults: no task of a downstream run starts
+    /// before its upstream run ended, and none is left waiting. Seed 58
+    /// failed before a rerun of a run marked failed while it waited made
+    /// it wait again (it started its tasks at once). Seed 105155 failed
+    /// before a master taking slots over woke the runs waiting in them:
+    /// m2 recorded a run's waits after the upstream run's end had looked
+    /// for them, and died before it read that run again. Seed 503119 (7
+    /// masters) failed before the store dropped a fenced master's writes
+    /// to what a run waits for: m1, which had lost the run, deleted the
+    /// waits its new owner had recorded.
+    #[test]
+    fn downstream_runs_wait_for_their_upstream_and_none_is_left_waiting() {
+        let config = SimConfig { outer: true, ..SimConfig::default() };
+        every_seed_both_ways(config.clone());
+        for (seed, config) in
+            [(58, config.clone()), (105_155, config.clone()), (503_119, SimConfig { masters: 7, runs: 16, ..config })]
+        {
+            run(seed, &config).unwrap_or_else(|f| panic!("{f}"));
+        }
     }
 
     /// The suite's seeds with `config`, each way of granting worker slots.

@@ -181,11 +181,16 @@ impl FakeStore {
                     }
                 }
                 Need::Slots(slots) => {
+                    // The active runs, as the store's `active_runs_in_slots`
+                    // (a waiting run is loaded when a command or a wake-up
+                    // names it).
                     let set: HashSet<u32> = slots.iter().copied().collect();
+                    let active =
+                        |r: &RunRow| matches!(r.state, RunState::Queued | RunState::Running | RunState::Paused);
                     let ids: Vec<String> = self
                         .runs
                         .values()
-                        .filter(|r| set.contains(&(r.slot as u32)) && !r.state.is_terminal())
+                        .filter(|r| set.contains(&(r.slot as u32)) && active(r))
                         .map(|r| r.id.clone())
                         .filter(|id| !(reader.has_run)(id) && !data.loaded.iter().any(|l| l.row.id == *id))
                         .collect();
@@ -195,6 +200,12 @@ impl FakeStore {
                             Err(e) => data.failed.push((id, e)),
                         }
                     }
+                    data.waiting.extend(
+                        self.runs
+                            .values()
+                            .filter(|r| set.contains(&(r.slot as u32)) && r.state == RunState::Waiting)
+                            .map(|r| (r.tenant.clone(), r.id.clone())),
+                    );
                     data.gained.extend(slots);
                 }
                 Need::Owners(slots) => {
@@ -409,10 +420,10 @@ impl FakeStore {
             self.insert_run(new.clone());
             written.push(self.command(&id, Command::Admit));
         }
-        for id in &batch.clear_waits {
+        for id in batch.clear_waits.iter().filter(|id| !stale.contains(id.as_str())) {
             self.waits.remove(id);
         }
-        for w in &batch.run_waits {
+        for w in batch.run_waits.iter().filter(|w| !stale.contains(w.run_id.as_str())) {
             self.waits.entry(w.run_id.clone()).or_default().push((
                 w.upstream.clone(),
                 w.from_time,
@@ -441,7 +452,7 @@ impl FakeStore {
         for run in wake_runs {
             written.push(self.command(&run, Command::Wake));
         }
-        self.links.extend(batch.links.iter().cloned());
+        self.links.extend(batch.links.iter().filter(|(_, _, down)| !stale.contains(down.as_str())).cloned());
         for c in &batch.commands {
             let command = Command::decode(&c.command.kind, &c.command.payload).unwrap_or(Command::Wake);
             written.push(self.command(&c.run_id, command));

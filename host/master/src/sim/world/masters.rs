@@ -183,6 +183,11 @@ impl World {
             let mut what: Vec<String> = batch.new_runs.iter().map(|n| format!("new {}", n.run.id)).collect();
             what.extend(batch.runs.iter().map(|r| format!("{} {:?}", r.id, r.state)));
             what.extend(batch.tasks.iter().map(|t| format!("{}/{} {:?}", t.run_id, t.name, t.state)));
+            what.extend(batch.run_waits.iter().map(|w| {
+                let only = if w.failures_only { " (failures)" } else { "" };
+                format!("{} waits for {} {}..{}{only}", w.run_id, w.upstream, w.from_time, w.to_time)
+            }));
+            what.extend(batch.wakes.iter().map(|w| format!("wakes {} {}", w.workflow, w.logical_time)));
             what.extend(committed.fenced.iter().map(|id| format!("FENCED {id}")));
             what.extend(committed.over_limit.iter().map(|id| format!("OVER ITS LIMIT {id}")));
             if committed.singleton_fenced {

@@ -29,6 +29,7 @@ use crate::{Adoption, DispatchError, EngineConfig};
 mod coord;
 mod masters;
 mod network;
+mod outer;
 mod resources;
 mod workers;
 
@@ -119,6 +120,14 @@ enum Event {
     FenceWorker(usize),
     EtcdUp,
     Trigger,
+    /// The second run of an outer DAG's pair is made: the upstream one
+    /// (`true`) or the downstream one, for this logical time, with the
+    /// number of the trigger that made the first.
+    Pair {
+        upstream: bool,
+        logical: i64,
+        number: usize,
+    },
     /// An operator's command for a run, written as the API writes it.
     Operate(String, Command),
 }
@@ -275,6 +284,8 @@ pub(crate) struct World {
     /// The resource leader's book (when the leader schedules resources).
     book: Option<crate::resources::ResourceBook>,
     triggered: usize,
+    /// Runs of outer DAG pairs not made yet (the second of a pair).
+    pairing: usize,
     checker: Checker,
     report: Report,
     trace: Option<VecDeque<String>>,
@@ -351,6 +362,7 @@ impl World {
             term: 0,
             book: None,
             triggered: 0,
+            pairing: 0,
             checker: Checker::default(),
             report: Report { seed, ..Report::default() },
             trace,
@@ -446,7 +458,9 @@ impl World {
         let capped = self.config.capped_tenant.then_some((CAPPED, FAN));
         let wide_yaml = format!("name: {WIDE}\nconcurrency: {}\n{WIDE_TASKS}", crate::sim::WIDE_CONCURRENCY);
         let wide = self.config.workflow_concurrency.then_some((TENANT, wide_yaml.as_str()));
-        let workflows = [(TENANT, CHAIN), (TENANT, SINGLE), (TENANT, TICKING)].into_iter().chain(capped).chain(wide);
+        let outer = self.config.outer.then_some([(TENANT, outer::UP), (TENANT, outer::DOWN)]).into_iter().flatten();
+        let workflows =
+            [(TENANT, CHAIN), (TENANT, SINGLE), (TENANT, TICKING)].into_iter().chain(capped).chain(wide).chain(outer);
         for (tenant, yaml) in workflows {
             let spec = dagr_core::WorkflowSpec::parse(yaml, Format::Yaml)
                 .map_err(|e| format!("the simulation's workflow does not parse: {e}"))?;
@@ -531,6 +545,7 @@ impl World {
     fn all_finished(&self) -> bool {
         let faults_end = START + self.config.faults_for_ms;
         self.triggered == self.config.runs
+            && self.pairing == 0
             && self.store.runs.values().filter(|r| r.created_at <= faults_end).all(|r| r.state.is_terminal())
     }
 
@@ -634,6 +649,7 @@ impl World {
                 self.etcd_up = true;
             }
             Event::Trigger => self.trigger(),
+            Event::Pair { upstream, logical, number } => self.pair_second(upstream, logical, number),
             Event::Operate(run, command) => {
                 self.note(|| format!("operator: {} {run}", command.kind()));
                 self.store.command(&run, command);
@@ -643,6 +659,10 @@ impl World {
     }
 
     fn trigger(&mut self) {
+        if self.config.outer && self.triggered % 4 == 0 {
+            self.pair_first();
+            return;
+        }
         let capped = self.config.capped_tenant && self.triggered % 4 == 3;
         let wide = self.config.workflow_concurrency && self.triggered % 4 == 1;
         let (tenant, name) = match (capped, wide, self.triggered % 3) {
@@ -651,17 +671,36 @@ impl World {
             (false, false, 2) => (TENANT, "single"),
             (false, false, _) => (TENANT, "chain"),
         };
-        let Some((_, workflow, _)) = self.store.workflows.get(&(tenant.to_owned(), name.to_owned())).cloned() else {
-            return;
-        };
         // Every third run is part of a backfill of `chain` with a
         // parallelism of its own.
         let backfill = (name == "chain" && self.triggered % 3 == 1).then(|| BACKFILL.to_owned());
+        let id = format!("{:016x}-{:04}-0000", self.seed, self.triggered);
+        let Some(id) = self.make_run(tenant, name, id, self.now, backfill, capped) else { return };
+        self.triggered += 1;
+        self.note(|| format!("run {id} triggered"));
+        self.operate_on(&id);
+    }
+
+    /// Makes a run of `name` as the API does, with an id from the seed
+    /// (the real one is random), put in its workflow's slot as the store
+    /// puts a real one: its slot follows from the id, as the store makes
+    /// it (the engine finds a run's slot from its id alone: a claim it
+    /// asked for, a worker's result). Returns the id it got.
+    fn make_run(
+        &mut self,
+        tenant: &str,
+        name: &str,
+        id: String,
+        logical_time: i64,
+        backfill: Option<String>,
+        capped: bool,
+    ) -> Option<String> {
+        let (_, workflow, _) = self.store.workflows.get(&(tenant.to_owned(), name.to_owned())).cloned()?;
         let origin = RunOrigin {
             tenant: tenant.into(),
             version: Some(1),
             kind: if backfill.is_some() { RunKind::Backfill } else { RunKind::Manual },
-            logical_time: self.now,
+            logical_time,
             params: "{}".into(),
             spec: None,
             backfill_id: backfill,
@@ -670,18 +709,11 @@ impl World {
         };
         let together = dagr_store::together_in(&workflow, &origin);
         let mut new = dagr_store::NewRun::new(&workflow, origin, self.now);
-        // A run id from the seed (the real one is random), put in its
-        // workflow's slot as the store puts a real one; its slot follows
-        // from the id, as the store makes it: the engine finds a run's slot
-        // from its id alone (a claim it asked for, a worker's result).
-        let id = format!("{:016x}-{:04}-0000", self.seed, self.triggered);
         new.run.id = together.and_then(|slot| dagr_core::slots::id_in_slot(&id, slot)).unwrap_or(id);
         new.run.slot = i64::from(dagr_protocol::slot_of(&new.run.id));
         let id = new.run.id.clone();
         self.store.create_run(new);
-        self.triggered += 1;
-        self.note(|| format!("run {id} triggered"));
-        self.operate_on(&id);
+        Some(id)
     }
 
     /// Now and then, an operator acts on a run while it goes: kills it,
