@@ -204,9 +204,11 @@ fn restore(run: &LoadedRun, max_lost: u32) -> Result<(RunMachine, Vec<TaskExtra>
         }
     };
     let (machine, actions) = RunMachine::restore(workflow, row.state, progress);
-    // A run that ended without ever starting may have ended while it
-    // waited upstream: a rerun makes it wait again.
-    let released = row.state != RunState::Waiting && row.started_at.is_some();
+    // Released from waiting upstream in this life if a task of it started
+    // since (a re-flush clears its tasks' starts; the run's row keeps its
+    // last life's start): one stopped before any did waits again when it
+    // is rerun (judged at once, and released if its upstream is done).
+    let released = row.state != RunState::Waiting && run.tasks.iter().flatten().any(|t| t.started_at.is_some());
     Ok((machine.with_max_lost(max_lost).with_released(released), extra, actions))
 }
 

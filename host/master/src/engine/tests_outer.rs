@@ -194,6 +194,40 @@ fn a_run_failed_or_killed_while_it_waited_waits_again_when_rerun() {
 }
 
 #[test]
+fn a_re_flushed_run_stopped_before_its_upstream_ended_again_waits_again_when_rerun() {
+    let mut env = TestEnv::new();
+    env.apply("name: up\ntasks:\n- {name: u, plugin: echo}\n");
+    env.apply("name: down\nupstream: [{workflow: up, require: finished}]\ntasks:\n- {name: d, plugin: echo}\n");
+    let up = env.trigger_at("up", DAY, None);
+    let down = env.trigger_at("down", DAY, None);
+    env.step(vec![]);
+    let u = env.in_flight("u");
+    env.fail(&u, FailureKind::Fatal);
+    env.step(vec![]);
+    let d = env.in_flight("d");
+    env.succeed(&d, "{}");
+    env.step(vec![]);
+    assert_eq!(env.store.runs[&down].state, RunState::Succeeded);
+    // The upstream is rerun with what it released: `down` waits again,
+    // and is marked failed before the upstream ends.
+    env.command(&up, Command::RerunFailed { downstream: true });
+    env.step(vec![]);
+    env.step(vec![]);
+    assert_eq!(env.store.runs[&down].state, RunState::Waiting, "re-flushed");
+    env.command(&down, Command::MarkFailed);
+    env.step(vec![]);
+    assert!(!env.state.has_run(&down), "it ended: read from its rows again when rerun");
+    env.command(&down, Command::RerunFailed { downstream: false });
+    let effects = env.step(vec![]);
+    assert!(dispatched_names(&effects).is_empty(), "its upstream has not ended since it was re-flushed");
+    assert_eq!(env.store.runs[&down].state, RunState::Waiting);
+    let u = env.in_flight("u");
+    env.succeed(&u, "{}");
+    let effects = env.step(vec![]);
+    assert_eq!(dispatched_names(&effects), ["d"]);
+}
+
+#[test]
 fn among_instances_of_one_cycle_the_sentinel_is_the_one_furthest_from_its_end() {
     let mut env = TestEnv::new();
     env.apply("name: b\ntasks:\n- {name: b, plugin: echo}\n");

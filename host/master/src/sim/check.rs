@@ -4,7 +4,8 @@
 //!   unfenced write could come from a master that lost the run), what it
 //!   waits for upstream included.
 //! - The store takes no write from a stale epoch.
-//! - A task instance has at most one attempt accepted as its result.
+//! - A task instance has at most one attempt accepted as its result (one
+//!   more each time it is reset after it succeeded: a re-flush).
 //! - No worker starts an attempt that the store has ended (but for one
 //!   cancelled meanwhile, whose cancellation follows its dispatch).
 //! - Scheduler writes are taken only from the newest leader's token (at
@@ -18,7 +19,9 @@
 //!   up and holding their lease.
 //! - No worker starts an attempt of a run of the outer DAG's downstream
 //!   workflow before the upstream run of its logical time has ended (when
-//!   the simulation has them).
+//!   the simulation has them), nor, once the run is made to wait again
+//!   (re-flushed with its rerun upstream), before that run has ended
+//!   again.
 //! - The event log of a run is gap-free: each state event of a run and
 //!   of each of its tasks starts where the previous one ended.
 //! - At the end: every run has ended (the caller checks it), nothing
@@ -60,9 +63,18 @@ pub(crate) struct Checker {
     last_state: HashMap<(String, Option<String>), String>,
     /// Every attempt a worker started, and the first worker that did.
     started: HashMap<(String, i64, i64), String>,
-    /// The logical times of the upstream runs of the outer DAG that some
-    /// commit left ended (a rerun may take one out of its end later).
-    upstream_ended: HashSet<i64>,
+    /// Times each task (run, task name) left `succeeded` (a re-flush or
+    /// a rerun of it): each such life may accept a result of its own.
+    lives: HashMap<(String, String), usize>,
+    /// Commits checked so far.
+    commits: u64,
+    /// The outer DAG's upstream runs, by logical time: the last commit
+    /// that left each ended (a rerun may take it out of its end later).
+    upstream_ended: HashMap<i64, u64>,
+    /// Its downstream runs put back to waiting (re-flushed when their
+    /// upstream run was rerun): the commit that did, and whether their
+    /// upstream run was ended then.
+    rewaiting: HashMap<String, (u64, bool)>,
     broken: Option<String>,
 }
 
@@ -105,19 +117,37 @@ impl Checker {
                 ));
             }
         }
-        // At most one accepted result per task instance.
+        // Tasks reset after they succeeded (a re-flush), which run again.
+        for event in batch.events.iter().filter(|e| e.kind == "task.state") {
+            let (Some(run), Some(task)) = (&event.run_id, &event.task) else { continue };
+            if stale.contains(run.as_str()) {
+                continue;
+            }
+            let data: serde_json::Value = serde_json::from_str(&event.data).unwrap_or_default();
+            if data["from"] == "succeeded" && data["to"] != "succeeded" {
+                *self.lives.entry((run.clone(), task.clone())).or_default() += 1;
+            }
+        }
+        // At most one accepted result per task instance (and life).
         let touched: HashSet<&str> =
             batch.attempts.iter().map(|a| a.run_id.as_str()).filter(|id| !stale.contains(id)).collect();
         for run in touched {
             self.one_result_per_task(store, run)?;
         }
-        // The outer DAG's upstream runs that have ended.
+        // The outer DAG's upstream runs that ended, and its downstream runs
+        // made to wait again.
+        self.commits += 1;
         for w in batch.runs.iter().filter(|w| !stale.contains(w.id.as_str())) {
-            if let Some(run) = store.runs.get(&w.id)
-                && run.workflow == UPSTREAM
-                && run.state.is_terminal()
-            {
-                self.upstream_ended.insert(run.logical_time);
+            let Some(run) = store.runs.get(&w.id) else { continue };
+            if run.workflow == UPSTREAM && run.state.is_terminal() {
+                self.upstream_ended.insert(run.logical_time, self.commits);
+            }
+            if run.workflow == DOWNSTREAM && run.state == RunState::Waiting {
+                let ended = store
+                    .runs
+                    .values()
+                    .any(|r| r.workflow == UPSTREAM && r.logical_time == run.logical_time && r.state.is_terminal());
+                self.rewaiting.insert(run.id.clone(), (self.commits, ended));
             }
         }
         // One leader's scheduling at a time.
@@ -216,10 +246,15 @@ impl Checker {
                 succeeded.entry(*task).or_default().push(*number);
             }
         }
-        match succeeded.into_iter().find(|(_, numbers)| numbers.len() > 1) {
+        let lives = |task: i64| {
+            let name = store.tasks.get(run).and_then(|ts| ts.get(task as usize)).map(|t| t.name.clone());
+            1 + name.and_then(|n| self.lives.get(&(run.to_owned(), n))).copied().unwrap_or(0)
+        };
+        match succeeded.into_iter().find(|(task, numbers)| numbers.len() > lives(*task)) {
             Some((task, numbers)) => Err(format!(
-                "task {task} of run {run} has {} attempts accepted as its result: {numbers:?}",
-                numbers.len()
+                "task {task} of run {run} has {} attempts accepted as its result in {} lives: {numbers:?}",
+                numbers.len(),
+                lives(task)
             )),
             None => Ok(()),
         }
@@ -247,15 +282,26 @@ impl Checker {
                 a.failure_kind.map_or("", |k| k.as_str())
             ));
         }
+        // A downstream run's task starts once its upstream run has ended
+        // (again, if the run was made to wait again while it ran).
         if let Some(run) = store.runs.get(&key.0)
             && run.workflow == DOWNSTREAM
-            && !self.upstream_ended.contains(&run.logical_time)
             && self.broken.is_none()
         {
-            self.broken = Some(format!(
-                "{worker} started attempt {}/{}#{} of run {} ({:?}) before the `{UPSTREAM}` run of its logical time {} ended",
-                key.0, key.1, key.2, run.id, run.state, run.logical_time
-            ));
+            let (since, ended_then) = self.rewaiting.get(&run.id).copied().unwrap_or((0, false));
+            let ended = self.upstream_ended.get(&run.logical_time).is_some_and(|&at| at > since);
+            if !(ended || ended_then) {
+                self.broken = Some(format!(
+                    "{worker} started attempt {}/{}#{} of run {} ({:?}) before the `{UPSTREAM}` run of its logical time {} ended{}",
+                    key.0,
+                    key.1,
+                    key.2,
+                    run.id,
+                    run.state,
+                    run.logical_time,
+                    if since > 0 { " after the run was made to wait again" } else { "" }
+                ));
+            }
         }
         self.started.entry(key).or_insert_with(|| worker.to_owned());
     }

@@ -724,12 +724,15 @@ impl World {
             return;
         }
         let at = self.now + self.rng.between(50, 5_000);
+        // An upstream run of the outer DAG is rerun with what it released
+        // (re-flushed: they wait for it again).
+        let downstream = self.store.runs.get(id).is_some_and(|r| r.workflow == crate::sim::UPSTREAM);
         let (first, then) = match self.rng.pick(5) {
             0 => (Command::Kill, None),
             1 => (Command::Pause, Some(Command::Resume)),
-            2 => (Command::MarkFailed, Some(Command::RerunFailed { downstream: false })),
+            2 => (Command::MarkFailed, Some(Command::RerunFailed { downstream })),
             3 => (Command::ForceSuccess { task: "b".into() }, None),
-            _ => (Command::RerunFailed { downstream: false }, None),
+            _ => (Command::RerunFailed { downstream }, None),
         };
         self.schedule(at, Event::Operate(id.to_owned(), first));
         if let Some(then) = then {
