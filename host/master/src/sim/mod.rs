@@ -508,7 +508,10 @@ mod tests {
     /// The outer DAG through the faults: no task of a downstream run starts
     /// before its upstream run ended, and none is left waiting. Seed 58
     /// failed before a rerun of a run marked failed while it waited made
-    /// it wait again (it started its tasks at once). Seed 105155 failed
+    /// it wait again (it started its tasks at once), seed 1115 before a
+    /// run counted as released only if a task of it started in this life
+    /// (re-flushed with its rerun upstream, marked failed and rerun before
+    /// that upstream ended again, it started at once). Seed 105155 failed
     /// before a master taking slots over woke the runs waiting in them:
     /// m2 recorded a run's waits after the upstream run's end had looked
     /// for them, and died before it read that run again. Seed 503119 (7
@@ -519,9 +522,12 @@ mod tests {
     fn downstream_runs_wait_for_their_upstream_and_none_is_left_waiting() {
         let config = SimConfig { outer: true, ..SimConfig::default() };
         every_seed_both_ways(config.clone());
-        for (seed, config) in
-            [(58, config.clone()), (105_155, config.clone()), (503_119, SimConfig { masters: 7, runs: 16, ..config })]
-        {
+        for (seed, config) in [
+            (58, config.clone()),
+            (1115, config.clone()),
+            (105_155, config.clone()),
+            (503_119, SimConfig { masters: 7, runs: 16, ..config }),
+        ] {
             run(seed, &config).unwrap_or_else(|f| panic!("{f}"));
         }
     }
