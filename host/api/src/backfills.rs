@@ -130,6 +130,7 @@ async fn backfill_downstream(
                             slot,
                             command,
                             created_at: now_ms(),
+                            by: None,
                         })
                         .await?;
                     reflushed.push(format!(

@@ -379,6 +379,7 @@ async fn act(state: &ApiState, caller: &Caller, tenant: &str, run_id: &str, comm
             slot: run.slot,
             command: encoded(&command),
             created_at: now_ms(),
+            by: None,
         })
         .await?;
     state.control.wake();

@@ -57,8 +57,10 @@ pub struct SimArgs {
     concurrency: bool,
     /// Every fourth run is a pair of the outer DAG: a run waiting for
     /// another workflow's run of its logical time (made up to 3 s before or
-    /// after it), whose tasks the checker holds until that run has ended
-    /// (off by default: it changes every seed's path).
+    /// after it), whose tasks the checker holds until that run has ended;
+    /// and every fourth a run whose task runs another workflow as a child
+    /// run, which the task must end with (off by default: it changes
+    /// every seed's path).
     #[arg(long)]
     outer: bool,
 }

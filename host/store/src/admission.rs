@@ -184,8 +184,10 @@ pub fn held_elsewhere(batch: &WriteBatch, elsewhere: &[(Sole, Vec<String>)]) -> 
 /// limit): their states, tasks, outputs, attempts, events, the commands
 /// they answered (which stay pending), what they wait for upstream (a
 /// master that lost a run must not delete the waits its new owner
-/// recorded: the wake-up they are for would find nobody) and the upstream
-/// runs recorded as releasing them.
+/// recorded: the wake-up they are for would find nobody), the upstream
+/// runs recorded as releasing them, and the commands their changes wrote
+/// for other runs (a child's end for its parent: the child may not have
+/// ended at all).
 pub fn drop_writes(batch: &mut WriteBatch, runs: &HashSet<String>) {
     use crate::OutputWrite;
     batch.runs.retain(|r| !runs.contains(&r.id));
@@ -201,6 +203,7 @@ pub fn drop_writes(batch: &mut WriteBatch, runs: &HashSet<String>) {
     batch.clear_waits.retain(|id| !runs.contains(id));
     batch.run_waits.retain(|w| !runs.contains(&w.run_id));
     batch.links.retain(|(_, _, released)| !runs.contains(released));
+    batch.commands.retain(|c| c.by.as_ref().is_none_or(|by| !runs.contains(by)));
 }
 
 #[cfg(test)]

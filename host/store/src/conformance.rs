@@ -284,6 +284,7 @@ async fn many_runs_in_one_batch(store: &dyn Store, p: &str) -> Result<()> {
             slot: 7,
             command: EncodedCommand::new("kill", format!("{{\"n\":{i}}}")),
             created_at: 500,
+            by: None,
         })
         .collect::<Vec<_>>();
     store.commit(WriteBatch { commands: new.clone(), at: 500, ..Default::default() }).await?;
@@ -538,6 +539,7 @@ async fn fencing(store: &dyn Store, p: &str) -> Result<()> {
             slot: 0,
             command: EncodedCommand::new("resume", "{}".into()),
             created_at: 7,
+            by: None,
         })
         .await?;
     let mut late = write(0, RunState::Succeeded);
@@ -569,6 +571,7 @@ async fn commands_logs_events(store: &dyn Store, p: &str) -> Result<()> {
             slot: 3,
             command: EncodedCommand::new("kill", "{}".into()),
             created_at: 1,
+            by: None,
         })
         .await?;
     check(

@@ -105,6 +105,7 @@ pub(crate) async fn archive(store: &dyn Store, p: &str) -> Result<()> {
             slot: 11,
             command: EncodedCommand::new("rerun", "{}".into()),
             created_at: NOV + 20,
+            by: None,
         })
         .await?;
     let tasks_before = store.run_tasks(&a).await?;

@@ -192,6 +192,24 @@ pub(crate) async fn outer_dag(store: &dyn Store, p: &str) -> Result<()> {
     check(store.commit(recorded).await?.fenced == vec![daily.clone()], "a stale epoch is fenced")?;
     store.commit(waking(vec![wake(3_600_000)])).await?;
     check(wakes_of(store, &daily).await? == before + 4, "a stale master records no waits")?;
+    // Nor the commands its change of the run wrote for other runs (here:
+    // for the run itself); a command no run's change wrote is kept.
+    let told = |by: Option<String>| NewCommand {
+        tenant: tenant.clone(),
+        run_id: daily.clone(),
+        slot: 7,
+        command: EncodedCommand::new("wake", "{}".into()),
+        created_at: 10,
+        by,
+    };
+    let fenced = vec![(daily.clone(), i64::MAX)];
+    let stale_told =
+        WriteBatch { fences: fenced.clone(), commands: vec![told(Some(daily.clone()))], at: 10, ..Default::default() };
+    check(store.commit(stale_told).await?.fenced == vec![daily.clone()], "a stale epoch is fenced")?;
+    check(wakes_of(store, &daily).await? == before + 4, "a fenced run's change writes no command")?;
+    let kept = WriteBatch { fences: fenced, commands: vec![told(None)], at: 11, ..Default::default() };
+    store.commit(kept).await?;
+    check(wakes_of(store, &daily).await? == before + 5, "a command no run's change wrote is kept")?;
 
     // Links and the children of a run.
     let link = (tenant.clone(), hours[0].clone(), daily.clone());

@@ -290,6 +290,10 @@ pub struct NewCommand {
     pub slot: i64,
     pub command: EncodedCommand,
     pub created_at: i64,
+    /// In a [`WriteBatch`]: the run whose change wrote it (a child's end
+    /// for its parent, a kill for a child, a re-flush for a released run),
+    /// dropped with that run's writes when they are fenced. Not stored.
+    pub by: Option<String>,
 }
 
 /// A command as the store keeps it: its kind and a JSON payload. Encoding

@@ -208,7 +208,7 @@ impl EngineState {
             if let Some(child) = &extra.child
                 && run.machine.task(task).state == TaskState::Waiting
             {
-                effects.command_for(&run.row.tenant, child, command, now);
+                effects.command_for(&run.row.tenant, child, command, Some(run_id), now);
             }
         }
     }

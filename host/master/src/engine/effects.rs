@@ -298,13 +298,18 @@ impl Effects {
 
     /// A command for run `run_id` of `tenant`, written with the step; the
     /// next step reads commands at once (the run may be this master's).
-    pub(crate) fn command_for(&mut self, tenant: &str, run_id: &str, command: &Command, now: i64) {
+    /// `by`: the run whose change it follows from, if any — when that
+    /// run's writes are fenced off (this master lost it), the command is
+    /// dropped with them (its new owner makes the change, and the command,
+    /// again).
+    pub(crate) fn command_for(&mut self, tenant: &str, run_id: &str, command: &Command, by: Option<&str>, now: i64) {
         self.batch.commands.push(dagr_store::NewCommand {
             tenant: tenant.to_owned(),
             run_id: run_id.to_owned(),
             slot: i64::from(dagr_protocol::slot_of(run_id)),
             command: encoded(command),
             created_at: now,
+            by: by.map(str::to_owned),
         });
         self.read_commands = true;
     }

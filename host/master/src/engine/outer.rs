@@ -438,7 +438,13 @@ impl EngineState {
             if !woken.contains(&confirm.run_id) && confirm.missed(&seen_in(runs, confirm.query.from, confirm.query.to))
             {
                 tracing::debug!(run = %confirm.run_id, "an upstream instance changed before its waits committed: woken");
-                effects.command_for(&confirm.tenant, &confirm.run_id, &dagr_protocol::commands::Command::Wake, now);
+                effects.command_for(
+                    &confirm.tenant,
+                    &confirm.run_id,
+                    &dagr_protocol::commands::Command::Wake,
+                    None,
+                    now,
+                );
                 woken.push(confirm.run_id);
             }
         }
@@ -490,7 +496,7 @@ impl EngineState {
                 continue;
             };
             for downstream in released {
-                effects.command_for(&tenant, downstream, &command, now);
+                effects.command_for(&tenant, downstream, &command, Some(&run_id), now);
             }
         }
     }

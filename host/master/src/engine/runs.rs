@@ -471,7 +471,7 @@ impl EngineState {
                         && to == TaskState::Killed
                         && let Some(child) = run.extra[task].child.clone()
                     {
-                        effects.command_for(&run.row.tenant, &child, &Command::Kill, now);
+                        effects.command_for(&run.row.tenant, &child, &Command::Kill, Some(&run.row.id), now);
                     }
                     if from.is_terminal() || to.is_terminal() {
                         let name = &run.machine.workflow().tasks[task].name;
@@ -522,7 +522,7 @@ impl EngineState {
                                 child: run.row.id.clone(),
                                 succeeded: to == RunState::Succeeded,
                             };
-                            effects.command_for(&run.row.tenant, parent, &ended, now);
+                            effects.command_for(&run.row.tenant, parent, &ended, Some(&run.row.id), now);
                         }
                     }
                     if from.is_terminal() || to.is_terminal() {

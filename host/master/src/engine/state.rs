@@ -470,7 +470,7 @@ impl EngineState {
             // only: a single node's commits never cross.
             if self.settings.fence_writes {
                 for (tenant, run) in &data.waiting {
-                    effects.command_for(tenant, run, &dagr_protocol::commands::Command::Wake, now);
+                    effects.command_for(tenant, run, &dagr_protocol::commands::Command::Wake, None, now);
                 }
             }
             // Commands of these slots may be pending from before.
@@ -666,6 +666,8 @@ impl EngineState {
             touched.extend(batch.clear_waits.iter().map(String::as_str));
             touched.extend(batch.run_waits.iter().map(|w| w.run_id.as_str()));
             touched.extend(batch.links.iter().map(|(_, _, released)| released.as_str()));
+            // And the commands a run's change wrote for other runs.
+            touched.extend(batch.commands.iter().filter_map(|c| c.by.as_deref()));
             let mut fences: Vec<(String, i64)> = touched
                 .into_iter()
                 .filter_map(|id| {

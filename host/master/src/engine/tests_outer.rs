@@ -460,8 +460,12 @@ fn a_sub_workflow_runs_as_a_child_and_its_end_ends_the_task() {
     let effects = env.step(vec![]);
     assert_eq!(dispatched_names(&effects), ["c"]);
     let c = env.in_flight("c");
-    env.succeed(&c, "{}");
-    // Its end reaches the parent as a command.
+    let ended = env.succeed(&c, "{}");
+    // Its end reaches the parent as a command, written with the child's
+    // end and fenced with it (a master that lost the child tells nobody).
+    let told = ended.batch.commands.iter().find(|c| c.run_id == parent).expect("the parent is told");
+    assert_eq!(told.by.as_deref(), Some(child.id.as_str()));
+    assert!(ended.batch.fences.iter().any(|(id, _)| *id == child.id), "{:?}", ended.batch.fences);
     let effects = env.step(vec![]);
     assert_eq!(env.task_state(&parent, "sub"), TaskState::Succeeded);
     assert_eq!(dispatched_names(&effects), ["after"]);

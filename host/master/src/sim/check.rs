@@ -21,7 +21,8 @@
 //!   workflow before the upstream run of its logical time has ended (when
 //!   the simulation has them), nor, once the run is made to wait again
 //!   (re-flushed with its rerun upstream), before that run has ended
-//!   again.
+//!   again; and no parent's sub-workflow task succeeds unless its child
+//!   run did (or an operator forced it).
 //! - The event log of a run is gap-free: each state event of a run and
 //!   of each of its tasks starts where the previous one ended.
 //! - At the end: every run has ended (the caller checks it), nothing
@@ -35,7 +36,7 @@ use dagr_protocol::wire::AttemptKey;
 use dagr_store::{Committed, RunKind, RunState, WriteBatch};
 
 use crate::engine::testkit::FakeStore;
-use crate::sim::{DOWNSTREAM, UPSTREAM};
+use crate::sim::{DOWNSTREAM, PARENT, UPSTREAM};
 
 /// A limit on attempts at once that the checker holds the workers to.
 #[derive(Debug, Clone, Copy)]
@@ -90,7 +91,8 @@ impl Checker {
             .chain(batch.attempts.iter().map(|a| &a.run_id))
             .chain(&batch.clear_waits)
             .chain(batch.run_waits.iter().map(|w| &w.run_id))
-            .chain(batch.links.iter().map(|(_, _, released)| released));
+            .chain(batch.links.iter().map(|(_, _, released)| released))
+            .chain(batch.commands.iter().filter_map(|c| c.by.as_ref()));
         for id in written {
             if !fenced.contains(id.as_str()) {
                 return Err(format!("{writer} wrote run {id} without fencing it by its epoch"));
@@ -126,6 +128,24 @@ impl Checker {
             let data: serde_json::Value = serde_json::from_str(&event.data).unwrap_or_default();
             if data["from"] == "succeeded" && data["to"] != "succeeded" {
                 *self.lives.entry((run.clone(), task.clone())).or_default() += 1;
+            }
+        }
+        // A parent's sub-workflow task succeeds with its child run (or
+        // forced by an operator).
+        for event in batch.events.iter().filter(|e| e.kind == "task.state" && e.task.as_deref() == Some("s")) {
+            let Some(run) = event.run_id.as_deref().filter(|r| !stale.contains(r)) else { continue };
+            if store.runs.get(run).is_none_or(|r| r.workflow != PARENT) || !event.data.contains("\"to\":\"succeeded\"")
+            {
+                continue;
+            }
+            let Some(task) = store.tasks.get(run).and_then(|ts| ts.iter().find(|t| t.name == "s")) else { continue };
+            let child = task.child_run.as_deref().and_then(|c| store.runs.get(c));
+            if !task.forced && child.is_none_or(|c| c.state != RunState::Succeeded) {
+                return Err(format!(
+                    "{writer} made task s of run {run} succeed while its child run {:?} is {:?}",
+                    task.child_run,
+                    child.map(|c| c.state)
+                ));
             }
         }
         // At most one accepted result per task instance (and life).

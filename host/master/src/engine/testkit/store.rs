@@ -453,7 +453,7 @@ impl FakeStore {
             written.push(self.command(&run, Command::Wake));
         }
         self.links.extend(batch.links.iter().filter(|(_, _, down)| !stale.contains(down.as_str())).cloned());
-        for c in &batch.commands {
+        for c in batch.commands.iter().filter(|c| c.by.as_deref().is_none_or(|by| !stale.contains(by))) {
             let command = Command::decode(&c.command.kind, &c.command.payload).unwrap_or(Command::Wake);
             written.push(self.command(&c.run_id, command));
         }

@@ -458,7 +458,12 @@ impl World {
         let capped = self.config.capped_tenant.then_some((CAPPED, FAN));
         let wide_yaml = format!("name: {WIDE}\nconcurrency: {}\n{WIDE_TASKS}", crate::sim::WIDE_CONCURRENCY);
         let wide = self.config.workflow_concurrency.then_some((TENANT, wide_yaml.as_str()));
-        let outer = self.config.outer.then_some([(TENANT, outer::UP), (TENANT, outer::DOWN)]).into_iter().flatten();
+        let outer = self
+            .config
+            .outer
+            .then_some([(TENANT, outer::UP), (TENANT, outer::DOWN), (TENANT, outer::PARENT), (TENANT, outer::LEAF)])
+            .into_iter()
+            .flatten();
         let workflows =
             [(TENANT, CHAIN), (TENANT, SINGLE), (TENANT, TICKING)].into_iter().chain(capped).chain(wide).chain(outer);
         for (tenant, yaml) in workflows {
@@ -665,9 +670,11 @@ impl World {
         }
         let capped = self.config.capped_tenant && self.triggered % 4 == 3;
         let wide = self.config.workflow_concurrency && self.triggered % 4 == 1;
+        let parent = self.config.outer && self.triggered % 4 == 2;
         let (tenant, name) = match (capped, wide, self.triggered % 3) {
             (true, _, _) => (CAPPED, "fan"),
             (_, true, _) => (TENANT, WIDE),
+            _ if parent => (TENANT, crate::sim::PARENT),
             (false, false, 2) => (TENANT, "single"),
             (false, false, _) => (TENANT, "chain"),
         };

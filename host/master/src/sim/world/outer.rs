@@ -1,6 +1,7 @@
 //! The outer DAG in the simulation ([`SimConfig::outer`]): pairs of runs
 //! of two workflows, the downstream one waiting for the upstream one of
-//! its logical time. Either is made first, the other up to 3 s later, so
+//! its logical time, and runs whose task runs another workflow as a
+//! child run. Either is made first, the other up to 3 s later, so
 //! that a downstream run waits for an upstream run that does not exist
 //! yet, or is judged while its upstream runs or after it ended; which
 //! master owns which follows from their ids, so the upstream run's end
@@ -28,6 +29,21 @@ upstream:
 tasks:
 - {name: a, plugin: echo}
 - {name: b, plugin: echo, depends_on: [a]}
+";
+
+/// A workflow whose second task runs [`LEAF`] as a child run (holding no
+/// worker while it waits for it).
+pub(super) const PARENT: &str = "name: parent
+tasks:
+- {name: a, plugin: echo}
+- {name: s, workflow: leaf, depends_on: [a]}
+- {name: b, plugin: echo, depends_on: [s]}
+";
+
+pub(super) const LEAF: &str = "name: leaf
+tasks:
+- {name: a, plugin: echo}
+- {name: b, plugin: echo, depends_on: [a], retries: 1}
 ";
 
 /// The latest the second run of a pair is made after the first.
