@@ -664,7 +664,7 @@ impl World {
     }
 
     fn trigger(&mut self) {
-        if self.config.outer && self.triggered % 4 == 0 {
+        if self.config.outer && self.triggered.is_multiple_of(4) {
             self.pair_first();
             return;
         }
