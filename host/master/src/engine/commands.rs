@@ -15,6 +15,13 @@ fn outcome_json(outcome: &CommandOutcome) -> String {
     serde_json::to_string(outcome).unwrap_or_else(|_| "{\"ok\":false,\"message\":\"\"}".into())
 }
 
+/// A command that does no harm carried out a second time (its run
+/// admitted or judged again; a child's end for a task no longer waiting
+/// for it is refused).
+fn harmless_twice(command: &Command) -> bool {
+    matches!(command, Command::Admit | Command::Wake | Command::ChildEnded { .. })
+}
+
 fn fail(message: impl Into<String>) -> CommandOutcome {
     CommandOutcome { ok: false, message: message.into() }
 }
@@ -51,8 +58,25 @@ impl EngineState {
     /// store failed.
     pub(crate) fn retry_deferred_commands(&mut self, effects: &mut Effects, now: i64) {
         let deferred = std::mem::take(&mut self.deferred_commands);
+        // A command read before this master claimed its run may have been
+        // carried out since by the master that had the run (its commit
+        // landed before the claim, so nothing fenced it): one that must
+        // not be carried out twice (a pause, a rerun…) is read again now
+        // that the run is claimed, with the run's later commands, in order
+        // (in this step: `commands_read_again`).
+        let read_again: Vec<String> = deferred
+            .iter()
+            .filter(|c| self.runs.contains_key(c.run_id.as_str()) && !c.command.as_ref().is_ok_and(harmless_twice))
+            .map(|c| c.run_id.clone())
+            .collect();
+        if !read_again.is_empty() {
+            effects.need(Need::Commands);
+        }
         let mut waiting_runs: Vec<String> = Vec::new();
         for command in deferred {
+            if read_again.contains(&command.run_id) {
+                continue;
+            }
             let blocked = waiting_runs.contains(&command.run_id);
             if !blocked && self.runs.contains_key(command.run_id.as_str()) {
                 self.execute(effects, command, now);
@@ -70,6 +94,18 @@ impl EngineState {
                     self.deferred_commands.push(command);
                 }
             }
+        }
+    }
+
+    /// The pending commands read again after runs were claimed: those of
+    /// this step's answers are skipped (their answers are not committed
+    /// yet), the rest applied as commands read at a step's start.
+    pub(crate) fn commands_read_again(&mut self, effects: &mut Effects, commands: Vec<PendingCommand>, now: i64) {
+        for command in commands {
+            if effects.batch.commands_done.iter().any(|c| c.id == command.id) {
+                continue;
+            }
+            self.apply_command(effects, command, now);
         }
     }
 

@@ -145,6 +145,10 @@ pub enum Need {
     Schedule { tenant: String, name: String },
     /// Which workflows (and tasks) any workflow waits for.
     Watched,
+    /// The pending commands, from the first: runs claimed in this step had
+    /// commands read before the claim, which their previous master may
+    /// have carried out since.
+    Commands,
     /// What one workflow waits for (it was applied).
     WatchedBy { tenant: String, workflow: String },
     /// The latest versions of these workflows (for their schedules, or to
@@ -179,6 +183,8 @@ pub struct Data {
     pub gained: Vec<u32>,
     /// The runs of those slots waiting upstream (not loaded): (tenant, run).
     pub waiting: Vec<(String, String)>,
+    /// The pending commands read again ([`Need::Commands`]).
+    pub commands: Option<Vec<PendingCommand>>,
     /// Slots whose runs could not be read (asked for again next step).
     pub slots_failed: Vec<u32>,
     /// Active runs of slots: (id, slot, owner).
@@ -215,6 +221,7 @@ impl Data {
             && self.failed.is_empty()
             && self.gained.is_empty()
             && self.waiting.is_empty()
+            && self.commands.is_none()
             && self.slots_failed.is_empty()
             && self.owners.is_empty()
             && self.outputs.is_empty()

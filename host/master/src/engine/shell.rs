@@ -25,6 +25,16 @@ use crate::{EngineConfig, EngineHandle, EngineMetrics, Message, TenantPolicy, Tr
 const MAX_MESSAGES_PER_STEP: usize = 8192;
 /// Commands read per step at most.
 const COMMAND_PAGE: i64 = 256;
+
+/// A command as the engine reads it.
+fn pending(row: dagr_store::CommandRow) -> PendingCommand {
+    PendingCommand {
+        id: row.id,
+        slot: row.slot as u32,
+        command: Command::decode(&row.command.kind, &row.command.payload).map_err(|e| e.to_string()),
+        run_id: row.run_id,
+    }
+}
 /// A stored definition longer than this is validated on a blocking thread
 /// (one of 100,000 tasks takes most of a second).
 const INLINE_VALIDATE_BYTES: usize = 64 << 10;
@@ -172,16 +182,7 @@ impl Engine {
                 match self.store.pending_commands(self.state.command_cursor(), COMMAND_PAGE).await {
                     Ok(rows) => {
                         page_full = rows.len() as i64 == COMMAND_PAGE;
-                        let commands = rows
-                            .into_iter()
-                            .map(|row| PendingCommand {
-                                id: row.id,
-                                slot: row.slot as u32,
-                                command: Command::decode(&row.command.kind, &row.command.payload)
-                                    .map_err(|e| e.to_string()),
-                                run_id: row.run_id,
-                            })
-                            .collect::<Vec<_>>();
+                        let commands = rows.into_iter().map(pending).collect::<Vec<_>>();
                         if !commands.is_empty() {
                             inputs.push(Input::Commands(commands));
                         }
@@ -434,6 +435,10 @@ impl Engine {
                         edges.into_iter().filter(|e| e.kind == "upstream").map(|e| (e.tenant, e.upstream, e.task)),
                     ),
                     Err(e) => tracing::warn!(error = %e, "cannot read what a workflow waits for"),
+                },
+                Need::Commands => match self.store.pending_commands(0, COMMAND_PAGE).await {
+                    Ok(rows) => data.commands = Some(rows.into_iter().map(pending).collect()),
+                    Err(e) => tracing::warn!(error = %e, "cannot read commands again; will at the next step"),
                 },
                 Need::Watched => match self.store.watched().await {
                     Ok(watched) => data.watched = Some(watched),

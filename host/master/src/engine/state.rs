@@ -398,6 +398,9 @@ impl EngineState {
             self.pending_slots.extend(data.slots_failed);
         }
         self.found_owners(effects, data.owners);
+        if let Some(commands) = data.commands {
+            self.commands_read_again(effects, commands, now);
+        }
         // A run dropped earlier in this step has writes in it fenced by
         // the epoch it had: installed now, they would be fenced by the new
         // one and land. They are fenced off instead, and the run is taken

@@ -4,9 +4,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use dagr_protocol::commands::Command;
 use dagr_protocol::tenancy::TenantLimits;
 use dagr_protocol::wire::FailureKind;
-use dagr_store::AttemptState;
+use dagr_store::{AttemptState, RunState};
 
 use crate::Adoption;
 use crate::engine::effects::{Input, Need};
@@ -359,4 +360,30 @@ fn a_capped_tenant_s_new_runs_are_made_in_one_slot() {
     let effects = env.step(vec![]);
     assert_eq!(effects.batch.child_runs.len(), 1);
     assert_eq!(dagr_core::slots::slot_of(&effects.batch.child_runs[0].run.id), tenant_slot);
+}
+
+#[test]
+fn a_command_carried_out_elsewhere_while_its_run_was_being_claimed_is_not_carried_out_again() {
+    let mut env = TestEnv::new();
+    env.apply("name: w\ntasks:\n- {name: a, plugin: echo}\n- {name: b, plugin: echo, depends_on: [a]}\n");
+    let run = env.run_elsewhere("w", "m2");
+    // The operator pauses it; this master reads the command, but the claim
+    // of the run fails for now (the store is busy): the command waits.
+    env.store.unloadable.insert(run.clone(), crate::engine::LoadError::Transient("busy".into()));
+    let pause = env.command(&run, Command::Pause);
+    env.step(vec![]);
+    assert!(env.outcome(pause).is_none(), "not carried out yet");
+    // Meanwhile the master that had the run carries it out, and its
+    // commit lands before this master's claim.
+    env.store.done.insert(pause, r#"{"ok":true,"message":"pause done"}"#.into());
+    env.store.unloadable.remove(&run);
+    env.step(vec![]);
+    assert!(!env.batches.iter().any(|b| b.commands_done.iter().any(|c| c.id == pause)), "not carried out again");
+    assert_eq!(env.run_state(&run), RunState::Running);
+    // A command still pending when the run is claimed is carried out in
+    // the step of the claim.
+    env.store.runs.get_mut(&run).unwrap().owner = Some("m2".into());
+    let kill = env.command(&run, Command::Kill);
+    env.step(vec![]);
+    assert!(env.outcome(kill).is_some_and(|o| o["ok"] == true), "{:?}", env.outcome(kill));
 }

@@ -543,6 +543,26 @@ mod tests {
         }
     }
 
+    /// Seed 716620 (four masters, two workers, the resource leader, with
+    /// `--outer`): m4 read a `pause` before it claimed its run; the master
+    /// that had the run carried the pause out, and a `resume` after it,
+    /// and its commit landed before m4's claim (nothing fenced it). m4 then
+    /// carried out its stale copy of the pause: the run stayed paused for
+    /// good. Commands read before their run's claim are now read again in
+    /// the step of the claim, unless they do no harm twice.
+    #[test]
+    fn a_command_carried_out_before_its_run_was_claimed_is_not_carried_out_again() {
+        let config = SimConfig {
+            outer: true,
+            masters: 4,
+            workers: 2,
+            runs: 12,
+            resources: crate::Resources::Leader,
+            ..SimConfig::default()
+        };
+        run(716_620, &config).unwrap_or_else(|f| panic!("{f}"));
+    }
+
     /// The suite's seeds with `config`, each way of granting worker slots.
     fn every_seed_both_ways(config: SimConfig) {
         for resources in [crate::Resources::Local, crate::Resources::Leader] {

@@ -260,6 +260,7 @@ impl FakeStore {
                         });
                     data.schedules.push(ScheduleSource { tenant, name, current });
                 }
+                Need::Commands => data.commands = Some(self.commands_after(0, 256)),
                 Need::Watched => {
                     let mut watched: Vec<(String, String, Option<String>)> = Vec::new();
                     for ((tenant, _), (_, workflow, _)) in &self.workflows {
