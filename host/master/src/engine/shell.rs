@@ -514,11 +514,12 @@ impl Engine {
     /// The active runs of gained slots, claimed and loaded.
     async fn read_slots(&mut self, data: &mut Data, slots: Vec<u32>, now: i64) {
         let query: Vec<i64> = slots.iter().map(|&s| s as i64).collect();
+        // The waiting runs are woken in a cluster only (`absorb_data`).
+        let fenced = self.config.fence_writes;
         let read = async {
-            Ok::<_, dagr_store::Error>((
-                self.store.active_runs_in_slots(&query).await?,
-                self.store.waiting_in_slots(&query).await?,
-            ))
+            let active = self.store.active_runs_in_slots(&query).await?;
+            let waiting = if fenced { self.store.waiting_in_slots(&query).await? } else { Vec::new() };
+            Ok::<_, dagr_store::Error>((active, waiting))
         };
         let (rows, waiting) = match read.await {
             Ok(read) => read,

@@ -193,10 +193,11 @@ fn a_run_failed_or_killed_while_it_waited_waits_again_when_rerun() {
     }
 }
 
-#[test]
-fn a_re_flushed_run_stopped_before_its_upstream_ended_again_waits_again_when_rerun() {
-    let mut env = TestEnv::new();
-    env.apply("name: up\ntasks:\n- {name: u, plugin: echo}\n");
+/// `up` (its definition given) and `down`, which waits for it to end in
+/// any state, at `DAY`: `up` fails, which releases `down`, and `down`'s
+/// task succeeds. Returns (up, down).
+fn released_by_a_failed_upstream(env: &mut TestEnv, up_yaml: &str) -> (String, String) {
+    env.apply(up_yaml);
     env.apply("name: down\nupstream: [{workflow: up, require: finished}]\ntasks:\n- {name: d, plugin: echo}\n");
     let up = env.trigger_at("up", DAY, None);
     let down = env.trigger_at("down", DAY, None);
@@ -206,6 +207,13 @@ fn a_re_flushed_run_stopped_before_its_upstream_ended_again_waits_again_when_rer
     env.step(vec![]);
     let d = env.in_flight("d");
     env.succeed(&d, "{}");
+    (up, down)
+}
+
+#[test]
+fn a_re_flushed_run_stopped_before_its_upstream_ended_again_waits_again_when_rerun() {
+    let mut env = TestEnv::new();
+    let (up, down) = released_by_a_failed_upstream(&mut env, "name: up\ntasks:\n- {name: u, plugin: echo}\n");
     env.step(vec![]);
     assert_eq!(env.store.runs[&down].state, RunState::Succeeded);
     // The upstream is rerun with what it released: `down` waits again,
@@ -677,16 +685,8 @@ fn a_re_flush_written_beside_its_upstream_s_command_would_go_at_once() {
 #[test]
 fn a_failed_upstream_rerun_with_its_downstream_re_flushes_what_it_released() {
     let mut env = TestEnv::new();
-    env.apply("name: up\nparams: {}\ntasks:\n- {name: u, plugin: echo}\n");
-    env.apply("name: down\nupstream: [{workflow: up, require: finished}]\ntasks:\n- {name: d, plugin: echo}\n");
-    let up = env.trigger_at("up", DAY, None);
-    let down = env.trigger_at("down", DAY, None);
-    env.step(vec![]);
-    let u = env.in_flight("u");
-    env.fail(&u, FailureKind::Fatal);
-    env.step(vec![]);
-    let d = env.in_flight("d");
-    env.succeed(&d, "{}");
+    let (up, down) =
+        released_by_a_failed_upstream(&mut env, "name: up\nparams: {}\ntasks:\n- {name: u, plugin: echo}\n");
     assert_eq!(env.run_state(&down), RunState::Succeeded, "any end state was enough");
     env.command(&up, Command::RerunFailed { downstream: true });
     let effects = env.step(vec![]);

@@ -119,33 +119,28 @@ impl Checker {
                 ));
             }
         }
-        // Tasks reset after they succeeded (a re-flush), which run again.
         for event in batch.events.iter().filter(|e| e.kind == "task.state") {
             let (Some(run), Some(task)) = (&event.run_id, &event.task) else { continue };
             if stale.contains(run.as_str()) {
                 continue;
             }
             let data: serde_json::Value = serde_json::from_str(&event.data).unwrap_or_default();
+            // A task reset after it succeeded (a re-flush) runs again.
             if data["from"] == "succeeded" && data["to"] != "succeeded" {
                 *self.lives.entry((run.clone(), task.clone())).or_default() += 1;
             }
-        }
-        // A parent's sub-workflow task succeeds with its child run (or
-        // forced by an operator).
-        for event in batch.events.iter().filter(|e| e.kind == "task.state" && e.task.as_deref() == Some("s")) {
-            let Some(run) = event.run_id.as_deref().filter(|r| !stale.contains(r)) else { continue };
-            if store.runs.get(run).is_none_or(|r| r.workflow != PARENT) || !event.data.contains("\"to\":\"succeeded\"")
-            {
-                continue;
-            }
-            let Some(task) = store.tasks.get(run).and_then(|ts| ts.iter().find(|t| t.name == "s")) else { continue };
-            let child = task.child_run.as_deref().and_then(|c| store.runs.get(c));
-            if !task.forced && child.is_none_or(|c| c.state != RunState::Succeeded) {
-                return Err(format!(
-                    "{writer} made task s of run {run} succeed while its child run {:?} is {:?}",
-                    task.child_run,
-                    child.map(|c| c.state)
-                ));
+            // A parent's sub-workflow task succeeds with its child run (or
+            // forced by an operator).
+            if task == "s" && data["to"] == "succeeded" && store.runs.get(run).is_some_and(|r| r.workflow == PARENT) {
+                let Some(row) = store.tasks.get(run).and_then(|ts| ts.iter().find(|t| t.name == "s")) else { continue };
+                let child = row.child_run.as_deref().and_then(|c| store.runs.get(c));
+                if !row.forced && child.is_none_or(|c| c.state != RunState::Succeeded) {
+                    return Err(format!(
+                        "{writer} made task s of run {run} succeed while its child run {:?} is {:?}",
+                        row.child_run,
+                        child.map(|c| c.state)
+                    ));
+                }
             }
         }
         // At most one accepted result per task instance (and life).
