@@ -63,6 +63,13 @@ pub struct SimArgs {
     /// every seed's path).
     #[arg(long)]
     outer: bool,
+    /// Every fourth run is a pair of a run and a run of `gate`: a task of
+    /// it waits for that run (a task-level wait), another is a sensor, and
+    /// the run has a timeout that many of its runs reach (off by default:
+    /// it changes every seed's path; with `--tenant-cap`, in place of the
+    /// capped tenant's runs).
+    #[arg(long)]
+    gates: bool,
 }
 
 pub fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
@@ -76,6 +83,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
         capped_tenant: args.tenant_cap,
         workflow_concurrency: args.concurrency,
         outer: args.outer,
+        gates: args.gates,
         ..SimConfig::default()
     };
     if let Some(seed) = args.seed {

@@ -22,7 +22,13 @@
 //!   the simulation has them), nor, once the run is made to wait again
 //!   (re-flushed with its rerun upstream), before that run has ended
 //!   again; and no parent's sub-workflow task succeeds unless its child
-//!   run did (or an operator forced it).
+//!   run did (or an operator forced it). The same for the attempts of the
+//!   gate's task that waits upstream (task-level), from the last time it
+//!   was made to wait.
+//! - A gate's sensor has at most one check that found its condition met
+//!   accepted as its result (per life); a run's timeout does not fail it
+//!   before the run has lasted its `timeout` since it (last) started
+//!   (and, once the faults have stopped, does come: `World` checks it).
 //! - The event log of a run is gap-free: each state event of a run and
 //!   of each of its tasks starts where the previous one ended.
 //! - At the end: every run has ended (the caller checks it), nothing
@@ -36,7 +42,8 @@ use dagr_protocol::wire::AttemptKey;
 use dagr_store::{Committed, RunKind, RunState, WriteBatch};
 
 use crate::engine::testkit::FakeStore;
-use crate::sim::{DOWNSTREAM, PARENT, UPSTREAM};
+use crate::sim::world::outer::{GATE_SENSOR, GATE_WAITS, SENSOR_READY_FROM};
+use crate::sim::{DOWNSTREAM, GATE, PARENT, UPSTREAM};
 
 /// A limit on attempts at once that the checker holds the workers to.
 #[derive(Debug, Clone, Copy)]
@@ -76,6 +83,9 @@ pub(crate) struct Checker {
     /// upstream run was rerun): the commit that did, and whether their
     /// upstream run was ended then.
     rewaiting: HashMap<String, (u64, bool)>,
+    /// The same for the gate's task that waits upstream: the last commit
+    /// that made it wait, and whether its upstream run was ended then.
+    gate_waits: HashMap<String, (u64, bool)>,
     broken: Option<String>,
 }
 
@@ -158,11 +168,51 @@ impl Checker {
                 self.upstream_ended.insert(run.logical_time, self.commits);
             }
             if run.workflow == DOWNSTREAM && run.state == RunState::Waiting {
-                let ended = store
-                    .runs
-                    .values()
-                    .any(|r| r.workflow == UPSTREAM && r.logical_time == run.logical_time && r.state.is_terminal());
-                self.rewaiting.insert(run.id.clone(), (self.commits, ended));
+                self.rewaiting.insert(run.id.clone(), (self.commits, Self::upstream_is_ended(store, run.logical_time)));
+            }
+        }
+        for event in batch.events.iter().filter(|e| e.kind == "task.state" && e.task.as_deref() == Some("w")) {
+            let Some(run) = event.run_id.as_ref().filter(|r| !stale.contains(r.as_str())) else { continue };
+            let Some(row) = store.runs.get(run).filter(|r| r.workflow == GATE) else { continue };
+            let data: serde_json::Value = serde_json::from_str(&event.data).unwrap_or_default();
+            if data["to"] == "waiting" {
+                self.gate_waits.insert(run.clone(), (self.commits, Self::upstream_is_ended(store, row.logical_time)));
+            }
+        }
+        // No attempt starts once its run's timeout has run out.
+        for a in
+            batch.attempts.iter().filter(|a| a.state == AttemptState::Running && !stale.contains(a.run_id.as_str()))
+        {
+            let Some(row) = store.runs.get(&a.run_id) else { continue };
+            let (Some(started), Some(limit)) = (row.started_at, Self::timeout_of(store, row)) else { continue };
+            if a.started_at >= started + limit {
+                return Err(format!(
+                    "{writer} started attempt {}/{}#{} at {} ms, after the timeout of its run ({limit} ms from {} ms) \
+                     ran out",
+                    a.run_id,
+                    a.task_idx,
+                    a.number,
+                    a.started_at - crate::sim::world::START,
+                    started - crate::sim::world::START
+                ));
+            }
+        }
+        // A run's timeout comes once the run has lasted it, counted from
+        // the start of the life it ends (the write that ends it says it;
+        // a command of the same step may start the next life).
+        for event in batch.events.iter().filter(|e| e.kind == "run.timeout") {
+            let Some(run) = event.run_id.as_ref().filter(|r| !stale.contains(r.as_str())) else { continue };
+            let Some(row) = store.runs.get(run) else { continue };
+            let limit = Self::timeout_of(store, row).unwrap_or(i64::MAX);
+            let ended = batch.runs.iter().find(|w| &w.id == run && w.state.is_terminal());
+            let started = ended.and_then(|w| w.started_at);
+            if started.is_none_or(|started| event.at < started.saturating_add(limit)) {
+                return Err(format!(
+                    "{writer} timed run {run} out at {} ms, but the life it ended started at {:?} ms, with a \
+                     timeout of {limit} ms",
+                    event.at - crate::sim::world::START,
+                    started.map(|s| s - crate::sim::world::START)
+                ));
             }
         }
         // One leader's scheduling at a time.
@@ -211,6 +261,17 @@ impl Checker {
         Ok(())
     }
 
+    /// A run's `timeout`, in ms.
+    pub(crate) fn timeout_of(store: &FakeStore, run: &dagr_store::RunRow) -> Option<i64> {
+        let (_, workflow, _) = store.workflows.get(&(run.tenant.clone(), run.workflow.clone()))?;
+        workflow.timeout.map(|t| t.as_millis() as i64)
+    }
+
+    /// Whether the outer DAG's upstream run of `logical` has ended.
+    fn upstream_is_ended(store: &FakeStore, logical: i64) -> bool {
+        store.runs.values().any(|r| r.workflow == UPSTREAM && r.logical_time == logical && r.state.is_terminal())
+    }
+
     /// No workflow has more runs active (running or paused) than its
     /// `max_active_runs`, whichever masters drive them.
     fn active_within_limits(store: &FakeStore) -> Result<(), String> {
@@ -253,11 +314,15 @@ impl Checker {
 
     fn one_result_per_task(&self, store: &FakeStore, run: &str) -> Result<(), String> {
         let mut succeeded: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+        // The gate's sensor checks that found its condition not met are
+        // not its result.
+        let gate = store.runs.get(run).is_some_and(|r| r.workflow == GATE);
+        let sensor = |task: i64| gate && task == GATE_SENSOR;
         for ((_, task, number), a) in store.attempts.range((run.to_owned(), i64::MIN, i64::MIN)..) {
             if a.run_id != run {
                 break;
             }
-            if a.state == AttemptState::Succeeded {
+            if a.state == AttemptState::Succeeded && !(sensor(*task) && *number < SENSOR_READY_FROM) {
                 succeeded.entry(*task).or_default().push(*number);
             }
         }
@@ -298,12 +363,18 @@ impl Checker {
             ));
         }
         // A downstream run's task starts once its upstream run has ended
-        // (again, if the run was made to wait again while it ran).
+        // (again, if the run was made to wait again while it ran); so does
+        // the gate's task that waits upstream.
+        let waits = |run: &dagr_store::RunRow| match run.workflow.as_str() {
+            DOWNSTREAM => Some(&self.rewaiting),
+            GATE if key.1 == GATE_WAITS => Some(&self.gate_waits),
+            _ => None,
+        };
         if let Some(run) = store.runs.get(&key.0)
-            && run.workflow == DOWNSTREAM
+            && let Some(waits) = waits(run)
             && self.broken.is_none()
         {
-            let (since, ended_then) = self.rewaiting.get(&run.id).copied().unwrap_or((0, false));
+            let (since, ended_then) = waits.get(&run.id).copied().unwrap_or((0, false));
             let ended = self.upstream_ended.get(&run.logical_time).is_some_and(|&at| at > since);
             if !(ended || ended_then) {
                 self.broken = Some(format!(

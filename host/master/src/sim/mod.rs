@@ -146,6 +146,18 @@ pub struct SimConfig {
     /// child's end. Off by default, for the same reason as
     /// `capped_tenant`.
     pub outer: bool,
+    /// Every fourth run triggered (the fourth of each four, in place of the
+    /// capped tenant's) is a pair of an [`UPSTREAM`] run and a run of
+    /// [`GATE`], made up to 3 s apart: the gate's task `w` waits for the
+    /// upstream run of its logical time (a task-level wait), its task `s`
+    /// is a sensor whose first check finds its condition not met, and the
+    /// run fails when unfinished 4 s after it started (many do). The
+    /// checker holds every attempt of `w` until that upstream run has
+    /// ended, counts only the sensor's checks that found it ready as its
+    /// results, fails a run's timeout that comes early, and one that does
+    /// not come once the faults have stopped. Off by default, for the same
+    /// reason as `capped_tenant`.
+    pub gates: bool,
 }
 
 /// The capped tenant's `max_concurrent` ([`SimConfig::capped_tenant`]).
@@ -161,6 +173,9 @@ pub const UPSTREAM: &str = "up";
 pub const DOWNSTREAM: &str = "down";
 /// The workflow of [`SimConfig::outer`] whose task `s` runs a child run.
 pub const PARENT: &str = "parent";
+/// The workflow of [`SimConfig::gates`]: a task waits upstream, a sensor,
+/// a run timeout.
+pub const GATE: &str = "gate";
 
 /// Trace lines a failure shows.
 pub const TRACE_TAIL: usize = 200;
@@ -182,6 +197,7 @@ impl Default for SimConfig {
             capped_tenant: false,
             workflow_concurrency: false,
             outer: false,
+            gates: false,
         }
     }
 }
@@ -541,6 +557,15 @@ mod tests {
         ] {
             run(seed, &config).unwrap_or_else(|f| panic!("{f}"));
         }
+    }
+
+    /// Task-level waits, sensors and run timeouts through the faults: the
+    /// gate's task that waits upstream starts only after its upstream run
+    /// ended, its sensor's checks are counted, and its runs' timeouts come
+    /// neither early nor (once the faults have stopped) late.
+    #[test]
+    fn task_waits_sensors_and_run_timeouts_hold_through_the_faults() {
+        every_seed_both_ways(SimConfig { gates: true, ..SimConfig::default() });
     }
 
     /// Seed 716620 (four masters, two workers, the resource leader, with

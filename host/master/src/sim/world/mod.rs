@@ -29,12 +29,12 @@ use crate::{Adoption, DispatchError, EngineConfig};
 mod coord;
 mod masters;
 mod network;
-mod outer;
+pub(super) mod outer;
 mod resources;
 mod workers;
 
 /// The simulated epoch (2023-11-14).
-const START: i64 = 1_700_000_000_000;
+pub(super) const START: i64 = 1_700_000_000_000;
 /// A master steps at least this often.
 const POLL_MS: i64 = 200;
 /// The coordination service's round.
@@ -120,11 +120,11 @@ enum Event {
     FenceWorker(usize),
     EtcdUp,
     Trigger,
-    /// The second run of an outer DAG's pair is made: the upstream one
-    /// (`true`) or the downstream one, for this logical time, with the
-    /// number of the trigger that made the first.
+    /// The second run of an outer DAG's pair is made (a run of this
+    /// workflow), for this logical time, with the number of the trigger
+    /// that made the first.
     Pair {
-        upstream: bool,
+        workflow: &'static str,
         logical: i64,
         number: usize,
     },
@@ -421,6 +421,9 @@ impl World {
             }
             self.handle(event)?;
             self.checker.broken()?;
+            if healed && self.config.gates {
+                self.timeouts_come()?;
+            }
             if healed && self.all_finished() {
                 break;
             }
@@ -461,11 +464,18 @@ impl World {
         let outer = self
             .config
             .outer
-            .then_some([(TENANT, outer::UP), (TENANT, outer::DOWN), (TENANT, outer::PARENT), (TENANT, outer::LEAF)])
+            .then_some([(TENANT, outer::DOWN), (TENANT, outer::PARENT), (TENANT, outer::LEAF)])
             .into_iter()
             .flatten();
-        let workflows =
-            [(TENANT, CHAIN), (TENANT, SINGLE), (TENANT, TICKING)].into_iter().chain(capped).chain(wide).chain(outer);
+        let up = (self.config.outer || self.config.gates).then_some((TENANT, outer::UP));
+        let gate = self.config.gates.then_some((TENANT, outer::GATE_YAML));
+        let workflows = [(TENANT, CHAIN), (TENANT, SINGLE), (TENANT, TICKING)]
+            .into_iter()
+            .chain(capped)
+            .chain(wide)
+            .chain(up)
+            .chain(outer)
+            .chain(gate);
         for (tenant, yaml) in workflows {
             let spec = dagr_core::WorkflowSpec::parse(yaml, Format::Yaml)
                 .map_err(|e| format!("the simulation's workflow does not parse: {e}"))?;
@@ -654,7 +664,7 @@ impl World {
                 self.etcd_up = true;
             }
             Event::Trigger => self.trigger(),
-            Event::Pair { upstream, logical, number } => self.pair_second(upstream, logical, number),
+            Event::Pair { workflow, logical, number } => self.pair_second(workflow, logical, number),
             Event::Operate(run, command) => {
                 self.note(|| format!("operator: {} {run}", command.kind()));
                 self.store.command(&run, command);
@@ -665,7 +675,11 @@ impl World {
 
     fn trigger(&mut self) {
         if self.config.outer && self.triggered.is_multiple_of(4) {
-            self.pair_first();
+            self.pair_first(crate::sim::DOWNSTREAM);
+            return;
+        }
+        if self.config.gates && self.triggered % 4 == 3 {
+            self.pair_first(crate::sim::GATE);
             return;
         }
         let capped = self.config.capped_tenant && self.triggered % 4 == 3;

@@ -7,11 +7,18 @@
 //! master owns which follows from their ids, so the upstream run's end
 //! often wakes a run another master owns, through the store.
 //!
+//! With [`SimConfig::gates`] the upstream run's other half is a run of
+//! [`GATE`]: one of its tasks waits for it (a task-level wait), another is
+//! a sensor, and the run has a timeout shorter than many of its runs last.
+//!
 //! [`SimConfig::outer`]: crate::sim::SimConfig::outer
+//! [`SimConfig::gates`]: crate::sim::SimConfig::gates
+
+use dagr_store::RunState;
 
 use crate::engine::testkit::TENANT;
 use crate::sim::world::{Event, World};
-use crate::sim::{DOWNSTREAM, UPSTREAM};
+use crate::sim::{DOWNSTREAM, GATE, UPSTREAM};
 
 /// The upstream workflow (its second task can be forced, as the
 /// operator's `force-success` names task `b`).
@@ -46,40 +53,104 @@ tasks:
 - {name: b, plugin: echo, depends_on: [a], retries: 1}
 ";
 
+/// A workflow whose task `w` waits for the upstream run of its logical
+/// time (task-level), whose task `s` is a sensor (its first check finds
+/// its condition not met: the simulated workers answer so), and whose runs
+/// fail when unfinished 4 s after they started.
+pub(super) const GATE_YAML: &str = "name: gate
+timeout: 4s
+tasks:
+- {name: a, plugin: echo}
+- {name: w, plugin: echo, depends_on: [a], upstream: [{workflow: up, require: finished}]}
+- {name: s, plugin: echo, sensor: {interval: 1s, timeout: 3s}}
+- {name: b, plugin: echo, depends_on: [w, s]}
+";
+
+/// The index of [`GATE_YAML`]'s task that waits upstream, and of its
+/// sensor.
+pub(crate) const GATE_WAITS: i64 = 1;
+pub(crate) const GATE_SENSOR: i64 = 2;
+
+/// A check of the gate's sensor finds its condition met from this attempt
+/// on (the first does not).
+pub(crate) const SENSOR_READY_FROM: i64 = 2;
+
 /// The latest the second run of a pair is made after the first.
 const PAIR_GAP_MS: i64 = 3_000;
 
 impl World {
-    /// Makes the first run of a pair, at a logical time no other pair has,
-    /// and schedules the second.
-    pub(super) fn pair_first(&mut self) {
+    /// Makes the first run of a pair of [`UPSTREAM`] and `downstream` (a
+    /// run of [`DOWNSTREAM`] or [`GATE`]), at a logical time no other pair
+    /// has, and schedules the second.
+    pub(super) fn pair_first(&mut self, downstream: &'static str) {
         let mut logical = self.now;
-        while self.store.runs.values().any(|r| r.workflow == DOWNSTREAM && r.logical_time == logical) {
+        let paired =
+            |workflow: &str| workflow == DOWNSTREAM || (self.config.gates && [UPSTREAM, GATE].contains(&workflow));
+        while self.store.runs.values().any(|r| paired(&r.workflow) && r.logical_time == logical) {
             logical += 1;
         }
         let upstream_first = self.rng.chance(0.5);
         let number = self.triggered;
-        let Some(id) = self.make_pair_run(upstream_first, logical, number) else { return };
+        let first = if upstream_first { UPSTREAM } else { downstream };
+        let Some(id) = self.make_pair_run(first, logical, number) else { return };
         self.triggered += 1;
         self.pairing += 1;
         let at = self.now + self.rng.between(0, PAIR_GAP_MS);
-        self.schedule(at, Event::Pair { upstream: !upstream_first, logical, number });
+        let second = if upstream_first { downstream } else { UPSTREAM };
+        self.schedule(at, Event::Pair { workflow: second, logical, number });
         self.note(|| format!("run {id} triggered (first of a pair)"));
         self.operate_on(&id);
     }
 
     /// Makes the second run of a pair.
-    pub(super) fn pair_second(&mut self, upstream: bool, logical: i64, number: usize) {
+    pub(super) fn pair_second(&mut self, workflow: &str, logical: i64, number: usize) {
         self.pairing -= 1;
-        if let Some(id) = self.make_pair_run(upstream, logical, number) {
+        if let Some(id) = self.make_pair_run(workflow, logical, number) {
             self.note(|| format!("run {id} triggered (second of a pair)"));
             self.operate_on(&id);
         }
     }
 
-    fn make_pair_run(&mut self, upstream: bool, logical: i64, number: usize) -> Option<String> {
-        let (name, part) = if upstream { (UPSTREAM, 1) } else { (DOWNSTREAM, 0) };
+    fn make_pair_run(&mut self, workflow: &str, logical: i64, number: usize) -> Option<String> {
+        let part = if workflow == UPSTREAM { 1 } else { 0 };
         let id = format!("{:016x}-{number:04}-{part:04}", self.seed);
-        self.make_run(TENANT, name, id, logical, None, false)
+        self.make_run(TENANT, workflow, id, logical, None, false)
+    }
+}
+
+/// How late, at most, a run's timeout may fail it once the faults have
+/// stopped: after its timeout ran out, or after the faults stopped and the
+/// leases of the masters that crashed ran out (another master takes their
+/// slots and loads the run), whichever is later.
+const TIMEOUT_LATE_MS: i64 = 2_000;
+
+impl World {
+    /// Once the faults have stopped, a run still running or paused past
+    /// its timeout (and the time it takes a master to take it over) is a
+    /// timeout that did not come.
+    pub(super) fn timeouts_come(&self) -> Result<(), String> {
+        let faults_end = super::START + self.config.faults_for_ms;
+        let taken_over = faults_end + 2 * self.config.lease_ttl_ms;
+        let late =
+            |r: &&dagr_store::RunRow| r.workflow == GATE && matches!(r.state, RunState::Running | RunState::Paused);
+        for run in self.store.runs.values().filter(late) {
+            let (Some(started), Some(limit)) =
+                (run.started_at, crate::sim::check::Checker::timeout_of(&self.store, run))
+            else {
+                continue;
+            };
+            let due = started + limit;
+            if self.now > due.max(taken_over) + TIMEOUT_LATE_MS {
+                return Err(format!(
+                    "run {} ({}) is still {:?} {} ms after its timeout of {limit} ms ran out (it started at {} ms)",
+                    run.id,
+                    run.workflow,
+                    run.state,
+                    self.now - due,
+                    started - super::START
+                ));
+            }
+        }
+        Ok(())
     }
 }
