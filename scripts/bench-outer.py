@@ -12,6 +12,14 @@ one daily cycle each plus 24 hourly cycles for a tenth of them, and:
 3. creates the roots' instances and lets the cascade run to its end: the
    dagr processes' CPU time per resolved (instance-level) edge, against the
    CPU time of as many runs without edges (a control phase run first);
+   With --kill-first (a cluster), the first of --pids (a master) is
+   killed with SIGKILL once every instance waits, before the roots are
+   made: the survivors take its slots and judge again every instance
+   waiting in them (one `wake` command each). Measured: from the kill to
+   the first and to the last of those wakes carried out, how many, the
+   survivors' CPU meanwhile, and the end-to-end time of trivial runs
+   triggered every 0.25 s through it (a stall shows there). The cascade
+   then runs on the survivors;
 4. from the store (not the client): per released run, the time from the end
    of its last upstream instance (runs.finished_at over run_links) to its
    release (the run.released event) and to its first attempt's dispatch
@@ -237,6 +245,73 @@ def wait_for(what, check, timeout):
         time.sleep(0.5)
 
 
+def takeover(a, db, pids):
+    """Kills the first of `pids` (a master) and measures how the others take
+    its waiting instances over (see the module's docstring)."""
+    out = {}
+    survivors = pids[1:]
+    cpu0 = proc_cpu_s(survivors)
+    killed_ms = int(time.time() * 1000)
+    os.kill(pids[0], 9)
+    t0 = time.time()
+    probes, stop = [], threading.Event()
+
+    def probe():
+        api = Api(a.url, a.token)
+        while not stop.is_set():
+            run = api.call("POST", "/v1/workflows/control/runs", {})
+            probes.append(run["id"])
+            time.sleep(0.25)
+
+    prober = threading.Thread(target=probe)
+    prober.start()
+    wakes = f"FROM commands WHERE kind = 'wake' AND created_at >= {killed_ms}"
+    seen = {"n": -1, "since": time.time()}
+
+    def settled():
+        n, done = (int(x or 0) for x in db.rows(f"SELECT count(*), count(done_at) {wakes}")[0])
+        if n != seen["n"]:
+            seen["n"], seen["since"] = n, time.time()
+        # Carried out, and no new one for 5 s.
+        return n > 0 and done == n and time.time() - seen["since"] > 5, f"{done} of {n} wakes carried out"
+
+    try:
+        wait_for("the takeover's wakes", settled, a.timeout)
+    finally:
+        stop.set()
+        prober.join()
+    first_created, first_done, last_done, n = db.rows(f"SELECT min(created_at), min(done_at), max(done_at), count(*) {wakes}")[0]
+    out["takeover_wakes"] = int(n)
+    out["takeover_first_wake_written_s"] = round((int(first_created) - killed_ms) / 1000, 2)
+    out["takeover_first_wake_done_s"] = round((int(first_done) - killed_ms) / 1000, 2)
+    out["takeover_last_wake_done_s"] = round((int(last_done) - killed_ms) / 1000, 2)
+    out["takeover_wakes_per_s"] = round(int(n) / max((int(last_done) - int(first_created)) / 1000, 0.001))
+    out["takeover_survivors_cpu_s"] = round(proc_cpu_s(survivors) - cpu0, 1)
+    out["takeover_measured_s"] = round(time.time() - t0, 1)
+
+    def probes_done():
+        ids = ",".join(f"'{i}'" for i in probes)
+        n = int(db.one(f"SELECT count(*) FROM runs WHERE id IN ({ids}) AND finished_at IS NOT NULL"))
+        return n == len(probes), f"{n} of {len(probes)} probe runs finished"
+
+    wait_for("the probe runs", probes_done, a.timeout)
+    ids = ",".join(f"'{i}'" for i in probes)
+    rows = db.rows(f"SELECT created_at, finished_at - created_at FROM runs WHERE id IN ({ids})")
+    # All of them (those in the killed master's slots wait for its lease to
+    # run out), and those made once the wakes began (what the wakes cost
+    # the survivors' other work).
+    for label, lat in (
+        ("probe", [int(r[1]) for r in rows]),
+        ("probe_during_wakes", [int(r[1]) for r in rows if int(r[0]) >= int(first_created)]),
+    ):
+        out[f"{label}_runs"] = len(lat)
+        for q in (50, 99):
+            out[f"{label}_ms_p{q}"] = pct(lat, q)
+        out[f"{label}_ms_max"] = max(lat) if lat else None
+    log("takeover", out)
+    return out
+
+
 def pct(values, p):
     if not values:
         return None
@@ -270,6 +345,12 @@ def main():
         default=1,
         help="days of waiting instances to create (RSS measured after each); above 1 the cascade is skipped",
     )
+    ap.add_argument(
+        "--kill-first",
+        action="store_true",
+        help="kill -9 the first of --pids (a master) once every instance waits, and measure the takeover",
+    )
+    ap.add_argument("--skip-cascade", action="store_true", help="with --kill-first: stop after the takeover")
     a = ap.parse_args()
     db = Db(a.sqlite, a.postgres)
     pids = [int(p) for p in a.pids.split(",")]
@@ -343,7 +424,7 @@ def main():
             unparked = int(
                 db.one(
                     "SELECT count(*) FROM runs WHERE workflow LIKE 'o%' AND state = 'waiting' "
-                    "AND id NOT IN (SELECT run_id FROM run_waits)"
+                    "AND NOT EXISTS (SELECT 1 FROM run_waits w WHERE w.run_id = runs.id)"
                 )
             )
             pending = int(db.one("SELECT count(*) FROM commands WHERE done_at IS NULL"))
@@ -369,6 +450,13 @@ def main():
     if a.waiting_days > 1:
         print(json.dumps(result, indent=1))
         return
+
+    if a.kill_first:
+        result.update(takeover(a, db, pids))
+        pids = pids[1:]
+        if a.skip_cascade:
+            print(json.dumps(result, indent=1))
+            return
 
     # 3. The cascade: every root at once, or paced over a compressed day.
     cpu0 = proc_cpu_s(pids)

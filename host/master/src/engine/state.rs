@@ -162,6 +162,9 @@ pub struct EngineState {
     /// Owned slots whose runs could not be read: asked for again at the
     /// next step.
     pub(crate) pending_slots: Vec<u32>,
+    /// Runs of gained slots waiting upstream, to be judged again (tenant,
+    /// run): woken a page a step (`outer::REJUDGE_PER_STEP`).
+    pub(crate) rejudge: std::collections::VecDeque<(String, String)>,
     /// The fencing token while this master leads.
     pub(crate) leader: Option<i64>,
     /// The token leadership was asked for last (until the store says).
@@ -248,6 +251,7 @@ impl EngineState {
             plugins_refreshed: false,
             owned: Set::default(),
             pending_slots: Vec::new(),
+            rejudge: Default::default(),
             leader: None,
             leading: None,
             placement: Placement::new(config.strategy, config.resources == crate::Resources::Leader),
@@ -472,9 +476,7 @@ impl EngineState {
             // it read the instance again (`confirm_waits`). In a cluster
             // only: a single node's commits never cross.
             if self.settings.fence_writes {
-                for (tenant, run) in &data.waiting {
-                    effects.command_for(tenant, run, &dagr_protocol::commands::Command::Wake, None, now);
-                }
+                self.rejudge.extend(data.waiting);
             }
             // Commands of these slots may be pending from before.
             self.command_cursor = 0;
@@ -642,7 +644,7 @@ impl EngineState {
             .map(|every| self.last_attempt_check + (every.as_millis() as i64).min(1000));
         let rest = (!self.ready.is_empty()).then(|| self.placement.next_rest_end(now)).flatten();
         // A backlog goes on at once.
-        let backlog = self.has_backlog().then_some(now);
+        let backlog = (self.has_backlog() || !self.rejudge.is_empty()).then_some(now);
         [self.timers.next(), check, rest, self.placement.next_exchange(), backlog].into_iter().flatten().min()
     }
 
@@ -651,6 +653,7 @@ impl EngineState {
     /// the epoch it had), schedule writes by the leader's token; runs that
     /// finished are forgotten.
     pub fn seal(&mut self, effects: &mut Effects, now: i64) {
+        self.wake_to_rejudge(effects, now);
         let batch = &mut effects.batch;
         batch.at = now;
         if !batch.is_empty() && self.settings.fence_writes {

@@ -427,6 +427,40 @@ fn a_master_taking_over_judges_again_what_its_predecessor_left_waiting() {
 }
 
 #[test]
+fn a_master_taking_over_many_waiting_runs_wakes_them_a_page_a_step() {
+    use crate::engine::outer::REJUDGE_PER_STEP;
+    let wakes = |effects: &crate::engine::Effects| {
+        effects.batch.commands.iter().filter(|c| c.command.kind == Command::Wake.kind()).count()
+    };
+    let mut env = TestEnv::new();
+    env.apply("name: up\ntasks:\n- {name: u, plugin: echo}\n");
+    env.apply("name: down\nupstream: [{workflow: up}]\ntasks:\n- {name: d, plugin: echo}\n");
+    env.apply("name: free\ntasks:\n- {name: f, plugin: echo}\n");
+    let n = REJUDGE_PER_STEP + 10;
+    let runs: Vec<String> = (0..n as i64).map(|i| env.trigger_at("down", DAY + i * HOUR, None)).collect();
+    env.step(vec![]);
+    assert!(runs.iter().all(|r| env.store.runs[r].state == RunState::Waiting));
+    // Another master takes every slot over: a page of wakes in its first
+    // step, the rest later; a trigger between them is not held behind
+    // them all.
+    let config = crate::EngineConfig { node_id: "m2".into(), ..crate::EngineConfig::default() };
+    let effects = env.take_over(config, vec![worker("w1", 8)]);
+    assert_eq!(wakes(&effects), REJUDGE_PER_STEP);
+    assert!(effects.read_commands, "the wakes are read at once");
+    env.trigger("free");
+    // A slot lost meanwhile is its new owner's to judge.
+    let rest = &runs[REJUDGE_PER_STEP..];
+    let lost = dagr_protocol::slot_of(&rest[0]);
+    let left = rest.iter().filter(|r| dagr_protocol::slot_of(r) != lost).count();
+    let ours: HashSet<u32> = (0..dagr_protocol::SLOTS).filter(|s| *s != lost).collect();
+    let effects = env.step(vec![crate::engine::Input::Ownership(ours)]);
+    assert_eq!(dispatched_names(&effects), ["f"], "the trigger goes on in the next step");
+    assert_eq!(wakes(&effects), left);
+    assert_eq!(wakes(&env.step(vec![])), 0);
+    assert!(runs.iter().all(|r| env.store.runs[r].state == RunState::Waiting), "judged: still waiting");
+}
+
+#[test]
 fn a_task_waits_for_a_task_of_another_workflow_while_its_run_goes_on() {
     let mut env = TestEnv::new();
     env.apply(
