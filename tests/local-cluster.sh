@@ -13,6 +13,8 @@
 # The directory is $DAGR_CLUSTER_DIR (default ./.local-cluster); logs are in
 # it, as are the API's tokens (api/token: tenant default; api/admin.token).
 # The binary is $DAGR_BIN (default target/debug/dagr, built if missing).
+# $DAGR_CLUSTER_PG_OPTS is added to PostgreSQL's command line (e.g. "-c
+# shared_preload_libraries=pg_stat_statements" to see which statements cost).
 #
 # --tls (or DAGR_CLUSTER_TLS=1): internal traffic (API -> masters, masters
 # <-> workers) over mutual TLS: `dagr cert` makes a private CA in certs/ and
@@ -114,7 +116,7 @@ up() {
   local pgport; pgport=$(free_port)
   mkdir -p "$DIR/postgres"; [ "$(id -u)" = 0 ] && chown postgres "$DIR/postgres"
   as_pg "$pgbin/initdb" -D "$DIR/postgres/data" -A trust -U postgres >"$DIR/postgres.log" 2>&1
-  echo "$pgbin/postgres -D $DIR/postgres/data -p $pgport -k $DIR/postgres -c listen_addresses=127.0.0.1 -c max_connections=400" >"$DIR/postgres.cmd"
+  echo "$pgbin/postgres -D $DIR/postgres/data -p $pgport -k $DIR/postgres -c listen_addresses=127.0.0.1 -c max_connections=400 ${DAGR_CLUSTER_PG_OPTS:-}" >"$DIR/postgres.cmd"
   echo "$pgport" >"$DIR/postgres.port"
   start_postgres
   echo "postgres://postgres@127.0.0.1:$pgport/postgres" >"$DIR/postgres.url"
