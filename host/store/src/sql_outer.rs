@@ -221,10 +221,6 @@ impl OuterStore for SqlStore {
 /// each).
 const RANGES_PER_STATEMENT: usize = 64;
 
-/// The runs of each of `ranges` (oldest first, with the task's state if
-/// one is asked about), many ranges a statement ([`ranges_sql`]), each
-/// tagged with its range's place, so that a step waking many runs costs a
-/// few round trips, not one (and a connection from the pool) per range.
 /// Makes PostgreSQL plan the range reads of this transaction once per
 /// connection and text, for any values. Left to itself it plans a prepared
 /// statement for its values again and again, and a `UNION ALL` of up to 64
@@ -237,6 +233,10 @@ async fn generic_plans(tx: &mut sqlx::Transaction<'_, sqlx::Any>) -> Result<()> 
     Ok(())
 }
 
+/// The runs of each of `ranges` (oldest first, with the task's state if
+/// one is asked about), many ranges a statement ([`ranges_sql`]), each
+/// tagged with its range's place, so that a step waking many runs costs a
+/// few round trips, not one (and a connection from the pool) per range.
 async fn ranges_query(
     backend: Backend,
     conn: &mut sqlx::AnyConnection,

@@ -25,6 +25,9 @@ use crate::{EngineConfig, EngineHandle, EngineMetrics, Message, TenantPolicy, Tr
 const MAX_MESSAGES_PER_STEP: usize = 8192;
 /// Commands read per step at most.
 const COMMAND_PAGE: i64 = 256;
+/// A stored definition longer than this is validated on a blocking thread
+/// (one of 100,000 tasks takes most of a second).
+const INLINE_VALIDATE_BYTES: usize = 64 << 10;
 
 /// A command as the engine reads it.
 fn pending(row: dagr_store::CommandRow) -> PendingCommand {
@@ -35,9 +38,6 @@ fn pending(row: dagr_store::CommandRow) -> PendingCommand {
         run_id: row.run_id,
     }
 }
-/// A stored definition longer than this is validated on a blocking thread
-/// (one of 100,000 tasks takes most of a second).
-const INLINE_VALIDATE_BYTES: usize = 64 << 10;
 
 /// The engine. Built and started by [`Engine::start`].
 pub struct Engine {

@@ -139,6 +139,15 @@ impl Checker {
             if data["from"] == "succeeded" && data["to"] != "succeeded" {
                 *self.lives.entry((run.clone(), task.clone())).or_default() += 1;
             }
+            // The gate's task that waits upstream is made to wait (again),
+            // in this commit (counted below).
+            if task == "w"
+                && data["to"] == "waiting"
+                && let Some(row) = store.runs.get(run).filter(|r| r.workflow == GATE)
+            {
+                let ended = Self::upstream_is_ended(store, row.logical_time);
+                self.gate_waits.insert(run.clone(), (self.commits + 1, ended));
+            }
             // A parent's sub-workflow task succeeds with its child run (or
             // forced by an operator).
             if task == "s" && data["to"] == "succeeded" && store.runs.get(run).is_some_and(|r| r.workflow == PARENT) {
@@ -169,14 +178,6 @@ impl Checker {
             }
             if run.workflow == DOWNSTREAM && run.state == RunState::Waiting {
                 self.rewaiting.insert(run.id.clone(), (self.commits, Self::upstream_is_ended(store, run.logical_time)));
-            }
-        }
-        for event in batch.events.iter().filter(|e| e.kind == "task.state" && e.task.as_deref() == Some("w")) {
-            let Some(run) = event.run_id.as_ref().filter(|r| !stale.contains(r.as_str())) else { continue };
-            let Some(row) = store.runs.get(run).filter(|r| r.workflow == GATE) else { continue };
-            let data: serde_json::Value = serde_json::from_str(&event.data).unwrap_or_default();
-            if data["to"] == "waiting" {
-                self.gate_waits.insert(run.clone(), (self.commits, Self::upstream_is_ended(store, row.logical_time)));
             }
         }
         // No attempt starts once its run's timeout has run out.
