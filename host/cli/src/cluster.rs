@@ -210,6 +210,7 @@ pub fn master(args: RoleArgs) -> anyhow::Result<ExitCode> {
             max_catch_up: settings.max_catch_up,
             catch_up_per_second: settings.catch_up_per_second,
             step_task_changes: settings.step_task_changes as usize,
+            takeover_wakes_per_step: settings.takeover_wakes_per_step as usize,
             max_in_flight: settings.max_in_flight as usize,
             strategy,
             resources,

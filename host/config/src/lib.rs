@@ -183,6 +183,7 @@ pub struct Settings {
     pub max_catch_up: u32,
     pub catch_up_per_second: u32,
     pub step_task_changes: u32,
+    pub takeover_wakes_per_step: u32,
     pub default_timeout: Duration,
     pub default_memory: u64,
     pub max_memory: u64,
@@ -355,6 +356,9 @@ impl Config {
         if self.master.step_task_changes == 0 {
             return Err(err("master.step_task_changes", "must be at least 1".into()));
         }
+        if self.master.takeover_wakes_per_step == 0 {
+            return Err(err("master.takeover_wakes_per_step", "must be at least 1".into()));
+        }
         let settings = Settings {
             listen,
             data_dir: self.server.data_dir.clone(),
@@ -378,6 +382,7 @@ impl Config {
             max_catch_up: self.master.max_catch_up,
             catch_up_per_second: self.master.catch_up_per_second,
             step_task_changes: self.master.step_task_changes,
+            takeover_wakes_per_step: self.master.takeover_wakes_per_step,
             default_timeout: duration("limits.default_timeout", &self.limits.default_timeout)?,
             default_memory: bytes("limits.default_memory", &self.limits.default_memory)?,
             max_memory: bytes("limits.max_memory", &self.limits.max_memory)?,
@@ -649,6 +654,7 @@ mod tests {
             jail.set_env("DAGR_WORKER__SLOTS", "16");
             jail.set_env("DAGR_WORKER__EXTRA_CA_FILE", "/etc/dagr/ca.pem");
             jail.set_env("DAGR_SERVER__THREADS", "3");
+            jail.set_env("DAGR_MASTER__TAKEOVER_WAKES_PER_STEP", "64");
             let config = Config::load(Some(&path)).unwrap();
             assert_eq!(config.server.listen, "127.0.0.1:9999");
             assert_eq!(config.worker.slots, 16);
@@ -658,6 +664,7 @@ mod tests {
             assert_eq!(defaults.extra_ca_file, None);
             assert_eq!(settings.threads, 3);
             assert_eq!(defaults.threads, 0, "0: chosen by the role");
+            assert_eq!((settings.takeover_wakes_per_step, defaults.takeover_wakes_per_step), (64, 16));
             Ok(())
         });
     }
@@ -777,6 +784,9 @@ mod tests {
         assert_eq!((e.field.as_str(), e.message.contains("local or leader")), ("master.resources", true), "{e}");
         c.master.resources = "leader".into();
         assert!(c.validate().is_ok());
+        c.master.takeover_wakes_per_step = 0;
+        let e = c.validate().unwrap_err();
+        assert_eq!((e.field.as_str(), e.message.as_str()), ("master.takeover_wakes_per_step", "must be at least 1"));
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("bad.toml");
         std::fs::write(&path, "[server]\nlisen = \"x\"\n").unwrap();

@@ -307,6 +307,11 @@ pub struct MasterConfig {
     /// single commit holds the store (and every other run's step) for
     /// long.
     pub step_task_changes: u32,
+    /// Runs waiting for another workflow that a master wakes (to judge
+    /// them again) per engine step after taking over slots: the rest of a
+    /// large takeover follows in the next steps, so that other runs' work
+    /// goes on between its pages.
+    pub takeover_wakes_per_step: u32,
 }
 
 impl Default for MasterConfig {
@@ -323,6 +328,7 @@ impl Default for MasterConfig {
             max_catch_up: 100,
             catch_up_per_second: dagr_core::schedule::MAX_RUNS_PER_STEP as u32,
             step_task_changes: dagr_core::run::DEFAULT_STEP_TASK_CHANGES as u32,
+            takeover_wakes_per_step: dagr_core::run::DEFAULT_TAKEOVER_WAKES_PER_STEP as u32,
         }
     }
 }

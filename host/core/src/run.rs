@@ -43,6 +43,16 @@ pub struct FailureClass {
 /// step's budget of task changes").
 pub const DEFAULT_STEP_TASK_CHANGES: usize = 250;
 
+/// Runs waiting upstream in gained slots a master wakes (to be judged again)
+/// per step by default (`[master] takeover_wakes_per_step`): a master taking
+/// over the slots of one that died, with Buffalo's tens of thousands of
+/// waiting instances in them, judges them a page at a time between its
+/// other work. All in one step, they held every command behind them (a
+/// trigger's admission among them) for up to 17 s; 16 a step kept other
+/// runs' delay under 1.2 s (docs/BENCHMARKS.md, "A takeover of waiting
+/// instances").
+pub const DEFAULT_TAKEOVER_WAKES_PER_STEP: usize = 16;
+
 /// How many times a task's attempt may be lost with its node before the
 /// task fails instead of going again (see [`RunMachine::with_max_lost`]).
 pub const DEFAULT_MAX_LOST: u32 = 3;

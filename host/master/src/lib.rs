@@ -219,6 +219,9 @@ pub struct EngineConfig {
     /// Task state changes a step commits at most; the rest of a burst
     /// follows in the next steps (`[master] step_task_changes`).
     pub step_task_changes: usize,
+    /// Runs waiting upstream in gained slots woken per step
+    /// (`[master] takeover_wakes_per_step`).
+    pub takeover_wakes_per_step: usize,
     /// Validated workflow versions; `dagr serve` shares its API's, so a
     /// large workflow is held once.
     pub versions: Arc<dagr_core::versions::VersionCache>,
@@ -245,6 +248,7 @@ impl Default for EngineConfig {
             max_catch_up: 100,
             catch_up_per_second: dagr_core::schedule::MAX_RUNS_PER_STEP as u32,
             step_task_changes: dagr_core::run::DEFAULT_STEP_TASK_CHANGES,
+            takeover_wakes_per_step: dagr_core::run::DEFAULT_TAKEOVER_WAKES_PER_STEP,
             versions: Default::default(),
         }
     }

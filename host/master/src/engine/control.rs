@@ -82,7 +82,7 @@ impl EngineState {
                     }
                     let done = self.apply_task(effects, run_id, RunInput::Wait { task }, now);
                     // Its waits are recorded with every other task's of the run.
-                    self.keep_judging(run_id);
+                    self.keep_evaluating(run_id);
                     return done;
                 }
             }
@@ -240,12 +240,6 @@ impl EngineState {
     fn note(&mut self, run_id: &Arc<str>, task: usize, message: String) {
         if let Some(run) = self.runs.get_mut(run_id) {
             run.extra[task].error = Some(message);
-        }
-    }
-
-    fn keep_judging(&mut self, run_id: &Arc<str>) {
-        if !self.evaluating.contains(run_id) {
-            self.evaluating.push(run_id.clone());
         }
     }
 }

@@ -28,14 +28,6 @@ use serde_json::json;
 use crate::engine::effects::{Effects, Need, UpstreamQuery};
 use crate::engine::state::EngineState;
 
-/// At most this many runs waiting upstream in gained slots are woken (to be
-/// judged again) a step: a master taking over the slots of one that died,
-/// with Buffalo's tens of thousands of waiting instances in them, judges
-/// them a page at a time between its other work. All in one step, they
-/// held every command behind them (a trigger's admission among them) for
-/// up to 17 s (docs/BENCHMARKS.md, "A takeover of waiting instances").
-pub(crate) const REJUDGE_PER_STEP: usize = 16;
-
 /// Cycles one dependency may name at most (a per-second upstream over a
 /// month would be millions).
 pub(crate) const MAX_UPSTREAM_INSTANCES: usize = 10_000;
@@ -560,12 +552,13 @@ pub(crate) fn describe(waits: &[Wait]) -> String {
 }
 
 impl EngineState {
-    /// Writes a `wake` for each of the next [`REJUDGE_PER_STEP`] runs to
-    /// judge again whose slot this master still owns (a slot lost since is
-    /// its new owner's to judge), and reads them in the next step.
+    /// Writes a `wake` for each of the next `[master]
+    /// takeover_wakes_per_step` runs to judge again whose slot this master
+    /// still owns (a slot lost since is its new owner's to judge), and reads
+    /// them in the next step.
     pub(crate) fn wake_to_rejudge(&mut self, effects: &mut Effects, now: i64) {
         let mut woken = 0;
-        while woken < REJUDGE_PER_STEP {
+        while woken < self.settings.takeover_wakes_per_step {
             let Some((tenant, run)) = self.rejudge.pop_front() else { break };
             if self.owns(dagr_protocol::slot_of(&run)) {
                 effects.command_for(&tenant, &run, &dagr_protocol::commands::Command::Wake, None, now);

@@ -38,6 +38,7 @@ pub(crate) struct Settings {
     pub catch_up_per_step: usize,
     pub max_in_flight: usize,
     pub step_task_changes: usize,
+    pub takeover_wakes_per_step: usize,
 }
 
 impl Settings {
@@ -57,6 +58,7 @@ impl Settings {
             catch_up_per_step: (config.catch_up_per_second as usize).max(1),
             max_in_flight: config.max_in_flight.max(1),
             step_task_changes: config.step_task_changes.max(1),
+            takeover_wakes_per_step: config.takeover_wakes_per_step.max(1),
         }
     }
 }
@@ -163,7 +165,7 @@ pub struct EngineState {
     /// next step.
     pub(crate) pending_slots: Vec<u32>,
     /// Runs of gained slots waiting upstream, to be judged again (tenant,
-    /// run): woken a page a step (`outer::REJUDGE_PER_STEP`).
+    /// run): woken a page a step (`[master] takeover_wakes_per_step`).
     pub(crate) rejudge: std::collections::VecDeque<(String, String)>,
     /// The fencing token while this master leads.
     pub(crate) leader: Option<i64>,

@@ -428,7 +428,7 @@ fn a_master_taking_over_judges_again_what_its_predecessor_left_waiting() {
 
 #[test]
 fn a_master_taking_over_many_waiting_runs_wakes_them_a_page_a_step() {
-    use crate::engine::outer::REJUDGE_PER_STEP;
+    const PAGE: usize = 5; // [master] takeover_wakes_per_step
     let wakes = |effects: &crate::engine::Effects| {
         effects.batch.commands.iter().filter(|c| c.command.kind == Command::Wake.kind()).count()
     };
@@ -436,20 +436,21 @@ fn a_master_taking_over_many_waiting_runs_wakes_them_a_page_a_step() {
     env.apply("name: up\ntasks:\n- {name: u, plugin: echo}\n");
     env.apply("name: down\nupstream: [{workflow: up}]\ntasks:\n- {name: d, plugin: echo}\n");
     env.apply("name: free\ntasks:\n- {name: f, plugin: echo}\n");
-    let n = REJUDGE_PER_STEP + 10;
+    let n = PAGE + 4;
     let runs: Vec<String> = (0..n as i64).map(|i| env.trigger_at("down", DAY + i * HOUR, None)).collect();
     env.step(vec![]);
     assert!(runs.iter().all(|r| env.store.runs[r].state == RunState::Waiting));
     // Another master takes every slot over: a page of wakes in its first
     // step, the rest later; a trigger between them is not held behind
     // them all.
-    let config = crate::EngineConfig { node_id: "m2".into(), ..crate::EngineConfig::default() };
+    let config =
+        crate::EngineConfig { node_id: "m2".into(), takeover_wakes_per_step: PAGE, ..crate::EngineConfig::default() };
     let effects = env.take_over(config, vec![worker("w1", 8)]);
-    assert_eq!(wakes(&effects), REJUDGE_PER_STEP);
+    assert_eq!(wakes(&effects), PAGE);
     assert!(effects.read_commands, "the wakes are read at once");
     env.trigger("free");
     // A slot lost meanwhile is its new owner's to judge.
-    let rest = &runs[REJUDGE_PER_STEP..];
+    let rest = &runs[PAGE..];
     let lost = dagr_protocol::slot_of(&rest[0]);
     let left = rest.iter().filter(|r| dagr_protocol::slot_of(r) != lost).count();
     let ours: HashSet<u32> = (0..dagr_protocol::SLOTS).filter(|s| *s != lost).collect();

@@ -302,6 +302,9 @@ impl World {
                     attempt_check: Some(Duration::from_secs(5)),
                     max_in_flight: 1_000,
                     resources: config.resources,
+                    // One a step: a takeover's waiting runs are woken over
+                    // as many steps as there are, with faults between them.
+                    takeover_wakes_per_step: 1,
                     ..EngineConfig::default()
                 };
                 Master {
