@@ -21,7 +21,7 @@ PG=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
 DIR=$(mktemp -d /tmp/dagr-bench-cluster-cpu.XXXXXX)
 chmod 755 "$DIR" # PostgreSQL runs as another user
 export DAGR_CLUSTER_DIR="$DIR/cluster" DAGR_BIN="$BIN"
-trap '"$ROOT/tests/local-cluster.sh" down >/dev/null 2>&1 || true; rm -rf "$DIR"' EXIT
+trap '"$ROOT/tests/local-cluster.sh" down >/dev/null 2>&1 || true; rm -rf "$DIR" 2>/dev/null || true' EXIT
 API=$("$ROOT/tests/local-cluster.sh" up --masters 3 --workers 3 --ttl 3s | tail -n 1)
 export DAGR_TOKEN; DAGR_TOKEN=$(cat "$DAGR_CLUSTER_DIR/api/token")
 URL=$(cat "$DAGR_CLUSTER_DIR/postgres.url")

@@ -21,7 +21,7 @@ case $mode in
     PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
     DAGR_LOG=warn "$BIN" serve --listen "127.0.0.1:$PORT" --data-dir "$D" >"$W/log" 2>&1 &
     PID=$!
-    trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null; rm -rf "$W"' EXIT
+    trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null; rm -rf "$W" 2>/dev/null || true' EXIT
     for _ in $(seq 120); do curl -sf "127.0.0.1:$PORT/healthz" >/dev/null && break; sleep 0.5; done
     python3 "$ROOT/scripts/bench-outer.py" --url "http://127.0.0.1:$PORT" --token "$(cat "$D/token")" \
       --sqlite "$D/dagr.db" --pids "$PID" "$@"
@@ -29,7 +29,7 @@ case $mode in
   cluster)
     # (tests/local-cluster.sh waits for each node's "listening on" line: info level.)
     export DAGR_CLUSTER_DIR=$W/cluster DAGR_BIN=$BIN
-    trap '"$ROOT/tests/local-cluster.sh" down >/dev/null 2>&1; rm -rf "$W"' EXIT
+    trap '"$ROOT/tests/local-cluster.sh" down >/dev/null 2>&1; rm -rf "$W" 2>/dev/null || true' EXIT
     URL=$("$ROOT/tests/local-cluster.sh" up --masters 3 --workers 1)
     C=$DAGR_CLUSTER_DIR
     for _ in $(seq 120); do curl -sf "$URL/healthz" >/dev/null && [ -s "$C/api/token" ] && break; sleep 0.5; done

@@ -234,7 +234,12 @@ down() {
   done
   sleep 0.5
   for f in "$DIR"/*.pid; do [ -e "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null || true; done
-  if [ "${1:-}" = --keep ]; then rm -f "$DIR"/*.pid; else rm -rf "$DIR"; fi
+  # PostgreSQL's backends outlive a killed postmaster for a moment, still
+  # writing in its directory: the removal tries again once they are gone.
+  for f in "$DIR"/*.pid; do
+    for _ in $(seq 1 50); do [ -e "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null || break; sleep 0.1; done
+  done
+  if [ "${1:-}" = --keep ]; then rm -f "$DIR"/*.pid; else rm -rf "$DIR" 2>/dev/null || { sleep 1; rm -rf "$DIR"; }; fi
 }
 
 cmd=${1:-}; shift || true
