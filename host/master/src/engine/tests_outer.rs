@@ -345,6 +345,28 @@ fn across_masters(env: &mut TestEnv, workflow: &str, at: i64, down: &str) -> (St
 }
 
 #[test]
+fn a_master_that_judged_with_every_slot_still_reads_the_waits_again() {
+    // `dagr sim --outer --masters 2 --workers 1 --runs 24 --seed 2300376`:
+    // the other master was down when this one judged, so this one owned
+    // every slot. Its commit was slow; meanwhile the other came back, took
+    // the upstream's slot and ended the upstream run, and its wake-up found
+    // no waits yet. Owning every slot at the read says nothing about the
+    // commit.
+    let mut env = TestEnv::new();
+    env.apply("name: up\ntasks:\n- {name: u, plugin: echo}\n");
+    env.apply("name: down\nupstream: [{workflow: up, require: finished}]\ntasks:\n- {name: d, plugin: echo}\n");
+    let (up, down, ours) = across_masters(&mut env, "up", DAY, "down");
+    let every = (0..dagr_protocol::SLOTS).collect();
+    let effects = env.step(vec![crate::engine::Input::Ownership(every)]);
+    assert!(effects.read_commands, "the waits are read again at once");
+    assert_eq!(env.store.runs[&down].state, RunState::Waiting);
+    ended_elsewhere(&mut env, &up, RunState::Killed);
+    env.step(vec![crate::engine::Input::Ownership(ours)]);
+    let effects = env.step(vec![]);
+    assert_eq!(dispatched_names(&effects), ["d"], "woken by reading its sentinel again");
+}
+
+#[test]
 fn a_run_made_and_ended_in_an_empty_window_before_the_waits_commit_is_found_by_reading_it_again() {
     let mut env = TestEnv::new();
     // No schedule upstream: the dependent waits for any run of its day,
