@@ -349,9 +349,13 @@ impl Checker {
     /// [`Checker::broken`].
     pub(crate) fn started(&mut self, key: &AttemptKey, worker: &str, store: &FakeStore) {
         let key = (key.run_id.clone(), key.task as i64, key.number as i64);
+        let cancelled = store
+            .attempts
+            .get(&key)
+            .is_some_and(|a| a.state != AttemptState::Running && a.failure_kind == Some(FailureKind::Cancelled));
         if let Some(a) = store.attempts.get(&key)
             && a.state != AttemptState::Running
-            && a.failure_kind != Some(FailureKind::Cancelled)
+            && !cancelled
             && self.broken.is_none()
         {
             self.broken = Some(format!(
@@ -365,7 +369,13 @@ impl Checker {
         }
         // A downstream run's task starts once its upstream run has ended
         // (again, if the run was made to wait again while it ran); so does
-        // the gate's task that waits upstream.
+        // the gate's task that waits upstream. But for an attempt cancelled
+        // while its dispatch was on the way: started in the run's life
+        // before it was made to wait again, it runs until its cancellation
+        // arrives, and its result is refused (`--gates --outer --masters 2
+        // --workers 2 --runs 20 --resources leader --concurrency`, seed
+        // 2801451: the re-flush was applied in the step after the one
+        // that started the attempt).
         let waits = |run: &dagr_store::RunRow| match run.workflow.as_str() {
             DOWNSTREAM => Some(&self.rewaiting),
             GATE if key.1 == GATE_WAITS => Some(&self.gate_waits),
@@ -373,6 +383,7 @@ impl Checker {
         };
         if let Some(run) = store.runs.get(&key.0)
             && let Some(waits) = waits(run)
+            && !cancelled
             && self.broken.is_none()
         {
             let (since, ended_then) = waits.get(&run.id).copied().unwrap_or((0, false));
