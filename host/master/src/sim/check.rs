@@ -21,7 +21,8 @@
 //!   workflow before the upstream run of its logical time has ended (when
 //!   the simulation has them), nor, once the run is made to wait again
 //!   (re-flushed with its rerun upstream), before that run has ended
-//!   again; and no parent's sub-workflow task succeeds unless its child
+//!   again (but for an attempt cancelled while its dispatch was on the
+//!   way); and no parent's sub-workflow task succeeds unless its child
 //!   run did (or an operator forced it). The same for the attempts of the
 //!   gate's task that waits upstream (task-level), from the last time it
 //!   was made to wait.
