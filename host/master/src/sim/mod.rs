@@ -588,6 +588,39 @@ mod tests {
         run(716_620, &config).unwrap_or_else(|f| panic!("{f}"));
     }
 
+    /// Seed 2300376 (two masters, one worker, `--outer --runs 24`): m1
+    /// judged a downstream run while m2 was down, so it owned every slot,
+    /// and did not read the upstream again after its slow commit; m2 came
+    /// back and the upstream run was killed there before m1's waits
+    /// landed. Nothing woke the run. A master of a cluster now always
+    /// reads its waits again.
+    #[test]
+    fn a_master_that_owned_every_slot_at_its_read_still_reads_the_waits_again() {
+        let config = SimConfig { outer: true, masters: 2, workers: 1, runs: 24, ..SimConfig::default() };
+        run(2_300_376, &config).unwrap_or_else(|f| panic!("{f}"));
+    }
+
+    /// Seed 2801451 (two masters, two workers, the resource leader,
+    /// `--gates --outer --concurrency --runs 20`): a downstream run's
+    /// attempt, started in the step before a re-flush made the run wait
+    /// again, reached its worker after the re-flush had cancelled it. Not a
+    /// start before the upstream ended: it runs until its cancellation
+    /// arrives, and its result is refused.
+    #[test]
+    fn an_attempt_cancelled_on_its_way_by_a_re_flush_is_not_held_against_the_wait() {
+        let config = SimConfig {
+            outer: true,
+            gates: true,
+            workflow_concurrency: true,
+            masters: 2,
+            workers: 2,
+            runs: 20,
+            resources: crate::Resources::Leader,
+            ..SimConfig::default()
+        };
+        run(2_801_451, &config).unwrap_or_else(|f| panic!("{f}"));
+    }
+
     /// The suite's seeds with `config`, each way of granting worker slots.
     fn every_seed_both_ways(config: SimConfig) {
         for resources in [crate::Resources::Local, crate::Resources::Leader] {
