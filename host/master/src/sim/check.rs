@@ -350,12 +350,9 @@ impl Checker {
     /// [`Checker::broken`].
     pub(crate) fn started(&mut self, key: &AttemptKey, worker: &str, store: &FakeStore) {
         let key = (key.run_id.clone(), key.task as i64, key.number as i64);
-        let cancelled = store
-            .attempts
-            .get(&key)
-            .is_some_and(|a| a.state != AttemptState::Running && a.failure_kind == Some(FailureKind::Cancelled));
-        if let Some(a) = store.attempts.get(&key)
-            && a.state != AttemptState::Running
+        let ended = store.attempts.get(&key).filter(|a| a.state != AttemptState::Running);
+        let cancelled = ended.is_some_and(|a| a.failure_kind == Some(FailureKind::Cancelled));
+        if let Some(a) = ended
             && !cancelled
             && self.broken.is_none()
         {
